@@ -1,0 +1,160 @@
+// UOp: one immutable node of the IR (op, dtype, ordered sources, arg), and Graph: the arena
+// that owns nodes and hash-conses them. Inside one Graph, structurally equal nodes are the
+// same object, so equality is pointer equality and a shared subexpression exists once.
+//
+// A Graph is used by one thread at a time. Nodes live as long as their Graph. The
+// structural digest (SHA-256, see digest.h) is computed on first use and memoized; it does
+// not depend on the Graph, the order nodes were made in, or pointers.
+#pragma once
+
+#include <array>
+#include <compare>
+#include <cstdint>
+#include <deque>
+#include <initializer_list>
+#include <memory>
+#include <memory_resource>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "compiler/ir/arg.h"
+#include "compiler/ir/dtype.h"
+#include "compiler/ir/op.h"
+
+namespace uop {
+
+struct Digest {
+  std::array<uint8_t, 32> bytes{};
+
+  std::string hex() const;
+  std::string short_hex(size_t n = 12) const { return hex().substr(0, n); }
+  static std::optional<Digest> from_hex(std::string_view hex);
+
+  auto operator<=>(const Digest&) const = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const Digest& d) { return H::combine(std::move(h), d.bytes); }
+};
+
+class Graph;
+
+class UOp {
+ public:
+  class Passkey {
+    friend class Graph;
+    Passkey() = default;
+  };
+  UOp(Passkey, Op op, DType dtype, const UOp* const* src, uint32_t nsrc, Arg arg, uint32_t id,
+      size_t hash)
+      : op_(op), nsrc_(nsrc), id_(id), dtype_(dtype), src_(src), arg_(std::move(arg)), hash_(hash) {}
+  UOp(const UOp&) = delete;
+  UOp& operator=(const UOp&) = delete;
+
+  Op op() const { return op_; }
+  const DType& dtype() const { return dtype_; }
+  std::span<const UOp* const> src() const { return {src_, nsrc_}; }
+  const UOp* src(size_t i) const { return src_[i]; }
+  size_t num_src() const { return nsrc_; }
+  const Arg& arg() const { return arg_; }
+  template <typename T>
+  const T& arg_as() const { return std::get<T>(arg_); }
+  template <typename T>
+  const T* arg_if() const { return std::get_if<T>(&arg_); }
+  // Creation order within the owning Graph; dense from 0.
+  uint32_t id() const { return id_; }
+  // Fast structural hash used for interning (not stable across processes).
+  size_t structural_hash() const { return hash_; }
+  // SHA-256 over the canonical encoding of (op, dtype, arg, sources' digests).
+  const Digest& digest() const;
+
+  bool is(Op op) const { return op_ == op; }
+  // CONST's value, if this is a CONST.
+  const ConstValue* const_value() const { return op_ == Op::CONST ? &std::get<ConstValue>(arg_) : nullptr; }
+
+ private:
+  friend void compute_digests(const UOp* root);
+  Op op_;
+  mutable bool has_digest_ = false;
+  uint32_t nsrc_;
+  uint32_t id_;
+  DType dtype_;
+  const UOp* const* src_;
+  Arg arg_;
+  size_t hash_;
+  mutable Digest digest_;
+};
+
+// Computes and memoizes the digests of `root` and everything below it, without recursion.
+void compute_digests(const UOp* root);
+
+class Graph {
+ public:
+  Graph();
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  // The one node with these fields, made if it does not exist yet. No semantic checks are
+  // done here (the verifier does them); `arg` must be of the op's arg kind.
+  const UOp* make(Op op, DType dtype, std::span<const UOp* const> src, Arg arg);
+  const UOp* make(Op op, DType dtype, std::initializer_list<const UOp*> src, Arg arg) {
+    return make(op, dtype, std::span<const UOp* const>(src.begin(), src.size()), std::move(arg));
+  }
+  // As above with the op's default arg.
+  const UOp* make(Op op, DType dtype, std::span<const UOp* const> src = {});
+  const UOp* make(Op op, DType dtype, std::initializer_list<const UOp*> src) {
+    return make(op, dtype, std::span<const UOp* const>(src.begin(), src.size()));
+  }
+  // The same node with some fields replaced; returns `u` itself if nothing changes.
+  const UOp* replace_src(const UOp* u, std::span<const UOp* const> src);
+  const UOp* replace_dtype(const UOp* u, DType dtype);
+
+  // CONST of `dtype` holding `v` converted with CAST semantics (so 3.7 as int32 is 3).
+  const UOp* cnst(DType dtype, ConstValue v);
+  const UOp* cnst(DType dtype, double v) { return cnst(dtype, ConstValue::Float(v)); }
+  const UOp* cnst_int(DType dtype, int64_t v) { return cnst(dtype, ConstValue::Int(v)); }
+  const UOp* cnst_bool(bool v) { return cnst(dtypes::bool_, ConstValue::Bool(v)); }
+  const UOp* idx(int64_t v) { return cnst_int(dtypes::index, v); }
+  // An ALU op with the usual result dtype: the operands' (bool for comparisons, the
+  // second operand's for WHERE).
+  const UOp* alu(Op op, std::initializer_list<const UOp*> src);
+  const UOp* alu(Op op, std::span<const UOp* const> src);
+
+  size_t size() const { return nodes_.size(); }
+  // Every node made so far, in creation order.
+  const std::deque<UOp>& nodes() const { return nodes_; }
+
+ private:
+  struct Key {
+    Op op;
+    const DType* dtype;
+    std::span<const UOp* const> src;
+    const Arg* arg;
+    size_t hash;
+  };
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(const UOp* u) const { return u->structural_hash(); }
+    size_t operator()(const Key& k) const { return k.hash; }
+  };
+  struct Eq {
+    using is_transparent = void;
+    bool operator()(const UOp* a, const UOp* b) const { return a == b; }
+    bool operator()(const Key& k, const UOp* u) const;
+    bool operator()(const UOp* u, const Key& k) const { return (*this)(k, u); }
+  };
+  static size_t hash_of(Op op, const DType& dtype, std::span<const UOp* const> src, const Arg& arg);
+
+  std::deque<UOp> nodes_;
+  std::pmr::monotonic_buffer_resource src_pool_;
+  absl::flat_hash_set<const UOp*, Hash, Eq> interned_;
+};
+
+// Every node reachable from the roots, sources before users, each once. Deterministic:
+// a depth-first post-order following source order. Iterative, so any depth is fine.
+std::vector<const UOp*> toposort(std::span<const UOp* const> roots);
+inline std::vector<const UOp*> toposort(const UOp* root) { return toposort(std::span<const UOp* const>(&root, 1)); }
+
+}  // namespace uop
