@@ -90,4 +90,12 @@ std::vector<const UOp*> toposort(std::span<const UOp* const> roots) {
   return order;
 }
 
+NodeIndex index_by_toposort(const UOp* root) {
+  NodeIndex index;
+  auto order = toposort(root);
+  index.reserve(order.size());
+  for (size_t i = 0; i < order.size(); ++i) index.emplace(order[i], static_cast<uint32_t>(i));
+  return index;
+}
+
 }  // namespace uop

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "compiler/ir/arg.h"
 #include "compiler/ir/dtype.h"
@@ -156,5 +157,10 @@ class Graph {
 // a depth-first post-order following source order. Iterative, so any depth is fine.
 std::vector<const UOp*> toposort(std::span<const UOp* const> roots);
 inline std::vector<const UOp*> toposort(const UOp* root) { return toposort(std::span<const UOp* const>(&root, 1)); }
+
+// The index by which messages name a node: its position on the wire for decoded graphs
+// (codec.h), its position in toposort() for graphs built in memory.
+using NodeIndex = absl::flat_hash_map<const UOp*, uint32_t>;
+NodeIndex index_by_toposort(const UOp* root);
 
 }  // namespace uop
