@@ -1,0 +1,99 @@
+// The kernel ABI: what a compiled kernel needs from whoever runs it. Its buffers (slot,
+// element dtype, element count, read / written), its runtime variables (name and bounds,
+// in argument order) and its launch extent as a LaunchExpr: a small integer expression
+// over those variables that the runtime evaluates before a launch, never reading memory
+// (PIPELINE.md "The kernel ABI", the LaunchExpr of the shared GPU IR note).
+//
+// The ABI travels with every cached artifact, so it has a stable text form
+// (serialize / parse_abi). LLVM-free: the server and the workers use it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/ir/dtype.h"
+#include "compiler/ir/op.h"
+#include "compiler/ir/uop.h"
+
+namespace uop {
+
+struct KernelParam {
+  int64_t slot = 0;
+  DType dtype;        // element type (a scalar, or a vector if the buffer holds vectors)
+  int64_t size = 0;   // elements
+  bool read = false;
+  bool written = false;
+  bool operator==(const KernelParam&) const = default;
+};
+
+struct KernelVar {
+  std::string name;
+  int64_t min = 0, max = 0;
+  bool operator==(const KernelVar&) const = default;
+};
+
+// An index expression over the kernel's variables, in postfix form. Evaluation follows
+// ir/eval.h on `index` (wrap-around, IDIV truncates and x / 0 = 0), so it gives exactly
+// the value the kernel computes from the same IR.
+class LaunchExpr {
+ public:
+  struct Term {
+    enum class Kind : uint8_t { Const, Var, Op };
+    Kind kind = Kind::Const;
+    int64_t value = 0;  // Const: the value; Var: the variable's position
+    Op op = Op::ADD;    // Op: ADD, SUB, MUL, IDIV, MAX or MIN, on the two topmost values
+    bool operator==(const Term&) const = default;
+  };
+
+  LaunchExpr() : LaunchExpr(constant(1)) {}
+  static LaunchExpr constant(int64_t v);
+  // A well-formed postfix program over `num_vars` variables, or INVALID_ARGUMENT.
+  static absl::StatusOr<LaunchExpr> from_terms(std::vector<Term> terms, size_t num_vars);
+
+  // `vars` must hold at least as many values as the expression's variables.
+  int64_t eval(std::span<const int64_t> vars) const;
+  const std::vector<Term>& terms() const { return terms_; }
+  // "(n + 3) // 4"-like form for messages and `uop explain`.
+  std::string str(std::span<const KernelVar> vars = {}) const;
+  bool operator==(const LaunchExpr&) const = default;
+
+ private:
+  explicit LaunchExpr(std::vector<Term> t) : terms_(std::move(t)) {}
+  std::vector<Term> terms_;
+};
+
+struct KernelAbi {
+  std::vector<KernelParam> params;  // sorted by slot
+  std::vector<KernelVar> vars;      // argument order: sorted by name
+  // Trip count of the Thread range (before clamping at 0); 1 without one.
+  LaunchExpr tasks_extent;
+  bool has_thread_range = false;
+
+  // How many buffer pointers a launch passes: max slot + 1 (a slot no op uses is a
+  // null-tolerant hole), 0 without params.
+  int64_t num_buffers() const { return params.empty() ? 0 : params.back().slot + 1; }
+  // The launch extent `tasks` for these variable values: max(extent, 0).
+  int64_t eval_tasks(std::span<const int64_t> var_values) const;
+  // Position of the variable `name` in the argument order, -1 if none.
+  int var_position(std::string_view name) const;
+
+  // Stable text form (versioned, line based). parse_abi(serialize()) == *this.
+  std::string serialize() const;
+  bool operator==(const KernelAbi&) const = default;
+};
+
+absl::StatusOr<KernelAbi> parse_abi(std::string_view text);
+
+// The ABI of a LINEAR: params from PARAM (read / written from the LOADs and STOREs that
+// reach them through INDEX), vars from DEFINE_VAR, the launch extent from the Thread
+// RANGE. INVALID_ARGUMENT when the LINEAR breaks the ABI's rules: conflicting PARAMs for
+// one slot or DEFINE_VARs for one name, more than one Thread range, a Thread range that
+// is not outermost, a Thread extent that is not a LaunchExpr, or a buffer store outside
+// the Thread range (each task would repeat it).
+absl::StatusOr<KernelAbi> abi_of(const UOp* linear);
+
+}  // namespace uop

@@ -1,0 +1,73 @@
+// The LLVM CPU backend: LINEAR -> LLVM IR (IRBuilder, no text round trip) -> the O2
+// pipeline tuned for the target CPU -> a relocatable ELF object in memory. The object
+// defines one function, PIPELINE.md's entry point:
+//
+//   void uop_kernel(void* const* buffers, const int64_t* vars, int64_t task, int64_t ntasks);
+//
+// worker/cpu/cpu_program.h loads and runs it. This header is LLVM-free.
+//
+// Numerics: every ALU op, CAST and BITCAST computes exactly what ir/eval.h says, bit for
+// bit, except for NaN payloads and signs (a NaN is a NaN) and for the transcendentals,
+// which call the C library (libm, resolved when the object is loaded) and are bounded
+// here in ULPs of the result type against eval.h:
+//
+//   op     float64  float32  float16  bfloat16
+//   EXP2      1        1        1        1
+//   LOG2      1        1        1        1
+//   SIN       1        1        1        1
+//   POW       1        1        1        1
+//
+// float64 calls the same libm functions eval.h does (so it is exact in practice);
+// float32, float16 and bfloat16 call the float32 functions (glibc documents <= 1 ULP for
+// them; eval.h rounds the double result once) and round the float32 result once.
+// float16 and bfloat16 arithmetic is computed in float32 and rounded once, which is exact
+// for + - * / sqrt; MULACC on them rounds to odd before the final rounding, like eval.h.
+// Conversions to bfloat16 are integer code, so no compiler-runtime helper is called.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "compiler/codegen/abi.h"
+#include "compiler/ir/uop.h"
+
+namespace uop {
+
+struct CpuTarget {
+  std::string triple;    // x86_64-pc-linux-gnu
+  std::string cpu;       // skylake-avx512
+  std::string features;  // +avx2,+avx512f,-amx-tile,... (sorted, so equal targets compare equal)
+
+  // The machine this process runs on (sys::getProcessTriple / getHostCPUName /
+  // getHostCPUFeatures).
+  static CpuTarget host();
+  // One string naming the target in cache keys.
+  std::string id() const;
+  bool operator==(const CpuTarget&) const = default;
+};
+
+// Names this backend and the LLVM it was built with, e.g. "uopd-llvm-cpu/1 llvm-19.1.7".
+// Part of every cache key: a change in code generation bumps the backend version.
+std::string compiler_build_id();
+
+struct CpuCompileOptions {
+  int opt_level = 2;          // 0..3, LLVM's O levels
+  bool emit_ir_text = false;  // keep the rendered (unoptimized) LLVM IR, the SOURCE stage
+};
+
+struct CpuArtifact {
+  std::string object;   // relocatable ELF, in memory
+  std::string ir_text;  // if asked
+  KernelAbi abi;
+  double render_ms = 0;   // LINEAR -> verified LLVM module
+  double compile_ms = 0;  // optimization + code generation
+  std::string entry = "uop_kernel";
+};
+
+// INVALID_ARGUMENT (naming the node by its toposort index, its op and the rule) for a
+// LINEAR this backend cannot compile; INTERNAL if LLVM fails, which is a bug here.
+// Thread-safe: each call has its own LLVMContext.
+absl::StatusOr<CpuArtifact> compile_cpu(const UOp* linear, const CpuTarget& target,
+                                        const CpuCompileOptions& options = {});
+
+}  // namespace uop

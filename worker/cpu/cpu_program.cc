@@ -1,0 +1,133 @@
+// Loading goes through one process-wide ORC ExecutionSession and ObjectLinkingLayer
+// (JITLink), both thread-safe; each program gets a JITDylib of its own whose removal
+// unmaps the program's memory. Symbols the object does not define (sinf, exp2, memset)
+// come from the process through DynamicLibrarySearchGenerator.
+#include "worker/cpu/cpu_program.h"
+
+#include <llvm/ExecutionEngine/Orc/Core.h>
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/ExecutionEngine/Orc/ExecutorProcessControl.h>
+#include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
+#include <llvm/ExecutionEngine/Orc/TaskDispatch.h>
+#include <llvm/Support/Error.h>
+#include <llvm/Support/MemoryBuffer.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "compiler/support/strings.h"
+
+namespace uop {
+namespace {
+
+struct Jit {
+  std::unique_ptr<llvm::orc::ExecutionSession> session;
+  std::unique_ptr<llvm::orc::ObjectLinkingLayer> linker;
+  char global_prefix = '\0';
+  std::string error;  // why the JIT could not start, if it could not
+};
+
+// Made on first use and never destroyed: programs may outlive static destruction order.
+Jit& jit() {
+  static Jit* j = [] {
+    auto* jit = new Jit;
+    // Links run on the loading thread; no background threads of LLVM's own.
+    auto epc = llvm::orc::SelfExecutorProcessControl::Create(
+        nullptr, std::make_unique<llvm::orc::InPlaceTaskDispatcher>());
+    if (!epc) {
+      jit->error = llvm::toString(epc.takeError());
+      return jit;
+    }
+    jit->global_prefix = (*epc)->getTargetTriple().isOSBinFormatMachO() ? '_' : '\0';
+    jit->session = std::make_unique<llvm::orc::ExecutionSession>(std::move(*epc));
+    jit->linker = std::make_unique<llvm::orc::ObjectLinkingLayer>(*jit->session);
+    return jit;
+  }();
+  return *j;
+}
+
+std::atomic<uint64_t> next_program_id{0};
+
+}  // namespace
+
+struct CpuProgram::Code {
+  llvm::orc::JITDylib* dylib = nullptr;
+  ~Code() {
+    if (!dylib) return;
+    if (llvm::Error err = jit().session->removeJITDylib(*dylib))
+      jit().session->reportError(std::move(err));
+  }
+};
+
+CpuProgram::CpuProgram(KernelAbi abi, std::unique_ptr<Code> code, KernelFn fn)
+    : abi_(std::move(abi)), code_(std::move(code)), fn_(fn) {}
+
+CpuProgram::~CpuProgram() = default;
+
+absl::StatusOr<std::unique_ptr<CpuProgram>> CpuProgram::load(std::string_view object, const KernelAbi& abi) {
+  Jit& j = jit();
+  if (!j.session) return absl::InternalError(cat("cannot start the ORC JIT: ", j.error));
+  auto code = std::make_unique<Code>();
+  code->dylib = &j.session->createBareJITDylib(cat("uop_program_", next_program_id.fetch_add(1)));
+  auto generator = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(j.global_prefix);
+  if (!generator) return absl::InternalError(cat("process symbols: ", llvm::toString(generator.takeError())));
+  code->dylib->addGenerator(std::move(*generator));
+  auto buffer = llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()), "uop_kernel.o");
+  if (llvm::Error err = j.linker->add(*code->dylib, std::move(buffer)))
+    return absl::InvalidArgumentError(cat("cannot load the kernel object: ", llvm::toString(std::move(err))));
+  // The lookup links the object (and fails if a symbol it needs is nowhere to be found).
+  auto sym = j.session->lookup({code->dylib}, "uop_kernel");
+  if (!sym) return absl::InvalidArgumentError(cat("cannot link the kernel object: ", llvm::toString(sym.takeError())));
+  auto fn = sym->getAddress().toPtr<KernelFn>();
+  return std::unique_ptr<CpuProgram>(new CpuProgram(abi, std::move(code), fn));
+}
+
+absl::Status CpuProgram::check(std::span<void* const> buffers, std::span<const int64_t> vars) const {
+  if (static_cast<int64_t>(buffers.size()) != abi_.num_buffers())
+    return absl::InvalidArgumentError(cat("kernel takes ", abi_.num_buffers(), " buffers, got ", buffers.size()));
+  if (vars.size() != abi_.vars.size())
+    return absl::InvalidArgumentError(cat("kernel takes ", abi_.vars.size(), " variables, got ", vars.size()));
+  for (size_t k = 0; k < vars.size(); ++k) {
+    const KernelVar& v = abi_.vars[k];
+    if (vars[k] < v.min || vars[k] > v.max)
+      return absl::InvalidArgumentError(cat("variable '", v.name, "' = ", vars[k], " is outside [", v.min, ", ", v.max, "]"));
+  }
+  auto extent = [&](const KernelParam& p) {
+    auto lo = reinterpret_cast<uintptr_t>(buffers[p.slot]);
+    return std::pair<uintptr_t, uintptr_t>(lo, lo + static_cast<uintptr_t>(p.size * p.dtype.bytes()));
+  };
+  for (const KernelParam& p : abi_.params) {
+    if (p.size > 0 && !buffers[p.slot])
+      return absl::InvalidArgumentError(cat("buffer ", p.slot, " is null"));
+    // The code assumes element alignment (and may use it for vector loads).
+    if (reinterpret_cast<uintptr_t>(buffers[p.slot]) % std::max(1, p.dtype.itemsize()) != 0)
+      return absl::InvalidArgumentError(cat("buffer ", p.slot, " is not aligned to its ", p.dtype.itemsize(), "-byte elements"));
+    if (!p.written) continue;
+    auto [lo, hi] = extent(p);
+    for (const KernelParam& q : abi_.params) {
+      if (q.slot == p.slot) continue;
+      auto [qlo, qhi] = extent(q);
+      if (lo < qhi && qlo < hi)
+        return absl::InvalidArgumentError(cat("buffer ", p.slot, " is written and overlaps buffer ", q.slot));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuProgram::run(std::span<void* const> buffers, std::span<const int64_t> vars, ThreadPool* pool) const {
+  if (auto st = check(buffers, vars); !st.ok()) return st;
+  int64_t tasks = abi_.eval_tasks(vars);
+  if (tasks <= 0) return absl::OkStatus();  // every buffer store is inside the Thread range
+  int64_t ntasks = pool ? std::min<int64_t>(tasks, pool->size()) : 1;
+  void* const* b = buffers.data();
+  const int64_t* v = vars.data();
+  if (ntasks == 1) {
+    fn_(b, v, 0, 1);
+  } else {
+    KernelFn fn = fn_;
+    pool->parallel_for(ntasks, [=](int64_t t) { fn(b, v, t, ntasks); });
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace uop
