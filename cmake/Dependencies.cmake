@@ -24,3 +24,16 @@ if(UOPD_BUILD_BENCH)
   find_package(benchmark CONFIG)
   uopd_require(benchmark_FOUND "Google Benchmark" libbenchmark-dev)
 endif()
+
+# LLVM 19, linked as the one shared libLLVM (linking the component archives costs minutes).
+# Only compiler/codegen includes LLVM headers, behind LLVM-free headers.
+find_package(LLVM CONFIG PATHS /usr/lib/llvm-19/lib/cmake/llvm NO_DEFAULT_PATH)
+uopd_require(LLVM_FOUND "LLVM 19" llvm-19-dev)
+if(NOT LLVM_VERSION_MAJOR EQUAL 19)
+  message(FATAL_ERROR "LLVM 19 required, found ${LLVM_VERSION}")
+endif()
+add_library(uopd_llvm INTERFACE)
+target_include_directories(uopd_llvm SYSTEM INTERFACE ${LLVM_INCLUDE_DIRS})
+separate_arguments(UOPD_LLVM_DEFS NATIVE_COMMAND "${LLVM_DEFINITIONS}")
+target_compile_definitions(uopd_llvm INTERFACE ${UOPD_LLVM_DEFS})
+target_link_libraries(uopd_llvm INTERFACE LLVM)

@@ -45,7 +45,12 @@ struct DType {
   constexpr DType() = default;
   constexpr explicit DType(Scalar s, uint32_t c = 1) : scalar(s), count(c) {}
 
-  bool operator==(const DType&) const = default;
+  // addrspace and size only mean something for pointers, so only pointers compare them
+  // (the digest encodes them only for pointers too).
+  bool operator==(const DType& o) const {
+    return scalar == o.scalar && count == o.count && ptr == o.ptr &&
+           (!ptr || (addrspace == o.addrspace && size == o.size));
+  }
 
   DType vec(uint32_t n) const { DType d = *this; d.count = n; return d; }
   // The scalar element type: vector width 1, not a pointer.
@@ -72,6 +77,7 @@ struct DType {
 
   template <typename H>
   friend H AbslHashValue(H h, const DType& d) {
+    if (!d.ptr) return H::combine(std::move(h), d.scalar, d.count, d.ptr);
     return H::combine(std::move(h), d.scalar, d.count, d.ptr, d.addrspace, d.size);
   }
 };

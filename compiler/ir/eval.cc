@@ -266,6 +266,7 @@ ConstValue bits_to_value(uint64_t bits, Scalar type) {
 }
 
 ConstValue cast_value(ConstValue v, Scalar to) {
+  if (to == Scalar::Void) return ConstValue::Int(0);  // no value; callers refuse void constants
   if (to == Scalar::Bool) {
     if (v.kind() == Kind::Float) return ConstValue::Bool(v.as_float() != 0);  // NaN != 0
     return ConstValue::Bool(v.bits() != 0);
@@ -293,6 +294,35 @@ bool is_value_of(ConstValue v, Scalar type) {
     return std::isnan(d) || round_to_float(d, type) == d;
   }
   return cast_value(v, type) == v;  // wraps to itself: in range
+}
+
+ConstValue reduce_identity(ReduceOp op, Scalar t) {
+  const int nb = scalar_bits(t);
+  const uint64_t sign = nb >= 64 ? uint64_t{1} << 63 : uint64_t{1} << (nb - 1);
+  const bool is_signed = scalar_is_signed_int(t);
+  switch (op) {
+    case ReduceOp::Add: return cast_value(ConstValue::Int(0), t);
+    case ReduceOp::Mul: return cast_value(ConstValue::Int(1), t);
+    case ReduceOp::Max:
+      if (scalar_is_float(t)) return ConstValue::Float(-INFINITY);
+      if (t == Scalar::Bool) return ConstValue::Bool(false);
+      return bits_to_value(is_signed ? sign : 0, t);
+    case ReduceOp::Min:
+      if (scalar_is_float(t)) return ConstValue::Float(INFINITY);
+      if (t == Scalar::Bool) return ConstValue::Bool(true);
+      return bits_to_value(is_signed ? sign - 1 : ~uint64_t{0}, t);
+  }
+  return ConstValue();
+}
+
+Op reduce_combine_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Add: return Op::ADD;
+    case ReduceOp::Mul: return Op::MUL;
+    case ReduceOp::Max: return Op::MAX;
+    case ReduceOp::Min: return Op::MIN;
+  }
+  return Op::ADD;
 }
 
 std::optional<ConstValue> eval_alu(Op op, Scalar t, std::span<const ConstValue> args) {

@@ -61,4 +61,10 @@ bool is_value_of(ConstValue v, Scalar type);
 // that type (e.g. SIN on int32): the verifier rejects such graphs before anything runs.
 std::optional<ConstValue> eval_alu(Op op, Scalar operand_type, std::span<const ConstValue> args);
 
+// The identity a reduction starts from, as a value of `type`: Add 0, Mul 1, Max the
+// lowest value (-inf for floats, false for bool), Min the highest (+inf, true).
+ConstValue reduce_identity(ReduceOp op, Scalar type);
+// The binary op a reduction folds with: ADD, MUL, MAX, MIN.
+Op reduce_combine_op(ReduceOp op);
+
 }  // namespace uop

@@ -90,6 +90,27 @@ std::vector<const UOp*> toposort(std::span<const UOp* const> roots) {
   return order;
 }
 
+const UOp* substitute(Graph& g, const UOp* root, const absl::flat_hash_map<const UOp*, const UOp*>& replace) {
+  absl::flat_hash_map<const UOp*, const UOp*> done(replace.begin(), replace.end());
+  struct Frame { const UOp* u; size_t next; };
+  std::vector<Frame> stack;
+  if (!done.contains(root)) stack.push_back({root, 0});
+  std::vector<const UOp*> src;
+  while (!stack.empty()) {
+    Frame& f = stack.back();
+    if (f.next < f.u->num_src()) {
+      const UOp* s = f.u->src(f.next++);
+      if (!done.contains(s)) stack.push_back({s, 0});
+      continue;
+    }
+    src.clear();
+    for (const UOp* s : f.u->src()) src.push_back(done.at(s));
+    done.emplace(f.u, g.replace_src(f.u, src));
+    stack.pop_back();
+  }
+  return done.at(root);
+}
+
 NodeIndex index_by_toposort(const UOp* root) {
   NodeIndex index;
   auto order = toposort(root);

@@ -158,6 +158,10 @@ class Graph {
 std::vector<const UOp*> toposort(std::span<const UOp* const> roots);
 inline std::vector<const UOp*> toposort(const UOp* root) { return toposort(std::span<const UOp* const>(&root, 1)); }
 
+// `root` with every node that is a key of `replace` swapped for its value; the walk does
+// not look inside replaced nodes. Unchanged parts come back as themselves. Iterative.
+const UOp* substitute(Graph& g, const UOp* root, const absl::flat_hash_map<const UOp*, const UOp*>& replace);
+
 // The index by which messages name a node: its position on the wire for decoded graphs
 // (codec.h), its position in toposort() for graphs built in memory.
 using NodeIndex = absl::flat_hash_map<const UOp*, uint32_t>;

@@ -1,0 +1,54 @@
+// Compiles and runs a graph inside this process: `uopc run`, the differential tests and
+// the benchmarks. The service does the same work split across the scheduler (planning,
+// compile cache) and worker processes (buffers, launches).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "compiler/codegen/llvm_cpu.h"
+#include "compiler/interp/host_tensor.h"
+#include "compiler/ir/uop.h"
+#include "compiler/pipeline.h"
+#include "worker/cpu/cpu_program.h"
+#include "worker/cpu/thread_pool.h"
+
+namespace uop {
+
+struct KernelReport {
+  std::string name;
+  Digest digest;          // the normalized kernel's identity
+  bool compiled = false;  // false: this runner had compiled it already
+  double lower_ms = 0;    // optimize .. linearize
+  double compile_ms = 0;  // render + LLVM
+  KernelAbi abi;
+};
+
+class LocalRunner {
+ public:
+  explicit LocalRunner(int threads = 0 /* 0: the hardware's */, CpuTarget target = CpuTarget::host());
+
+  // Tensor level: `inputs` binds BUFFER nodes; returns one tensor per SINK source with its
+  // shape. Kernel level: `inputs` binds PARAM nodes (unbound ones start zeroed); returns
+  // every PARAM's buffer after the run, by slot.
+  absl::StatusOr<std::vector<HostTensor>> run(Graph& g, const UOp* root,
+                                              const absl::flat_hash_map<const UOp*, HostTensor>& inputs,
+                                              std::vector<KernelReport>* report = nullptr,
+                                              const PipelineOptions& opts = {});
+
+  // Compiles (or finds) the program of one normalized kernel.
+  absl::StatusOr<const CpuProgram*> program(Graph& g, const KernelPlan& k, KernelReport* report);
+
+  ThreadPool& pool() { return pool_; }
+  const CpuTarget& target() const { return target_; }
+
+ private:
+  CpuTarget target_;
+  ThreadPool pool_;
+  absl::flat_hash_map<Digest, std::unique_ptr<CpuProgram>> programs_;
+};
+
+}  // namespace uop

@@ -1,0 +1,443 @@
+// uopc: the offline compiler driver. Reads a graph (`.json` or `.uopb`) and prints,
+// verifies, digests, simplifies, converts, explains, compiles or runs it. Everything it
+// does is in the compiler library; this file parses arguments and formats results.
+//
+// Exit codes: 0 ok, 1 invalid input (the graph, a file, or --check found a difference),
+// 2 usage.
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "compiler/codegen/llvm_cpu.h"
+#include "compiler/driver/local_runner.h"
+#include "compiler/interp/interp.h"
+#include "compiler/interp/npy.h"
+#include "compiler/ir/codec.h"
+#include "compiler/ir/printer.h"
+#include "compiler/ir/verifier.h"
+#include "compiler/passes/symbolic.h"
+#include "compiler/pipeline.h"
+#include "compiler/support/strings.h"
+
+namespace uop {
+namespace {
+
+constexpr int kOk = 0, kInvalid = 1, kUsage = 2;
+
+constexpr char kUsageText[] = R"(uopc: the UOp graph compiler, offline.
+
+usage: uopc COMMAND GRAPH [options]
+
+GRAPH is a graph file: protobuf JSON (*.json) or binary (*.uopb), see proto/uop.proto.
+
+commands:
+  print GRAPH              print the graph as a tree ([index] OP(arg) : dtype)
+  verify GRAPH             check the graph against the rules of its stage
+  digest GRAPH             print the structural digest (SHA-256) of the root
+  simplify GRAPH [-o OUT]  apply the symbolic rules (constant folding, identities, index
+                           arithmetic) and print the result; -o also writes it
+  convert GRAPH OUT        re-encode GRAPH as OUT (format from OUT's extension)
+  explain GRAPH            print the IR after each stage of the pipeline
+      --stage=NAME                   only this stage (see the list below)
+  compile GRAPH            compile every kernel for this CPU: name, digest, time, ABI
+  run GRAPH                compile and run on this CPU
+      --in NAME=FILE.npy             bind the input called NAME (repeatable)
+      --random SEED                  fill unbound inputs with seeded random values
+      --out NAME=FILE.npy            write the output called NAME (repeatable); without
+                                     any, outputs are summarized on stdout
+      --check                        also run the reference interpreter and exit 1 if any
+                                     output differs beyond the dtype's tolerance
+  help                     this text
+
+options for every command:
+  --stage=tensor|kernel|linear       (verify) verify as this stage instead of detecting it
+  --allow-custom                     accept CUSTOM / CUSTOMI / CUSTOM_FUNCTION (inline code)
+
+Inputs and outputs are named by the graph's `names` (a BUFFER or PARAM for inputs, an
+output of the root SINK or a PARAM for outputs). Every command verifies its input first.
+Exit status: 0 ok, 1 invalid input or --check mismatch, 2 usage.
+)";
+
+int usage_error(const std::string& msg) {
+  std::cerr << "uopc: " << msg << "\nrun 'uopc help' for usage\n";
+  return kUsage;
+}
+int invalid(const std::string& msg) {
+  std::cerr << "uopc: " << msg << "\n";
+  return kInvalid;
+}
+
+struct Args {
+  std::string command;
+  std::vector<std::string> positional;
+  std::map<std::string, std::vector<std::string>> options;
+  bool has(const std::string& k) const { return options.count(k) > 0; }
+  std::string get(const std::string& k) const { return has(k) ? options.at(k).back() : ""; }
+};
+
+// Options that take a value, as `--name=value` or `--name value`.
+const std::set<std::string> kValued = {"stage", "in", "out", "random", "o"};
+const std::set<std::string> kFlags = {"allow-custom", "check", "help"};
+
+std::optional<Args> parse(int argc, char** argv, std::string* error) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s == "-h") s = "--help";
+    if (s == "-o") s = "--o";
+    if (s.rfind("--", 0) == 0) {
+      std::string name = s.substr(2), value;
+      bool inline_value = false;
+      if (auto eq = name.find('='); eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+        inline_value = true;
+      }
+      if (kValued.count(name)) {
+        if (!inline_value) {
+          if (i + 1 >= argc) { *error = cat("--", name, " needs a value"); return std::nullopt; }
+          value = argv[++i];
+        }
+      } else if (!kFlags.count(name)) {
+        *error = cat("unknown option --", name);
+        return std::nullopt;
+      }
+      a.options[name].push_back(value);
+    } else if (s.size() > 1 && s[0] == '-') {
+      *error = cat("unknown option ", s);
+      return std::nullopt;
+    } else if (a.command.empty()) {
+      a.command = s;
+    } else {
+      a.positional.push_back(s);
+    }
+  }
+  return a;
+}
+
+// Reads and verifies a graph file; prints the error and sets *rc on failure.
+std::optional<DecodedGraph> load(const std::string& path, const Args& a, int* rc) {
+  auto g = read_graph_file(path);
+  if (!g.ok()) {
+    *rc = invalid(std::string(g.status().message()));
+    return std::nullopt;
+  }
+  VerifyOptions opts;
+  opts.index = &g->index;
+  opts.allow_custom = a.has("allow-custom");
+  std::string st = a.get("stage");
+  if (st == "tensor") opts.stage = Stage::Tensor;
+  else if (st == "kernel") opts.stage = Stage::Kernel;
+  else if (st == "linear") opts.stage = Stage::Linear;
+  else if (!st.empty() && a.command == "verify") {
+    *rc = usage_error(cat("unknown stage '", st, "' (tensor, kernel or linear)"));
+    return std::nullopt;
+  }
+  if (absl::Status s = verify(*g->graph, g->root, opts); !s.ok()) {
+    *rc = invalid(cat(path, ": ", s.message()));
+    return std::nullopt;
+  }
+  return std::move(*g);
+}
+
+PipelineOptions pipeline_options(const Args& a, const DecodedGraph& g) {
+  PipelineOptions o;
+  o.allow_custom = a.has("allow-custom");
+  o.index = &g.index;
+  return o;
+}
+
+int cmd_print(const Args& a, DecodedGraph& g) {
+  NodeNames names;
+  for (auto& [n, u] : g.names) names[u] = n;
+  std::cout << print_tree(g.root, &g.index, &names);
+  return kOk;
+}
+
+int cmd_verify(const Args& a, DecodedGraph& g) {
+  Stage st = detect_stage(g.root);
+  std::string s = a.get("stage");
+  if (!s.empty()) st = s == "tensor" ? Stage::Tensor : s == "kernel" ? Stage::Kernel : Stage::Linear;
+  std::cout << a.positional[0] << ": ok (" << stage_name(st) << " level, " << toposort(g.root).size()
+            << " nodes, digest " << g.root->digest().short_hex() << ")\n";
+  return kOk;
+}
+
+int cmd_digest(const Args&, DecodedGraph& g) {
+  std::cout << g.root->digest().hex() << "\n";
+  return kOk;
+}
+
+int cmd_simplify(const Args& a, DecodedGraph& g) {
+  size_t before = toposort(g.root).size();
+  auto r = simplify(*g.graph, g.root);
+  if (!r.ok()) return invalid(std::string(r.status().message()));
+  std::cout << print_tree(*r);
+  std::cout << "# " << before << " -> " << toposort(*r).size() << " nodes, digest " << (*r)->digest().short_hex() << "\n";
+  if (a.has("o")) {
+    // Names follow their nodes where the node survived the rewrite.
+    auto live = index_by_toposort(*r);
+    Names names;
+    for (auto& [n, u] : g.names)
+      if (live.contains(u)) names.emplace_back(n, u);
+    if (absl::Status s = write_graph_file(a.get("o"), *r, names); !s.ok()) return invalid(std::string(s.message()));
+  }
+  return kOk;
+}
+
+int cmd_convert(const Args& a, DecodedGraph& g) {
+  if (absl::Status s = write_graph_file(a.positional[1], g.root, g.names); !s.ok()) return invalid(std::string(s.message()));
+  return kOk;
+}
+
+// A LINEAR reads best as a numbered list of ops with their sources.
+std::string print_linear(const UOp* linear) {
+  absl::flat_hash_map<const UOp*, size_t> pos;
+  std::string out;
+  int depth = 0;
+  for (const UOp* u : linear->src()) {
+    pos[u] = pos.size();
+    if (u->op() == Op::END) --depth;
+    std::string line = cat(std::string(2 * std::max(depth, 0), ' '), "%", pos[u], " = ", op_name(u->op()));
+    std::string arg = arg_str(u->arg());
+    if (!arg.empty()) line += cat("(", arg, ")");
+    line += cat(" : ", u->dtype().str());
+    std::vector<std::string> srcs;
+    for (const UOp* s : u->src()) srcs.push_back(pos.contains(s) ? cat("%", pos[s]) : std::string("?"));
+    if (!srcs.empty()) line += cat("  <- ", join(srcs, ", "));
+    out += line + "\n";
+    if (u->op() == Op::RANGE) ++depth;
+  }
+  return out;
+}
+
+std::string abi_str(const KernelAbi& abi) {
+  std::string s;
+  for (const KernelParam& p : abi.params)
+    s += cat("    slot ", p.slot, ": ", p.dtype.str(), "[", p.size, "]", p.read ? " read" : "", p.written ? " written" : "", "\n");
+  for (const KernelVar& v : abi.vars) s += cat("    var ", v.name, " in [", v.min, ", ", v.max, "]\n");
+  s += cat("    tasks = ", abi.tasks_extent.str(abi.vars), "\n");
+  return s;
+}
+
+int cmd_explain(const Args& a, DecodedGraph& g) {
+  std::string only = a.get("stage");
+  bool known = only.empty();
+  for (const StageInfo& s : pipeline_stages()) known |= s.name == only;
+  if (!known) return usage_error(cat("unknown stage '", only, "'; stages: ",
+                                     join([] { std::vector<std::string> v; for (auto& s : pipeline_stages()) v.emplace_back(s.name); return v; }(), ", ")));
+  auto show = [&](std::string_view stage, std::string_view kernel, const UOp* ir) {
+    if (!only.empty() && stage != only) return;
+    std::cout << "=== " << stage << (kernel.empty() ? "" : cat(" [", kernel, "]")) << "\n";
+    std::cout << (ir->op() == Op::LINEAR ? print_linear(ir) : print_tree(ir));
+  };
+  PipelineOptions opts = pipeline_options(a, g);
+  opts.trace = show;
+  auto plan = plan_graph(*g.graph, g.root, opts);
+  if (!plan.ok()) return invalid(std::string(plan.status().message()));
+  CpuTarget target = CpuTarget::host();
+  for (const KernelPlan& k : plan->kernels) {
+    auto linear = lower_for_cpu(*g.graph, k.kernel, opts, k.name);
+    if (!linear.ok()) return invalid(std::string(linear.status().message()));
+    if (!only.empty() && only != "render" && only != "compile") continue;
+    auto art = compile_cpu(*linear, target, CpuCompileOptions{2, true});
+    if (!art.ok()) return invalid(std::string(art.status().message()));
+    if (only.empty() || only == "render") std::cout << "=== render [" << k.name << "]\n" << art->ir_text;
+    if (only.empty() || only == "compile")
+      std::cout << "=== compile [" << k.name << "]\n  object: " << art->object.size() << " bytes for "
+                << target.cpu << ", " << art->render_ms + art->compile_ms << " ms\n  abi:\n" << abi_str(art->abi);
+  }
+  return kOk;
+}
+
+int cmd_compile(const Args& a, DecodedGraph& g) {
+  auto plan = plan_graph(*g.graph, g.root, pipeline_options(a, g));
+  if (!plan.ok()) return invalid(std::string(plan.status().message()));
+  CpuTarget target = CpuTarget::host();
+  std::cout << "target " << target.triple << " " << target.cpu << ", " << compiler_build_id() << "\n";
+  absl::flat_hash_map<Digest, std::string> seen;
+  for (const KernelPlan& k : plan->kernels) {
+    Digest d = k.kernel->digest();
+    std::cout << k.name << "  " << d.short_hex(16);
+    if (auto it = seen.find(d); it != seen.end()) {
+      std::cout << "  (same kernel as " << it->second << ")\n";
+      continue;
+    }
+    seen.emplace(d, k.name);
+    auto t0 = std::chrono::steady_clock::now();
+    auto linear = lower_for_cpu(*g.graph, k.kernel, {}, k.name);
+    if (!linear.ok()) return invalid(std::string(linear.status().message()));
+    auto art = compile_cpu(*linear, target);
+    if (!art.ok()) return invalid(std::string(art.status().message()));
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::cout << cat("  ", ms, " ms, ", art->object.size(), " bytes\n") << abi_str(art->abi);
+  }
+  return kOk;
+}
+
+// NAME=FILE pairs of a repeatable option.
+std::optional<std::vector<std::pair<std::string, std::string>>> pairs(const Args& a, const std::string& opt, std::string* err) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (!a.has(opt)) return out;
+  for (const std::string& v : a.options.at(opt)) {
+    auto eq = v.find('=');
+    if (eq == std::string::npos || eq == 0) { *err = cat("--", opt, " takes NAME=FILE.npy, got '", v, "'"); return std::nullopt; }
+    out.emplace_back(v.substr(0, eq), v.substr(eq + 1));
+  }
+  return out;
+}
+
+int cmd_run(const Args& a, DecodedGraph& g) {
+  std::string err;
+  auto ins = pairs(a, "in", &err);
+  auto outs = pairs(a, "out", &err);
+  if (!ins || !outs) return usage_error(err);
+  std::optional<uint64_t> seed;
+  if (a.has("random")) {
+    try { seed = std::stoull(a.get("random")); } catch (...) { return usage_error("--random takes a number"); }
+  }
+  Stage stage = detect_stage(g.root);
+  Op input_op = stage == Stage::Kernel ? Op::PARAM : Op::BUFFER;
+  std::map<std::string, const UOp*> by_name;
+  for (auto& [n, u] : g.names) by_name[n] = u;
+  NodeNames label;
+  for (auto& [n, u] : g.names) label[u] = n;
+
+  absl::flat_hash_map<const UOp*, HostTensor> inputs;
+  for (auto& [name, file] : *ins) {
+    auto it = by_name.find(name);
+    if (it == by_name.end() || it->second->op() != input_op)
+      return usage_error(cat("the graph has no input named '", name, "' (inputs are named ", op_name(input_op), "s)"));
+    auto t = read_npy(file);
+    if (!t.ok()) return invalid(std::string(t.status().message()));
+    inputs[it->second] = std::move(*t);
+  }
+  // Every input left unbound: random with --random, else an error (kernel-level outputs
+  // are PARAMs too: those nobody reads start at zero).
+  uint64_t k = 0;
+  for (const UOp* u : toposort(g.root)) {
+    if (u->op() != input_op || inputs.contains(u)) continue;
+    bool read_only = true;
+    if (stage == Stage::Kernel) {
+      for (const UOp* v : toposort(g.root))
+        if (v->op() == Op::STORE && v->src(0)->src(0) == u) read_only = false;
+      if (!read_only) continue;
+    }
+    DType dt = u->op() == Op::PARAM ? u->dtype().pointee() : u->dtype();
+    int64_t n = u->op() == Op::PARAM ? u->arg_as<ParamArg>().size : u->arg_as<BufferArg>().size;
+    if (!seed) {
+      std::string name = label.contains(u) ? label[u] : print_node(u, &g.index);
+      return usage_error(cat("input ", name, " is not bound: give --in ", label.contains(u) ? label[u] : "NAME", "=FILE.npy or --random SEED"));
+    }
+    inputs[u] = HostTensor::random(dt.scalar, {n}, *seed + k++);
+  }
+  // Shapes of .npy inputs do not matter, only their element count (a BUFFER is 1-D).
+  for (auto& [u, t] : inputs) t.shape = {t.numel()};
+
+  LocalRunner runner;
+  std::vector<KernelReport> report;
+  auto got = runner.run(*g.graph, g.root, inputs, &report, pipeline_options(a, g));
+  if (!got.ok()) return invalid(std::string(got.status().message()));
+  for (const KernelReport& r : report)
+    std::cerr << cat("kernel ", r.name, " ", r.digest.short_hex(), r.compiled ? cat(": compiled in ", r.lower_ms + r.compile_ms, " ms") : std::string(": cached"), "\n");
+
+  // The outputs and their names.
+  std::vector<std::string> out_names;
+  std::vector<const UOp*> out_nodes;
+  if (stage == Stage::Kernel) {
+    std::vector<const UOp*> params;
+    for (const UOp* u : toposort(g.root))
+      if (u->op() == Op::PARAM) params.push_back(u);
+    std::sort(params.begin(), params.end(), [](const UOp* x, const UOp* y) { return x->arg_as<ParamArg>().slot < y->arg_as<ParamArg>().slot; });
+    out_nodes = params;
+  } else {
+    out_nodes.assign(g.root->src().begin(), g.root->src().end());
+  }
+  for (size_t i = 0; i < out_nodes.size(); ++i)
+    out_names.push_back(label.contains(out_nodes[i]) ? label[out_nodes[i]] : cat("out", i));
+
+  int rc = kOk;
+  if (a.has("check")) {
+    std::vector<HostTensor> want;
+    if (stage == Stage::Kernel) {
+      std::vector<HostTensor> bufs;
+      for (const UOp* p : out_nodes) {
+        auto it = inputs.find(p);
+        bufs.push_back(it != inputs.end() ? it->second : HostTensor::zeros(p->dtype().scalar, {p->arg_as<ParamArg>().size}));
+      }
+      std::vector<HostTensor*> ptrs;
+      for (auto& b : bufs) ptrs.push_back(&b);
+      absl::flat_hash_map<std::string, int64_t> vars;
+      if (absl::Status s = interpret_kernel(g.root, ptrs, vars); !s.ok()) return invalid(cat("interpreter: ", s.message()));
+      want = std::move(bufs);
+    } else {
+      auto w = interpret(*g.graph, g.root, inputs);
+      if (!w.ok()) return invalid(cat("interpreter: ", w.status().message()));
+      want = std::move(*w);
+    }
+    for (size_t i = 0; i < want.size(); ++i) {
+      CompareResult c = compare(want[i], (*got)[i]);
+      std::cout << "check " << out_names[i] << ": " << (c.ok ? "ok" : "MISMATCH") << "\n";
+      if (!c.ok) {
+        std::cout << c.message << "\n";
+        rc = kInvalid;
+      }
+    }
+  }
+  std::map<std::string, std::string> out_files(outs->begin(), outs->end());
+  for (auto& [name, file] : out_files)
+    if (std::find(out_names.begin(), out_names.end(), name) == out_names.end())
+      return usage_error(cat("the graph has no output named '", name, "' (outputs: ", join(out_names, ", "), ")"));
+  for (size_t i = 0; i < out_names.size(); ++i) {
+    if (auto it = out_files.find(out_names[i]); it != out_files.end()) {
+      if (absl::Status s = write_npy(it->second, (*got)[i]); !s.ok()) return invalid(std::string(s.message()));
+    } else if (out_files.empty()) {
+      std::cout << out_names[i] << " = " << (*got)[i].str(12) << "\n";
+    }
+  }
+  return rc;
+}
+
+struct Command {
+  int nargs;
+  std::function<int(const Args&, DecodedGraph&)> run;
+};
+
+int run(int argc, char** argv) {
+  std::string error;
+  auto args = parse(argc, argv, &error);
+  if (!args) return usage_error(error);
+  if (args->command == "help" || args->has("help")) {
+    std::cout << kUsageText << "\nstages (explain --stage):\n";
+    for (const StageInfo& s : pipeline_stages()) std::cout << "  " << s.name << ": " << s.what << "\n";
+    return kOk;
+  }
+  if (args->command.empty()) {
+    std::cerr << kUsageText;
+    return kUsage;
+  }
+  static const std::map<std::string, Command> kCommands = {
+      {"print", {1, cmd_print}},     {"verify", {1, cmd_verify}},   {"digest", {1, cmd_digest}},
+      {"simplify", {1, cmd_simplify}}, {"convert", {2, cmd_convert}}, {"explain", {1, cmd_explain}},
+      {"compile", {1, cmd_compile}}, {"run", {1, cmd_run}},
+  };
+  auto it = kCommands.find(args->command);
+  if (it == kCommands.end()) return usage_error(cat("unknown command '", args->command, "'"));
+  if (static_cast<int>(args->positional.size()) != it->second.nargs)
+    return usage_error(cat("'", args->command, "' takes ", it->second.nargs, it->second.nargs == 1 ? " file" : " files"));
+  int rc = kOk;
+  auto g = load(args->positional[0], *args, &rc);
+  if (!g) return rc;
+  return it->second.run(*args, *g);
+}
+
+}  // namespace
+}  // namespace uop
+
+int main(int argc, char** argv) { return uop::run(argc, argv); }

@@ -1,0 +1,22 @@
+// Where a tensor-level graph is materialized into buffers: the placement of BUFFERIZE
+// (DESIGN §3, stage 3). Everything not chosen here is fused into the kernel that reads it.
+#pragma once
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "compiler/ir/shape.h"
+#include "compiler/ir/uop.h"
+
+namespace uop {
+
+// The tensor nodes to materialize, for a tensor-level SINK whose sources are the outputs:
+//   * every output, and every CONTIGUOUS;
+//   * a REDUCE_AXIS that reaches its kernel through a broadcasting EXPAND: fused, it would
+//     be recomputed for every broadcast element (softmax's max and sum);
+//   * a REDUCE_AXIS read by more than one kernel, so it is computed once.
+// Elementwise values are recomputed in each kernel that reads them (cheap, and it keeps
+// an elementwise chain one kernel). A reduction with its elementwise prologue and
+// epilogue stays one kernel.
+absl::StatusOr<absl::flat_hash_set<const UOp*>> plan_realize(const UOp* tensor_sink, ShapeInference& shapes);
+
+}  // namespace uop

@@ -1,0 +1,132 @@
+#include "compiler/pipeline.h"
+
+#include <algorithm>
+
+#include "compiler/ir/shape.h"
+#include "compiler/ir/verifier.h"
+#include "compiler/passes/bounds.h"
+#include "compiler/passes/linearize.h"
+#include "compiler/passes/lower_reduce.h"
+#include "compiler/passes/normalize.h"
+#include "compiler/passes/optimize.h"
+#include "compiler/passes/rangeify.h"
+#include "compiler/passes/split_kernels.h"
+#include "compiler/passes/symbolic.h"
+#include "compiler/passes/unit_ranges.h"
+#include "compiler/support/strings.h"
+
+namespace uop {
+
+const std::vector<StageInfo>& pipeline_stages() {
+  static const std::vector<StageInfo> kStages = {
+      {"verify", "the graph as decoded and checked against its stage's rules"},
+      {"rangeify", "movement ops -> index arithmetic over RANGEs; REDUCE_AXIS -> REDUCE; BUFFERIZE where values are materialized"},
+      {"split_kernels", "one kernel per BUFFERIZE: SINK(CALL(kernel, buffers...)...) in execution order"},
+      {"symbolic", "per kernel: constant folding, identities, index arithmetic"},
+      {"normalize", "per kernel: BUFFER -> PARAM in slot order, ranges renumbered; the digest is the kernel's identity"},
+      {"optimize", "per kernel: axis types for the target (Thread)"},
+      {"lower_reduce", "per kernel: REDUCE -> accumulator (DEFINE_REG); closed ranges -> ENDs"},
+      {"bounds", "per kernel: every INDEX proven inside its buffer, or the kernel is refused"},
+      {"linearize", "per kernel: LINEAR, the flat op list in execution order"},
+      {"render", "per kernel: LLVM IR (CPU)"},
+      {"compile", "per kernel: relocatable ELF object"},
+  };
+  return kStages;
+}
+
+namespace {
+
+void trace(const PipelineOptions& o, std::string_view stage, std::string_view kernel, const UOp* ir) {
+  if (o.trace) o.trace(stage, kernel, ir);
+}
+
+// A graph that is one kernel already: its PARAMs are its buffers, by slot.
+absl::StatusOr<Plan> plan_kernel(Graph& g, const UOp* root, const PipelineOptions& opts) {
+  Plan plan;
+  plan.kernel_level = true;
+  auto body = normalize(g, root);
+  if (!body.ok()) return body.status();
+  trace(opts, "normalize", "kernel", *body);
+  KernelPlan kp;
+  const auto* info = root->arg_if<KernelInfoArg>();
+  kp.name = info && !info->name.empty() ? info->name : "kernel";
+  kp.kernel = *body;
+  for (const UOp* u : toposort(*body))
+    if (u->op() == Op::PARAM) kp.buffers.push_back(u);
+  std::sort(kp.buffers.begin(), kp.buffers.end(),
+            [](const UOp* a, const UOp* b) { return a->arg_as<ParamArg>().slot < b->arg_as<ParamArg>().slot; });
+  for (size_t i = 0; i < kp.buffers.size(); ++i)
+    if (kp.buffers[i]->arg_as<ParamArg>().slot != static_cast<int64_t>(i))
+      return absl::InvalidArgumentError(cat("kernel: PARAM slots must be 0..", kp.buffers.size() - 1,
+                                            " with none repeated; slot ", i, " is missing or taken twice [plan.slots]"));
+  plan.kernels.push_back(std::move(kp));
+  plan.schedule = *body;
+  return plan;
+}
+
+}  // namespace
+
+absl::StatusOr<Plan> plan_graph(Graph& g, const UOp* root, const PipelineOptions& opts) {
+  VerifyOptions vo;
+  vo.allow_custom = opts.allow_custom;
+  vo.index = opts.index;
+  Stage stage = detect_stage(root);
+  vo.stage = stage;
+  if (absl::Status s = verify(g, root, vo); !s.ok()) return s;
+  trace(opts, "verify", "", root);
+  if (stage == Stage::Kernel) return plan_kernel(g, root, opts);
+  if (stage != Stage::Tensor)
+    return absl::InvalidArgumentError("plan: a graph must be tensor level (a SINK of outputs) or one kernel");
+
+  ShapeInference shapes(g);
+  auto r = rangeify(g, root, shapes);
+  if (!r.ok()) return r.status();
+  trace(opts, "rangeify", "", r->sink);
+  auto sched = split_kernels(g, *r, opts.device);
+  if (!sched.ok()) return sched.status();
+  trace(opts, "split_kernels", "", sched->root);
+
+  Plan plan;
+  plan.outputs = sched->outputs;
+  plan.intermediates = sched->intermediates;
+  plan.var_values = sched->var_values;
+  plan.schedule = sched->root;
+  for (const KernelCall& kc : sched->calls) {
+    KernelPlan kp;
+    kp.name = kc.body->arg_as<KernelInfoArg>().name;
+    auto body = drop_unit_ranges(g, kc.body);
+    if (body.ok()) body = simplify(g, *body);
+    if (!body.ok()) return body.status();
+    trace(opts, "symbolic", kp.name, *body);
+    if ((*body)->num_src() == 0) continue;  // every loop of it is empty: nothing to run
+    // normalize numbers buffers by first use in this body (simplification may have
+    // dropped one the split kernel named): bind the slots the same way.
+    for (const UOp* u : toposort(*body))
+      if (u->op() == Op::BUFFER) kp.buffers.push_back(u);
+    body = normalize(g, *body);
+    if (!body.ok()) return body.status();
+    trace(opts, "normalize", kp.name, *body);
+    kp.kernel = *body;
+    plan.kernels.push_back(std::move(kp));
+  }
+  return plan;
+}
+
+absl::StatusOr<const UOp*> lower_for_cpu(Graph& g, const UOp* kernel, const PipelineOptions& opts,
+                                         std::string_view name) {
+  auto k = optimize_cpu(g, kernel);
+  if (!k.ok()) return k.status();
+  trace(opts, "optimize", name, *k);
+  k = lower_reduce(g, *k);
+  if (k.ok()) k = simplify(g, *k);
+  if (!k.ok()) return k.status();
+  trace(opts, "lower_reduce", name, *k);
+  if (absl::Status s = check_bounds(*k); !s.ok()) return s;
+  trace(opts, "bounds", name, *k);
+  k = linearize(g, *k);
+  if (!k.ok()) return k.status();
+  trace(opts, "linearize", name, *k);
+  return k;
+}
+
+}  // namespace uop

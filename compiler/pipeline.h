@@ -1,0 +1,57 @@
+// The pipeline: the named list of stages of DESIGN §3, in order (compiler/PIPELINE.md).
+// plan_graph takes a verified graph from the wire to normalized kernels in execution
+// order (what the scheduler plans and caches by digest); lower_for_cpu takes one
+// normalized kernel to LINEAR for the CPU backend. Every stage's output can be traced by
+// name, which is what `uopc explain` prints.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/ir/uop.h"
+
+namespace uop {
+
+struct StageInfo {
+  std::string_view name;
+  std::string_view what;
+};
+// Every stage, in order.
+const std::vector<StageInfo>& pipeline_stages();
+
+struct PipelineOptions {
+  std::string device = "CPU:0";
+  bool allow_custom = false;   // CUSTOM / CUSTOMI / CUSTOM_FUNCTION
+  const NodeIndex* index = nullptr;  // wire indices, for the verifier's messages
+  // Each stage's output. `kernel` names the kernel for per-kernel stages, empty for
+  // stages over the whole graph.
+  std::function<void(std::string_view stage, std::string_view kernel, const UOp* ir)> trace;
+};
+
+struct KernelPlan {
+  std::string name;
+  const UOp* kernel = nullptr;      // normalized SINK[kernel]: its digest is the kernel's identity
+  std::vector<const UOp*> buffers;  // what each PARAM slot is bound to: a BUFFER, or the
+                                    // PARAM itself when the graph came in at kernel level
+};
+
+struct Plan {
+  std::vector<KernelPlan> kernels;            // in execution order
+  std::vector<const UOp*> outputs;            // the BUFFER of each output (tensor level)
+  std::vector<const UOp*> intermediates;      // buffers only kernels use
+  std::vector<std::pair<const UOp*, int64_t>> var_values;  // DEFINE_VAR -> bound value
+  const UOp* schedule = nullptr;              // SINK(CALL...): the plan as IR
+  bool kernel_level = false;                  // the graph was one kernel already
+};
+
+// Stages verify .. normalize.
+absl::StatusOr<Plan> plan_graph(Graph& g, const UOp* root, const PipelineOptions& opts = {});
+// Stages optimize .. linearize, for one normalized kernel: a LINEAR for the CPU backend.
+absl::StatusOr<const UOp*> lower_for_cpu(Graph& g, const UOp* kernel, const PipelineOptions& opts = {},
+                                         std::string_view name = {});
+
+}  // namespace uop
