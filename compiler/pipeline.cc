@@ -5,6 +5,7 @@
 #include "compiler/ir/shape.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/passes/bounds.h"
+#include "compiler/passes/expand.h"
 #include "compiler/passes/linearize.h"
 #include "compiler/passes/lower_reduce.h"
 #include "compiler/passes/normalize.h"
@@ -24,7 +25,8 @@ const std::vector<StageInfo>& pipeline_stages() {
       {"split_kernels", "one kernel per BUFFERIZE: SINK(CALL(kernel, buffers...)...) in execution order"},
       {"symbolic", "per kernel: constant folding, identities, index arithmetic"},
       {"normalize", "per kernel: BUFFER -> PARAM in slot order, ranges renumbered; the digest is the kernel's identity"},
-      {"optimize", "per kernel: axis types for the target (Thread)"},
+      {"optimize", "per kernel: axis types for the target (Thread, Upcast)"},
+      {"expand", "per kernel: Upcast ranges -> vector lanes (vector loads / stores, vector accumulators)"},
       {"lower_reduce", "per kernel: REDUCE -> accumulator (DEFINE_REG); closed ranges -> ENDs"},
       {"bounds", "per kernel: every INDEX proven inside its buffer, or the kernel is refused"},
       {"linearize", "per kernel: LINEAR, the flat op list in execution order"},
@@ -114,9 +116,14 @@ absl::StatusOr<Plan> plan_graph(Graph& g, const UOp* root, const PipelineOptions
 
 absl::StatusOr<const UOp*> lower_for_cpu(Graph& g, const UOp* kernel, const PipelineOptions& opts,
                                          std::string_view name) {
-  auto k = optimize_cpu(g, kernel);
+  OptimizeOptions oo;
+  oo.vector_bits = opts.vector_bits;
+  auto k = optimize_cpu(g, kernel, oo);
   if (!k.ok()) return k.status();
   trace(opts, "optimize", name, *k);
+  k = expand_upcasts(g, *k);
+  if (!k.ok()) return k.status();
+  trace(opts, "expand", name, *k);
   k = lower_reduce(g, *k);
   if (k.ok()) k = simplify(g, *k);
   if (!k.ok()) return k.status();

@@ -27,6 +27,7 @@ struct PipelineOptions {
   std::string device = "CPU:0";
   bool allow_custom = false;   // CUSTOM / CUSTOMI / CUSTOM_FUNCTION
   const NodeIndex* index = nullptr;  // wire indices, for the verifier's messages
+  int vector_bits = 256;             // the CPU target's vector registers (optimize's upcasts)
   // Each stage's output. `kernel` names the kernel for per-kernel stages, empty for
   // stages over the whole graph.
   std::function<void(std::string_view stage, std::string_view kernel, const UOp* ir)> trace;

@@ -229,11 +229,17 @@ class Renderer {
     return b_.CreateSExtOrTrunc(*v, b_.getInt64Ty());
   }
 
-  Emitted& define(const UOp* u, Emitted e) {
-    e.scope = e.kind == Emitted::Kind::Value || e.kind == Emitted::Kind::Address ? current_scope() : e.scope;
-    return done_[u] = e;
+  // A value or address computed here: usable only inside the current scope.
+  void define(const UOp* u, Emitted e) {
+    e.scope = current_scope();
+    done_[u] = e;
   }
   int current_scope() const { return scopes_.empty() ? 0 : scopes_.back().id; }
+  // Exit blocks are made with their RANGE / IF (so the function owns them even if an
+  // error stops rendering) and moved to the end when closed, keeping program order.
+  void to_end(BasicBlock* bb) {
+    if (bb != &body_->back()) bb->moveAfter(&body_->back());
+  }
 
   absl::Status emit(const UOp* u);
   absl::Status emit_vector(const UOp* u);
@@ -333,7 +339,7 @@ absl::Status Renderer::emit(const UOp* u) {
       auto cond = value(u, c);
       if (!cond.ok()) return cond.status();
       BasicBlock* then = BasicBlock::Create(ctx_, "then", body_);
-      BasicBlock* merge = BasicBlock::Create(ctx_, "endif", body_);  // owned by the function even on errors
+      BasicBlock* merge = BasicBlock::Create(ctx_, "endif", body_);
       b_.CreateCondBr(*cond, then, merge);
       b_.SetInsertPoint(then);
       scopes_.push_back({next_scope_++, u, nullptr, merge, nullptr});
@@ -346,12 +352,12 @@ absl::Status Renderer::emit(const UOp* u) {
       BasicBlock* merge = scopes_.back().exit;
       scopes_.pop_back();
       b_.CreateBr(merge);
-      merge->moveAfter(&body_->back());  // keep blocks in program order
+      to_end(merge);
       b_.SetInsertPoint(merge);
       done_[u] = {};
       return absl::OkStatus();
     }
-    case Op::SINK: case Op::BARRIER: case Op::DEVICE:  // one thread per task: nothing to do
+    case Op::SINK: case Op::BARRIER: case Op::DEVICE: case Op::GROUP:  // one thread per task: nothing to do
       done_[u] = {};
       return absl::OkStatus();
     default:
@@ -521,7 +527,7 @@ absl::Status Renderer::emit_end(const UOp* u) {
     Value* next = b_.CreateAdd(s.iv, b_.getInt64(1), "r.next", /*HasNUW=*/true, /*HasNSW=*/true);
     s.iv->addIncoming(next, b_.GetInsertBlock());
     b_.CreateBr(s.header);
-    s.exit->moveAfter(&body_->back());
+    to_end(s.exit);
     b_.SetInsertPoint(s.exit);
   }
   done_[u] = {};
@@ -534,10 +540,7 @@ absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> make_target_machine(const C
   if (!target) return absl::InvalidArgumentError(cat("unknown target triple '", t.triple, "': ", err));
   llvm::TargetOptions to;
   to.AllowFPOpFusion = llvm::FPOpFusion::Strict;  // one rounding per op, as eval.h says
-  llvm::CodeGenOptLevel level = opt <= 0 ? llvm::CodeGenOptLevel::None
-                                : opt == 1 ? llvm::CodeGenOptLevel::Less
-                                : opt == 2 ? llvm::CodeGenOptLevel::Default
-                                           : llvm::CodeGenOptLevel::Aggressive;
+  auto level = static_cast<llvm::CodeGenOptLevel>(std::clamp(opt, 0, 3));  // None .. Aggressive
   std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
       t.triple, t.cpu, t.features, to, llvm::Reloc::PIC_, llvm::CodeModel::Small, level));
   if (!tm) return absl::InvalidArgumentError(cat("cannot make a target machine for ", t.id()));

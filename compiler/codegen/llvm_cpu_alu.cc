@@ -114,11 +114,10 @@ class Lower {
     if (to == Scalar::Float32) return b_.CreateFPTrunc(v, shaped(v, b_.getFloatTy()));
     return from_f32(f64_to_f32_odd(v), to);
   }
+  // Narrow floats compute in float32 (see the file comment), float64 in itself.
   Value* from_wide(Value* v, Scalar to) {
     return v->getType()->getScalarType()->isDoubleTy() ? from_f64(v, to) : from_f32(v, to);
   }
-  // Narrow floats compute in float32 (see the file comment); float64 stays itself.
-  Value* wide(Value* v, Scalar s) { return to_f32(v, s); }
 
   // int64 / uint64 -> float32 rounded to odd (for int -> bfloat16, one rounding in all).
   Value* i64_to_f32_odd(Value* v, bool is_signed) {
@@ -161,7 +160,7 @@ class Lower {
     if (from == to) return v;
     if (to == Scalar::Bool) {
       if (scalar_is_float(from)) {
-        Value* w = wide(v, from);
+        Value* w = to_f32(v, from);
         return b_.CreateFCmpUNE(w, llvm::Constant::getNullValue(w->getType()));
       }
       return b_.CreateICmpNE(v, llvm::Constant::getNullValue(v->getType()));
@@ -178,7 +177,7 @@ class Lower {
       return from_f32(to_f32(v, from), to);
     }
     if (scalar_is_float(from)) {  // -> int: truncate, saturate, NaN -> 0
-      Value* w = from == Scalar::Float64 ? v : to_f32(v, from);
+      Value* w = to_f32(v, from);
       auto id = scalar_is_signed_int(to) ? Intr::fptosi_sat : Intr::fptoui_sat;
       return b_.CreateIntrinsic(id, {to_ty, w->getType()}, {w});
     }
@@ -270,8 +269,8 @@ class Lower {
         if (s == Scalar::BFloat16) return b_.CreateXor(a[0], ci(a[0], b_.getInt16Ty(), 0x8000));
         return b_.CreateFNeg(a[0]);
       case Op::ADD: case Op::SUB: case Op::MUL: case Op::FDIV: {
-        Value* x = wide(a[0], s);
-        Value* y = wide(a[1], s);
+        Value* x = to_f32(a[0], s);
+        Value* y = to_f32(a[1], s);
         Value* r = op == Op::ADD ? b_.CreateFAdd(x, y)
                  : op == Op::SUB ? b_.CreateFSub(x, y)
                  : op == Op::MUL ? b_.CreateFMul(x, y)
@@ -279,20 +278,20 @@ class Lower {
         return from_wide(r, s);
       }
       case Op::RECIPROCAL: {
-        Value* x = wide(a[0], s);
+        Value* x = to_f32(a[0], s);
         return from_wide(b_.CreateFDiv(llvm::ConstantFP::get(x->getType(), 1.0), x), s);
       }
-      case Op::SQRT: return from_wide(intr(Intr::sqrt, wide(a[0], s)), s);
-      case Op::TRUNC: return from_wide(intr(Intr::trunc, wide(a[0], s)), s);
-      case Op::EXP2: return from_wide(intr(Intr::exp2, wide(a[0], s)), s);
-      case Op::LOG2: return from_wide(intr(Intr::log2, wide(a[0], s)), s);
-      case Op::SIN: return from_wide(intr(Intr::sin, wide(a[0], s)), s);
-      case Op::POW: return from_wide(intr(Intr::pow, wide(a[0], s), wide(a[1], s)), s);
-      case Op::MAX: return from_wide(intr(Intr::maximum, wide(a[0], s), wide(a[1], s)), s);
-      case Op::MIN: return from_wide(intr(Intr::minimum, wide(a[0], s), wide(a[1], s)), s);
-      case Op::CMPLT: return b_.CreateFCmpOLT(wide(a[0], s), wide(a[1], s));
-      case Op::CMPNE: return b_.CreateFCmpUNE(wide(a[0], s), wide(a[1], s));
-      case Op::CMPEQ: return b_.CreateFCmpOEQ(wide(a[0], s), wide(a[1], s));
+      case Op::SQRT: return from_wide(intr(Intr::sqrt, to_f32(a[0], s)), s);
+      case Op::TRUNC: return from_wide(intr(Intr::trunc, to_f32(a[0], s)), s);
+      case Op::EXP2: return from_wide(intr(Intr::exp2, to_f32(a[0], s)), s);
+      case Op::LOG2: return from_wide(intr(Intr::log2, to_f32(a[0], s)), s);
+      case Op::SIN: return from_wide(intr(Intr::sin, to_f32(a[0], s)), s);
+      case Op::POW: return from_wide(intr(Intr::pow, to_f32(a[0], s), to_f32(a[1], s)), s);
+      case Op::MAX: return from_wide(intr(Intr::maximum, to_f32(a[0], s), to_f32(a[1], s)), s);
+      case Op::MIN: return from_wide(intr(Intr::minimum, to_f32(a[0], s), to_f32(a[1], s)), s);
+      case Op::CMPLT: return b_.CreateFCmpOLT(to_f32(a[0], s), to_f32(a[1], s));
+      case Op::CMPNE: return b_.CreateFCmpUNE(to_f32(a[0], s), to_f32(a[1], s));
+      case Op::CMPEQ: return b_.CreateFCmpOEQ(to_f32(a[0], s), to_f32(a[1], s));
       case Op::MULACC:
         if (s == Scalar::Float32 || s == Scalar::Float64)
           return b_.CreateIntrinsic(Intr::fma, {a[0]->getType()}, {a[0], a[1], a[2]});
@@ -358,7 +357,7 @@ Constant* constant(llvm::IRBuilderBase& b, DType d, std::span<const ConstValue> 
       case Scalar::Float64:
         cs.push_back(llvm::ConstantFP::get(b.getContext(), llvm::APFloat(llvm::APFloat::IEEEdouble(), llvm::APInt(64, bits))));
         break;
-      default: cs.push_back(llvm::ConstantInt::get(et, bits & (scalar_bits(d.scalar) == 64 ? ~0ull : (1ull << scalar_bits(d.scalar)) - 1)));
+      default: cs.push_back(llvm::ConstantInt::get(et, bits));  // value_to_bits is zero-extended
     }
   }
   if (d.count == 1) return cs[0];

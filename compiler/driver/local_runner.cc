@@ -2,7 +2,9 @@
 
 #include <chrono>
 #include <thread>
+#include <unordered_map>
 
+#include "absl/container/node_hash_map.h"
 #include "compiler/ir/eval.h"
 #include "compiler/ir/shape.h"
 #include "compiler/support/strings.h"
@@ -41,8 +43,16 @@ absl::StatusOr<int64_t> eval_dim(const UOp* d, const absl::flat_hash_map<const U
 
 }  // namespace
 
+int vector_bits_of(const CpuTarget& t) {
+  auto has = [&](std::string_view f) { return t.features.find(cat("+", f, ",")) != std::string::npos ||
+                                             t.features.size() >= f.size() + 1 && t.features.ends_with(cat("+", f)); };
+  if (has("avx512f")) return 512;
+  if (has("avx2") || has("avx")) return 256;
+  return 128;
+}
+
 LocalRunner::LocalRunner(int threads, CpuTarget target)
-    : target_(std::move(target)), pool_(default_threads(threads)) {}
+    : target_(std::move(target)), pool_(default_threads(threads)), vector_bits_(vector_bits_of(target_)) {}
 
 absl::StatusOr<const CpuProgram*> LocalRunner::program(Graph& g, const KernelPlan& k, KernelReport* report) {
   report->name = k.name;
@@ -52,7 +62,9 @@ absl::StatusOr<const CpuProgram*> LocalRunner::program(Graph& g, const KernelPla
     return it->second.get();
   }
   auto t0 = std::chrono::steady_clock::now();
-  auto linear = lower_for_cpu(g, k.kernel, {}, k.name);
+  PipelineOptions po;
+  po.vector_bits = vector_bits_;
+  auto linear = lower_for_cpu(g, k.kernel, po, k.name);
   if (!linear.ok()) return linear.status();
   report->lower_ms = ms_since(t0);
   t0 = std::chrono::steady_clock::now();
@@ -76,7 +88,9 @@ absl::StatusOr<std::vector<HostTensor>> LocalRunner::run(Graph& g, const UOp* ro
   if (!plan.ok()) return plan.status();
 
   // Every buffer a kernel binds, with its contents.
-  absl::flat_hash_map<const UOp*, HostTensor> mem;
+  // node_hash_map: kernels get pointers into these tensors while more are added, and a
+  // flat map's rehash would move them (a short tensor's bytes live inside its std::string).
+  absl::node_hash_map<const UOp*, HostTensor> mem;
   auto buffer_for = [&](const UOp* b) -> absl::StatusOr<HostTensor*> {
     if (auto it = mem.find(b); it != mem.end()) return &it->second;
     DType dt = b->op() == Op::PARAM ? b->dtype().pointee() : b->dtype();

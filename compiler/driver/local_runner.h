@@ -27,6 +27,9 @@ struct KernelReport {
   KernelAbi abi;
 };
 
+// The width of the target's vector registers in bits, from its feature string.
+int vector_bits_of(const CpuTarget& t);
+
 class LocalRunner {
  public:
   explicit LocalRunner(int threads = 0 /* 0: the hardware's */, CpuTarget target = CpuTarget::host());
@@ -48,6 +51,7 @@ class LocalRunner {
  private:
   CpuTarget target_;
   ThreadPool pool_;
+  int vector_bits_;
   absl::flat_hash_map<Digest, std::unique_ptr<CpuProgram>> programs_;
 };
 

@@ -148,6 +148,7 @@ std::optional<DecodedGraph> load(const std::string& path, const Args& a, int* rc
 
 PipelineOptions pipeline_options(const Args& a, const DecodedGraph& g) {
   PipelineOptions o;
+  o.vector_bits = vector_bits_of(CpuTarget::host());
   o.allow_custom = a.has("allow-custom");
   o.index = &g.index;
   return o;
@@ -271,7 +272,7 @@ int cmd_compile(const Args& a, DecodedGraph& g) {
     }
     seen.emplace(d, k.name);
     auto t0 = std::chrono::steady_clock::now();
-    auto linear = lower_for_cpu(*g.graph, k.kernel, {}, k.name);
+    auto linear = lower_for_cpu(*g.graph, k.kernel, pipeline_options(a, g), k.name);
     if (!linear.ok()) return invalid(std::string(linear.status().message()));
     auto art = compile_cpu(*linear, target);
     if (!art.ok()) return invalid(std::string(art.status().message()));

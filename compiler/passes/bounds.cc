@@ -26,6 +26,12 @@ int64_t buffer_size(const UOp* buf) {
 int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
 
+// The vector width of the elements a buffer holds.
+uint32_t buffer_elem_count(const UOp* buf) {
+  if (buf->op() == Op::AFTER) return buffer_elem_count(buf->src(0));
+  return buf->dtype().ptr ? buf->dtype().count : 1;
+}
+
 // What holding `gate` tells about the values it compares with constants. A narrowed
 // value also narrows what it is a linear function of (x + c, x * c, x + y with y's bounds
 // known), so a gate on `i - 1 < 3` bounds i itself wherever i is used.
@@ -106,7 +112,9 @@ absl::Status check_bounds(const UOp* kernel) {
     if (n - (gate ? 1 : 0) != 2)
       return absl::InvalidArgumentError(cat("bounds: ", print_node(u), ": a buffer access takes one index [bounds.index]"));
     const UOp* idx = u->src(1);
-    int64_t width = u->dtype().count;
+    // Elements one access covers: a vector access to a buffer of scalars reads several,
+    // an access to a buffer of vectors (an accumulator) one.
+    int64_t width = std::max<int64_t>(u->dtype().count / std::max<uint32_t>(buffer_elem_count(buf), 1), 1);
     Bounds b = plain(idx);
     if (unreachable(idx, plain)) continue;
     if (gate && !(b.first >= 0 && b.second <= size - width)) {

@@ -38,6 +38,13 @@ struct Ctx {
 };
 
 
+// The reduction's starting value, one per lane for a vector accumulator.
+const UOp* identity(Graph& g, ReduceOp op, DType dt) {
+  ConstValue v = reduce_identity(op, dt.scalar);
+  if (dt.count == 1) return g.cnst(dt, v);
+  return g.make(Op::VCONST, dt, {}, VConstArg{std::vector<ConstValue>(dt.count, v)});
+}
+
 // END(x, r1, ..., rn) closing r1 outermost: END(...END(x, rn)..., r1).
 const UOp* nest_ends(Graph& g, const UOp* x, std::span<const UOp* const> ranges) {
   for (size_t i = ranges.size(); i-- > 0;) x = g.make(Op::END, dtypes::void_, {x, ranges[i]});
@@ -77,7 +84,7 @@ const rw::RuleSet& rules() {
       std::vector<const UOp*> pin{acc};
       pin.insert(pin.end(), outer.begin(), outer.end());
       const UOp* init = g.make(Op::STORE, dtypes::void_,
-                               {g.make(Op::INDEX, dt, {g.make(Op::AFTER, acc->dtype(), pin), zero}), g.cnst(dt, reduce_identity(rop, dt.scalar))});
+                               {g.make(Op::INDEX, dt, {g.make(Op::AFTER, acc->dtype(), pin), zero}), identity(g, rop, dt)});
       std::vector<const UOp*> inside{acc, init};
       inside.insert(inside.end(), own.begin(), own.end());
       const UOp* cur = g.make(Op::INDEX, dt, {g.make(Op::AFTER, acc->dtype(), inside), zero});

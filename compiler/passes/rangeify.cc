@@ -137,7 +137,8 @@ rw::RuleSet make_rules() {
   rs.add(op_prefix(Op::INDEX, {any().named("x")}), [](const Match& m) -> const UOp* {
     Ctx& c = *m.ctx<Ctx>();
     Access a = parse(m.root);
-    if (!c.realize.contains(a.x)) return nullptr;
+    // An output that is a BUFFER is a copy; reads of it still read the BUFFER itself.
+    if (!c.realize.contains(a.x) || a.x->op() == Op::BUFFER) return nullptr;
     const UOp* b = bufferize(c, a.x);
     if (!a.gate && std::equal(a.idx.begin(), a.idx.end(), b->src().begin() + 1, b->src().end()) &&
         a.idx.size() + 1 == b->num_src())

@@ -3,6 +3,7 @@
 // ratio_vs_cold_compile on BM_LoadAndRun is how many load+runs fit in one cold compile.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <vector>
 

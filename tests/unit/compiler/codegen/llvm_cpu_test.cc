@@ -80,6 +80,58 @@ Maker alu_maker(Op op) {
   };
 }
 
+TEST(LlvmCpu, ElementwiseAddWithATail) {
+  constexpr int64_t N = 1003;  // not a multiple of any vector width
+  LinearBuilder lb;
+  const UOp* out = lb.param(0, dtypes::float32, N);
+  const UOp* a = lb.param(1, dtypes::float32, N);
+  const UOp* b = lb.param(2, dtypes::float32, N);
+  const UOp* r = lb.range(lb.idx(N), 0);
+  const UOp* x = lb.load(a, lb.index(a, r));
+  const UOp* y = lb.load(b, lb.index(b, r));
+  lb.end(lb.store(lb.index(out, r), lb.alu(Op::ADD, {x, y})), r);
+  auto art = compile_cpu(lb.linear(), CpuTarget::host(), {.emit_ir_text = true});
+  ASSERT_TRUE(art.ok()) << art.status();
+  EXPECT_EQ(art->object.substr(0, 4), "\x7f" "ELF");
+  EXPECT_NE(art->ir_text.find("define void @uop_kernel(ptr"), std::string::npos);
+  EXPECT_EQ(art->entry, "uop_kernel");
+  EXPECT_EQ(art->abi.params[0], (KernelParam{0, dtypes::float32, N, false, true}));
+  EXPECT_EQ(art->abi.params[1], (KernelParam{1, dtypes::float32, N, true, false}));
+  EXPECT_FALSE(art->abi.has_thread_range);
+  auto prog = CpuProgram::load(art->object, art->abi);
+  ASSERT_TRUE(prog.ok()) << prog.status();
+  HostBuffer o(Scalar::Float32, N), av(Scalar::Float32, N), bv(Scalar::Float32, N);
+  for (int64_t i = 0; i < N; ++i) {
+    av.set(i, ConstValue::Float(i * 0.37 - 50));
+    bv.set(i, ConstValue::Float(1.0 / (i + 1)));
+  }
+  void* bufs[] = {o.data(), av.data(), bv.data()};
+  ThreadPool pool(4);  // no Thread range: one task whatever the pool
+  ASSERT_TRUE((*prog)->run(bufs, {}, &pool).ok());
+  for (int64_t i = 0; i < N; ++i) {
+    ConstValue args[] = {av.get(i), bv.get(i)};
+    ASSERT_TRUE(same_value(o.get(i), *eval_alu(Op::ADD, Scalar::Float32, args))) << i;
+  }
+}
+
+// Constants, PARAM and DEFINE_VAR may be left out of the LINEAR or listed after a use.
+TEST(LlvmCpu, DefinitionsMayBeListedLateOrNotAtAll) {
+  Graph g;
+  const UOp* out = g.make(Op::PARAM, dtypes::int32.ptr_to(AddrSpace::Global, 8), {}, ParamArg{0, 8});
+  const UOp* n = g.make(Op::DEFINE_VAR, dtypes::index, {}, DefineVarArg{"n", 0, 8});
+  const UOp* r = g.make(Op::RANGE, dtypes::index, {n}, RangeArg{0, AxisType::Loop, true});
+  const UOp* v = g.make(Op::CAST, dtypes::int32, {g.alu(Op::ADD, {r, g.idx(40)})});
+  const UOp* st = g.make(Op::STORE, dtypes::void_, {g.make(Op::INDEX, dtypes::int32, {out, r}), v});
+  const UOp* end = g.make(Op::END, dtypes::void_, {st, r});
+  std::vector<const UOp*> ops = {r, v->src(0), v, st->src(0), st, end, g.idx(40), out};
+  auto prog = build(g.make(Op::LINEAR, dtypes::void_, ops));
+  ASSERT_TRUE(prog);
+  std::vector<int32_t> o(8, 0);
+  void* bufs[] = {o.data()};
+  ASSERT_TRUE(prog->run(bufs, std::array<int64_t, 1>{5}, nullptr).ok());
+  EXPECT_EQ(o, (std::vector<int32_t>{40, 41, 42, 43, 44, 0, 0, 0}));
+}
+
 // Every exact ALU op on every dtype it is defined on, scalar and <4 x T>, bit-exact.
 class AluTest : public ::testing::TestWithParam<std::tuple<Scalar, uint32_t>> {};
 
@@ -303,20 +355,23 @@ TEST(LlvmCpu, ReductionWithDefineRegAndAfter) {
   const UOp* done = lb.end(upd, k);
   const UOp* total = lb.load(acc, lb.index(lb.after(acc, {done}), lb.idx(0)));
   lb.end(lb.store(lb.index(out, row), total), row);
-  auto prog = build(lb.linear());
-  ASSERT_TRUE(prog);
-  HostBuffer o(Scalar::Float32, M), in(Scalar::Float32, M * K);
+  HostBuffer in(Scalar::Float32, M * K);
   for (int64_t i = 0; i < M * K; ++i) in.set(i, ConstValue::Float(std::sin(i * 0.7) * 1000));
-  void* bufs[] = {o.data(), in.data()};
-  ThreadPool pool(4);
-  ASSERT_TRUE(prog->run(bufs, {}, &pool).ok());
-  for (int64_t r = 0; r < M; ++r) {
-    ConstValue sum = ConstValue::Float(0);
-    for (int64_t j = 0; j < K; ++j) {
-      ConstValue args[] = {sum, in.get(r * K + j)};
-      sum = *eval_alu(Op::ADD, Scalar::Float32, args);
+  for (int opt : {0, 1, 2, 3}) {  // every O level gives eval.h's sum
+    auto prog = build(lb.linear(), {.opt_level = opt});
+    ASSERT_TRUE(prog);
+    HostBuffer o(Scalar::Float32, M);
+    void* bufs[] = {o.data(), in.data()};
+    ThreadPool pool(4);
+    ASSERT_TRUE(prog->run(bufs, {}, &pool).ok());
+    for (int64_t r = 0; r < M; ++r) {
+      ConstValue sum = ConstValue::Float(0);
+      for (int64_t j = 0; j < K; ++j) {
+        ConstValue args[] = {sum, in.get(r * K + j)};
+        sum = *eval_alu(Op::ADD, Scalar::Float32, args);
+      }
+      ASSERT_TRUE(same_value(o.get(r), sum)) << r << " at O" << opt;
     }
-    ASSERT_TRUE(same_value(o.get(r), sum)) << r;
   }
 }
 

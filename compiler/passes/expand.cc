@@ -1,0 +1,382 @@
+#include "compiler/passes/expand.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "compiler/ir/eval.h"
+#include "compiler/rewrite/graph_rewrite.h"
+#include "compiler/support/strings.h"
+
+namespace uop {
+
+std::optional<int64_t> affine_coeff(const UOp* e, const UOp* r) {
+  absl::flat_hash_map<const UOp*, std::optional<int64_t>> coeff;
+  for (const UOp* u : toposort(e)) {
+    std::optional<int64_t> c;
+    bool moves = false;
+    for (const UOp* s : u->src()) moves |= coeff.at(s) != 0;
+    if (u == r) {
+      c = 1;
+    } else if (!moves) {
+      c = 0;
+    } else {
+      auto a = coeff.at(u->src(0));
+      auto b = u->num_src() > 1 ? coeff.at(u->src(1)) : std::nullopt;
+      int64_t out;
+      switch (u->op()) {
+        case Op::ADD: if (a && b && !__builtin_add_overflow(*a, *b, &out)) c = out; break;
+        case Op::SUB: if (a && b && !__builtin_sub_overflow(*a, *b, &out)) c = out; break;
+        case Op::NEG: if (a && *a != INT64_MIN) c = -*a; break;
+        case Op::MUL:
+          for (int i = 0; i < 2; ++i) {
+            const ConstValue* k = u->src(1 - i)->const_value();
+            auto s = coeff.at(u->src(i));
+            if (k && s && !__builtin_mul_overflow(*s, k->to_int(), &out)) c = out;
+          }
+          break;
+        default: break;
+      }
+    }
+    coeff[u] = c;
+  }
+  return coeff.at(e);
+}
+
+namespace {
+
+struct Axis {
+  const UOp* range;
+  int64_t id;
+  int64_t ext;
+  bool operator==(const Axis& o) const { return range == o.range; }
+};
+using Axes = std::vector<Axis>;  // sorted by id; lane order is row-major over them
+
+int64_t lanes(const Axes& a) {
+  int64_t n = 1;
+  for (const Axis& x : a) n *= x.ext;
+  return n;
+}
+
+// The value of each axis at lane `l` of a vector over `a`.
+std::vector<int64_t> decode(const Axes& a, int64_t l) {
+  std::vector<int64_t> v(a.size());
+  for (size_t i = a.size(); i-- > 0;) {
+    v[i] = l % a[i].ext;
+    l /= a[i].ext;
+  }
+  return v;
+}
+
+// The lane of `sub` (a subset of `full`) that lane `l` of `full` projects to.
+int64_t project(const Axes& full, const Axes& sub, int64_t l) {
+  std::vector<int64_t> v = decode(full, l);
+  int64_t out = 0;
+  for (const Axis& s : sub) {
+    size_t i = std::find(full.begin(), full.end(), s) - full.begin();
+    out = out * s.ext + v[i];
+  }
+  return out;
+}
+
+Axes merge(const Axes& a, const Axes& b) {
+  Axes out = a;
+  for (const Axis& x : b)
+    if (std::find(out.begin(), out.end(), x) == out.end()) out.push_back(x);
+  std::sort(out.begin(), out.end(), [](const Axis& x, const Axis& y) { return x.id < y.id; });
+  return out;
+}
+
+AxisFactorsArg factors(const Axes& a) {
+  AxisFactorsArg f;
+  for (const Axis& x : a) f.factors.emplace_back(x.id, x.ext);
+  return f;
+}
+
+struct Ctx {
+  absl::flat_hash_map<const UOp*, Axis> upcast;    // upcast RANGE -> its axis
+  absl::flat_hash_map<int64_t, Axis> by_id;
+  absl::Status error;
+
+  // The upcast axes a node's value depends on (through UNROLL tags too).
+  Axes deps(const UOp* x) {
+    Axes out;
+    for (const UOp* u : toposort(x)) {
+      if (auto it = upcast.find(u); it != upcast.end()) out = merge(out, {it->second});
+      if (u->op() == Op::UNROLL) out = merge(out, axes_of(u));
+    }
+    return out;
+  }
+  Axes axes_of(const UOp* unroll) {
+    Axes a;
+    for (auto& [id, ext] : unroll->arg_as<AxisFactorsArg>().factors) a.push_back(by_id.at(id));
+    return a;
+  }
+};
+
+// `x` with every upcast range set to its value at lane `l` of `a` (UNROLL-tagged vectors
+// give their lane), as a scalar expression.
+const UOp* at_lane(Graph& g, Ctx& c, const UOp* x, const Axes& a, int64_t l) {
+  std::vector<int64_t> v = decode(a, l);
+  absl::flat_hash_map<const UOp*, const UOp*> repl;
+  for (size_t i = 0; i < a.size(); ++i) repl[a[i].range] = g.idx(v[i]);
+  for (const UOp* u : toposort(x)) {
+    if (u->op() != Op::UNROLL) continue;
+    Axes ua = c.axes_of(u);
+    int64_t lane = project(a, ua, l);
+    repl[u] = g.make(Op::GEP, u->dtype().element(), {u->src(0)}, IntsArg{{lane}});
+  }
+  return substitute(g, x, repl);
+}
+
+// How an address moves over the lanes of `a`: the number of lanes C of the innermost axes
+// along which it is contiguous (1: none), or 0 when it is not affine.
+int64_t contiguous_lanes(const UOp* idx, const Axes& a) {
+  for (const UOp* u : toposort(idx))
+    if (u->op() == Op::UNROLL) return 0;
+  int64_t chunk = 1;
+  for (size_t i = a.size(); i-- > 0;) {
+    auto c = affine_coeff(idx, a[i].range);
+    if (!c) return 0;
+    if (*c != chunk) break;
+    chunk *= a[i].ext;
+  }
+  return chunk;
+}
+
+// The parts of INDEX(buf, idx [, gate]).
+struct Address {
+  const UOp* buf;
+  const UOp* idx;
+  const UOp* gate;
+};
+Address address(const UOp* index) {
+  return {index->src(0), index->src(1), index->num_src() > 2 ? index->src(2) : nullptr};
+}
+
+const UOp* make_index(Graph& g, const UOp* buf, const UOp* idx, const UOp* gate, DType dt) {
+  std::vector<const UOp*> src{buf, idx};
+  if (gate) src.push_back(gate);
+  return g.make(Op::INDEX, dt, src);
+}
+
+const rw::RuleSet& memory_rules() {
+  static const rw::RuleSet rs = [] {
+    rw::RuleSet rs("expand.memory");
+    rs.add(rw::op(Op::LOAD).named("ld"), [](const rw::Match& m) -> const UOp* {
+      Graph& g = m.g;
+      Ctx& c = *m.ctx<Ctx>();
+      const UOp* ld = m["ld"];
+      if (ld->src(1)->op() != Op::INDEX || ld->src(1)->num_src() < 2) return nullptr;
+      Address at = address(ld->src(1));
+      const UOp* alt = ld->num_src() > 2 ? ld->src(2) : nullptr;
+      Axes a = c.deps(ld->src(1));
+      if (alt) a = merge(a, c.deps(alt));
+      if (a.empty()) return nullptr;
+      DType t = ld->dtype();
+      int64_t n = lanes(a);
+      int64_t chunk = (at.gate || alt) ? 1 : std::max<int64_t>(contiguous_lanes(at.idx, a), 1);
+      std::vector<const UOp*> parts;
+      for (int64_t l = 0; l < n; l += chunk) {
+        const UOp* base = at_lane(g, c, at.idx, a, l);
+        if (chunk == 1) {
+          const UOp* gate = at.gate ? at_lane(g, c, at.gate, a, l) : nullptr;
+          const UOp* index = make_index(g, at.buf, base, gate, t);
+          parts.push_back(alt ? g.make(Op::LOAD, t, {at.buf, index, at_lane(g, c, alt, a, l)})
+                              : g.make(Op::LOAD, t, {at.buf, index}));
+        } else {
+          DType vt = t.vec(static_cast<uint32_t>(chunk));
+          parts.push_back(g.make(Op::LOAD, vt, {at.buf, make_index(g, at.buf, base, nullptr, vt)}));
+        }
+      }
+      DType vt = t.vec(static_cast<uint32_t>(n));
+      const UOp* v = parts.size() == 1 ? parts[0] : g.make(chunk == 1 ? Op::VECTORIZE : Op::CAT, vt, parts);
+      return g.make(Op::UNROLL, vt, {v}, factors(a));
+    }, "load.vector");
+
+    rs.add(rw::op(Op::STORE).named("st"), [](const rw::Match& m) -> const UOp* {
+      Graph& g = m.g;
+      Ctx& c = *m.ctx<Ctx>();
+      const UOp* st = m["st"];
+      if (st->src(0)->op() != Op::INDEX || st->src(0)->num_src() < 2) return nullptr;
+      Address at = address(st->src(0));
+      Axes a = c.deps(st->src(0));
+      std::vector<const UOp*> loops;
+      for (const UOp* r : st->src().subspan(2)) {
+        if (auto it = c.upcast.find(r); it != c.upcast.end()) a = merge(a, {it->second});
+        else loops.push_back(r);
+      }
+      if (a.empty()) return nullptr;
+      DType t = st->src(1)->dtype();
+      int64_t n = lanes(a);
+      const UOp* value = g.make(Op::CONTRACT, t.vec(static_cast<uint32_t>(n)), {st->src(1)}, factors(a));
+      int64_t chunk = at.gate ? 1 : std::max<int64_t>(contiguous_lanes(at.idx, a), 1);
+      std::vector<const UOp*> stores;
+      for (int64_t l = 0; l < n; l += chunk) {
+        const UOp* base = at_lane(g, c, at.idx, a, l);
+        DType vt = chunk == 1 ? t : t.vec(static_cast<uint32_t>(chunk));
+        const UOp* gate = at.gate ? at_lane(g, c, at.gate, a, l) : nullptr;
+        std::vector<int64_t> lanes_of_chunk;
+        for (int64_t i = 0; i < chunk; ++i) lanes_of_chunk.push_back(l + i);
+        const UOp* v = chunk == n ? value : g.make(Op::GEP, vt, {value}, IntsArg{lanes_of_chunk});
+        stores.push_back(g.make(Op::STORE, dtypes::void_, {make_index(g, at.buf, base, gate, vt), v}));
+      }
+      if (stores.size() == 1) {
+        std::vector<const UOp*> src(stores[0]->src().begin(), stores[0]->src().end());
+        src.insert(src.end(), loops.begin(), loops.end());
+        return g.make(Op::STORE, dtypes::void_, src);
+      }
+      const UOp* group = g.make(Op::GROUP, dtypes::void_, stores);
+      if (loops.empty()) return group;
+      std::vector<const UOp*> src{group};
+      src.insert(src.end(), loops.begin(), loops.end());
+      return g.make(Op::END, dtypes::void_, src);
+    }, "store.vector");
+    return rs;
+  }();
+  return rs;
+}
+
+// `x` as a plain vector over `to` (which holds x's axes): broadcast a scalar, line up the
+// lanes of an UNROLL-tagged vector.
+const UOp* swizzle(Graph& g, Ctx& c, const UOp* x, const Axes& to) {
+  int64_t n = lanes(to);
+  if (x->op() != Op::UNROLL) {
+    DType vt = x->dtype().vec(static_cast<uint32_t>(n));
+    if (const ConstValue* k = x->const_value()) return g.make(Op::VCONST, vt, {}, VConstArg{std::vector<ConstValue>(n, *k)});
+    return g.make(Op::VECTORIZE, vt, std::vector<const UOp*>(n, x));
+  }
+  Axes from = c.axes_of(x);
+  if (from == to) return x->src(0);
+  for (const Axis& f : from)
+    if (std::find(to.begin(), to.end(), f) == to.end() && c.error.ok())
+      c.error = absl::InternalError("expand: a value has lanes its user does not");
+  std::vector<int64_t> map;
+  for (int64_t l = 0; l < n; ++l) map.push_back(project(to, from, l));
+  return g.make(Op::GEP, x->dtype().element().vec(static_cast<uint32_t>(n)), {x->src(0)}, IntsArg{map});
+}
+
+const rw::RuleSet& vectorize_rules() {
+  static const rw::RuleSet rs = [] {
+    rw::RuleSet rs("expand.vectorize");
+    rs.add(rw::op(Op::RANGE).named("r"), [](const rw::Match& m) -> const UOp* {
+      Ctx& c = *m.ctx<Ctx>();
+      auto it = c.upcast.find(m["r"]);
+      if (it == c.upcast.end()) return nullptr;
+      std::vector<ConstValue> v;
+      for (int64_t i = 0; i < it->second.ext; ++i) v.push_back(ConstValue::Int(i));
+      DType vt = dtypes::index.vec(static_cast<uint32_t>(v.size()));
+      return m.g.make(Op::UNROLL, vt, {m.g.make(Op::VCONST, vt, {}, VConstArg{v})}, factors({it->second}));
+    }, "range.lanes");
+
+    rs.add(rw::op(rw::alu_ops() | rw::OpSet{Op::CAST, Op::BITCAST}).named("x"), [](const rw::Match& m) -> const UOp* {
+      Ctx& c = *m.ctx<Ctx>();
+      const UOp* x = m["x"];
+      Axes a;
+      for (const UOp* s : x->src())
+        if (s->op() == Op::UNROLL) a = merge(a, c.axes_of(s));
+      if (a.empty()) return nullptr;
+      std::vector<const UOp*> src;
+      for (const UOp* s : x->src()) src.push_back(swizzle(m.g, c, s, a));
+      DType vt = x->dtype().element().vec(static_cast<uint32_t>(lanes(a)));
+      return m.g.make(Op::UNROLL, vt, {m.g.make(x->op(), vt, src, x->arg())}, factors(a));
+    }, "alu.lanes");
+
+    rs.add(rw::op(Op::CONTRACT).named("x"), [](const rw::Match& m) -> const UOp* {
+      Ctx& c = *m.ctx<Ctx>();
+      const UOp* x = m["x"];
+      Axes to;
+      for (auto& [id, ext] : x->arg_as<AxisFactorsArg>().factors) to.push_back(c.by_id.at(id));
+      return swizzle(m.g, c, x->src(0), to);
+    }, "contract");
+
+    rs.add(rw::op(Op::REDUCE).named("r"), [](const rw::Match& m) -> const UOp* {
+      Graph& g = m.g;
+      Ctx& c = *m.ctx<Ctx>();
+      const UOp* r = m["r"];
+      const UOp* v = r->src(0);
+      Axes folded;
+      std::vector<const UOp*> loops;
+      for (const UOp* s : r->src().subspan(1)) {
+        if (s->op() == Op::UNROLL) folded = merge(folded, c.axes_of(s));
+        else loops.push_back(s);
+      }
+      if (folded.empty() && v->op() != Op::UNROLL) return nullptr;
+      Axes full = v->op() == Op::UNROLL ? merge(c.axes_of(v), folded) : folded;
+      DType t = r->dtype().element();
+      const UOp* acc = swizzle(g, c, v, full);
+      if (!loops.empty()) {
+        std::vector<const UOp*> src{acc};
+        src.insert(src.end(), loops.begin(), loops.end());
+        acc = g.make(Op::REDUCE, acc->dtype(), src, r->arg());
+      }
+      if (folded.empty()) return g.make(Op::UNROLL, acc->dtype(), {acc}, factors(full));
+      // Fold the lanes of the closed upcast ranges, one slice of the kept lanes per value.
+      Axes keep;
+      for (const Axis& x : full)
+        if (std::find(folded.begin(), folded.end(), x) == folded.end()) keep.push_back(x);
+      int64_t nk = lanes(keep), nf = lanes(folded);
+      std::vector<const UOp*> parts;
+      for (int64_t f = 0; f < nf; ++f) {
+        std::vector<int64_t> idx;
+        std::vector<int64_t> fv = decode(folded, f);
+        for (int64_t k = 0; k < nk; ++k) {
+          std::vector<int64_t> kv = decode(keep, k);
+          int64_t lane = 0;
+          for (const Axis& x : full) {
+            auto in_keep = std::find(keep.begin(), keep.end(), x);
+            int64_t val = in_keep != keep.end() ? kv[in_keep - keep.begin()]
+                                                 : fv[std::find(folded.begin(), folded.end(), x) - folded.begin()];
+            lane = lane * x.ext + val;
+          }
+          idx.push_back(lane);
+        }
+        parts.push_back(g.make(Op::GEP, t.vec(static_cast<uint32_t>(nk)), {acc}, IntsArg{idx}));
+      }
+      Op combine = reduce_combine_op(r->arg_as<ReduceOpArg>().op);
+      while (parts.size() > 1) {  // a balanced tree keeps the dependency chains short
+        std::vector<const UOp*> next;
+        for (size_t i = 0; i + 1 < parts.size(); i += 2) next.push_back(g.alu(combine, {parts[i], parts[i + 1]}));
+        if (parts.size() % 2) next.push_back(parts.back());
+        parts = std::move(next);
+      }
+      return keep.empty() ? parts[0] : g.make(Op::UNROLL, parts[0]->dtype(), {parts[0]}, factors(keep));
+    }, "reduce.lanes");
+    return rs;
+  }();
+  return rs;
+}
+
+const rw::RuleSet& strip_rules() {
+  static const rw::RuleSet rs = [] {
+    rw::RuleSet rs("expand.strip");
+    rs.add(rw::op(Op::UNROLL).named("x"), [](const rw::Match& m) { return m["x"]->src(0); }, "unroll.strip");
+    return rs;
+  }();
+  return rs;
+}
+
+}  // namespace
+
+absl::StatusOr<const UOp*> expand_upcasts(Graph& g, const UOp* kernel) {
+  Ctx c;
+  for (const UOp* u : toposort(kernel)) {
+    if (u->op() != Op::RANGE || u->arg_as<RangeArg>().type != AxisType::Upcast) continue;
+    const ConstValue* end = u->src(0)->const_value();
+    if (!end || end->to_int() < 1 || end->to_int() > 1024)
+      return absl::InvalidArgumentError(cat("expand: an Upcast range needs a constant trip count in [1, 1024] [expand.upcast]"));
+    Axis a{u, u->arg_as<RangeArg>().axis_id, end->to_int()};
+    if (c.by_id.contains(a.id)) return absl::InvalidArgumentError("expand: two Upcast ranges share an axis id [expand.upcast]");
+    c.upcast.emplace(u, a);
+    c.by_id.emplace(a.id, a);
+  }
+  if (c.upcast.empty()) return kernel;
+  auto k = rw::graph_rewrite(g, kernel, memory_rules(), &c);
+  if (k.ok()) k = rw::graph_rewrite(g, *k, vectorize_rules(), &c);
+  if (k.ok()) k = rw::graph_rewrite(g, *k, strip_rules(), &c);
+  if (!k.ok()) return k.status();
+  if (!c.error.ok()) return c.error;
+  return k;
+}
+
+}  // namespace uop
