@@ -128,7 +128,7 @@ absl::StatusOr<const UOp*> lower_for_cpu(Graph& g, const UOp* kernel, const Pipe
   if (k.ok()) k = simplify(g, *k);
   if (!k.ok()) return k.status();
   trace(opts, "lower_reduce", name, *k);
-  if (absl::Status s = check_bounds(*k); !s.ok()) return s;
+  if (absl::Status s = check_bounds(g, *k); !s.ok()) return s;
   trace(opts, "bounds", name, *k);
   k = linearize(g, *k);
   if (!k.ok()) return k.status();

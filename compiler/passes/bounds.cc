@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "compiler/ir/printer.h"
+#include "compiler/passes/expand.h"
+#include "compiler/passes/symbolic.h"
 #include "compiler/passes/value_range.h"
 #include "compiler/support/strings.h"
 
@@ -100,7 +102,28 @@ bool unreachable(const UOp* u, ValueRange& vr) {
 
 }  // namespace
 
-absl::Status check_bounds(const UOp* kernel) {
+// Bounds of an index that is affine in its loop variables, with each variable at the end
+// of its range that minimizes (for the lower bound) or maximizes the index. The ends may
+// be expressions over DEFINE_VARs, which then cancel against the index's own terms.
+std::optional<Bounds> affine_bounds(Graph& g, const UOp* idx) {
+  absl::flat_hash_map<const UOp*, const UOp*> low, high;
+  for (const UOp* r : toposort(idx)) {
+    if (r->op() != Op::RANGE) continue;
+    auto c = affine_coeff(idx, r);
+    if (!c) return std::nullopt;
+    const UOp* last = g.alu(Op::ADD, {r->src(0), g.idx(-1)});
+    low[r] = *c >= 0 ? g.idx(0) : last;
+    high[r] = *c >= 0 ? last : g.idx(0);
+  }
+  if (low.empty()) return std::nullopt;
+  auto lo = simplify(g, substitute(g, idx, low));
+  auto hi = simplify(g, substitute(g, idx, high));
+  if (!lo.ok() || !hi.ok()) return std::nullopt;
+  ValueRange vr;
+  return Bounds{vr.vmin(*lo), vr.vmax(*hi)};
+}
+
+absl::Status check_bounds(Graph& g, const UOp* kernel) {
   ValueRange plain;
   for (const UOp* u : toposort(kernel)) {
     if (u->op() != Op::INDEX) continue;
@@ -117,7 +140,11 @@ absl::Status check_bounds(const UOp* kernel) {
     int64_t width = std::max<int64_t>(u->dtype().count / std::max<uint32_t>(buffer_elem_count(buf), 1), 1);
     Bounds b = plain(idx);
     if (unreachable(idx, plain)) continue;
-    if (gate && !(b.first >= 0 && b.second <= size - width)) {
+    auto fits = [&](Bounds x) { return x.first >= 0 && x.second <= size - width; };
+    if (!fits(b)) {
+      if (auto a = affine_bounds(g, idx); a && fits(*a)) continue;
+    }
+    if (gate && !fits(b)) {
       ValueRange under_gate(assumptions(gate));
       b = under_gate(idx);
     }

@@ -88,7 +88,12 @@ const rw::RuleSet& rules() {
       std::vector<const UOp*> inside{acc, init};
       inside.insert(inside.end(), own.begin(), own.end());
       const UOp* cur = g.make(Op::INDEX, dt, {g.make(Op::AFTER, acc->dtype(), inside), zero});
-      const UOp* next = g.alu(reduce_combine_op(rop), {g.make(Op::LOAD, dt, {acc, cur}), value});
+      const UOp* prev = g.make(Op::LOAD, dt, {acc, cur});
+      // A float sum of products accumulates with a fused multiply-add: one rounding
+      // instead of two, within the reassociation the reduction is allowed anyway.
+      const UOp* next = rop == ReduceOp::Add && value->op() == Op::MUL && dt.is_float()
+                            ? g.make(Op::MULACC, dt, {value->src(0), value->src(1), prev})
+                            : g.alu(reduce_combine_op(rop), {prev, value});
       const UOp* loop = nest_ends(g, g.make(Op::STORE, dtypes::void_, {cur, next}), own);
       const UOp* done = g.make(Op::INDEX, dt, {g.make(Op::AFTER, acc->dtype(), {acc, loop}), zero});
       return g.make(Op::LOAD, dt, {acc, done});

@@ -60,6 +60,21 @@ std::vector<const UOp*> closed_ranges(const UOp* x) {
   return out;
 }
 
+// The kernel with the loop `axis_id` moved outermost among its STORE's loops. For a
+// tiled matmul that is the column-panel loop: each panel of B then stays in cache while
+// every row block of A streams past it, instead of all of B streaming past each row block.
+const UOp* outermost_first(Graph& g, const UOp* kernel, int64_t axis_id) {
+  const UOp* store = kernel->src(0);
+  std::vector<const UOp*> src{store->src(0), store->src(1)};
+  std::vector<const UOp*> rest;
+  for (const UOp* r : store->src().subspan(2)) {
+    if (r->op() == Op::RANGE && r->arg_as<RangeArg>().axis_id == axis_id) src.push_back(r);
+    else rest.push_back(r);
+  }
+  src.insert(src.end(), rest.begin(), rest.end());
+  return g.make(Op::SINK, kernel->dtype(), {g.make(Op::STORE, dtypes::void_, src)}, kernel->arg());
+}
+
 }  // namespace
 
 absl::StatusOr<const UOp*> split_range(Graph& g, const UOp* kernel, const UOp* r, int64_t factor, AxisType type) {
@@ -97,19 +112,22 @@ absl::StatusOr<const UOp*> optimize_cpu(Graph& g, const UOp* kernel, const Optim
       if (affine_coeff(idx, *it) == 1 && const_end(*it) > 0 && const_end(*it) % width == 0) lane_loop = *it;
     if (lane_loop) {
       int64_t w = reduce && const_end(lane_loop) % (2 * width) == 0 && 2 * width <= opts.max_lanes ? 2 * width : width;
+      // A second output loop (a row of the tile) shares each loaded vector of the first.
+      // It is split first so that its lanes come first (lane = row * w + column): each
+      // row of the tile is then one run of contiguous lanes.
+      const UOp* row = nullptr;
+      if (reduce && 4 * w <= opts.max_lanes)
+        for (const UOp* r : outputs)
+          if (r != lane_loop && const_end(r) > 0 && const_end(r) % 4 == 0) row = r;
+      if (row) {
+        auto s = split_range(g, k, row, 4, AxisType::Upcast);
+        if (!s.ok()) return s.status();
+        k = *s;
+      }
       auto s = split_range(g, k, lane_loop, w, AxisType::Upcast);
       if (!s.ok()) return s.status();
       k = *s;
-      if (reduce && 4 * w <= opts.max_lanes) {
-        // A second output loop (a row of the tile) shares each loaded vector of the first.
-        for (const UOp* r : outputs)
-          if (r != lane_loop && const_end(r) > 0 && const_end(r) % 4 == 0) {
-            auto s2 = split_range(g, k, r, 4, AxisType::Upcast);
-            if (!s2.ok()) return s2.status();
-            k = *s2;
-            break;
-          }
-      }
+      if (row) k = outermost_first(g, k, lane_loop->arg_as<RangeArg>().axis_id);
     } else if (reduce && outputs.empty()) {
       const UOp* kr = closed_ranges(reduce).back();
       int64_t w = std::min<int64_t>(4 * width, opts.max_lanes);

@@ -185,7 +185,7 @@ TEST(Lowering, BoundsProofRefusesOutOfBoundsKernel) {
     return g.make(Op::SINK, dtypes::void_, {st}, KernelInfoArg{true, "k"});
   };
   const UOp* past = g.alu(Op::ADD, {r, g.idx(1)});  // reads in[16] on the last iteration
-  absl::Status s = check_bounds(*lower_reduce(g, kernel(past, nullptr)));
+  absl::Status s = check_bounds(g, *lower_reduce(g, kernel(past, nullptr)));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("bounds.unproven"), std::string::npos) << s;
   // The pipeline refuses it too, before anything is compiled.
@@ -193,8 +193,8 @@ TEST(Lowering, BoundsProofRefusesOutOfBoundsKernel) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_FALSE(lower_for_cpu(g, plan->kernels[0].kernel).ok());
   // Under a gate that implies the bound, the same access is proven safe.
-  EXPECT_TRUE(check_bounds(*lower_reduce(g, kernel(past, g.alu(Op::CMPLT, {past, g.idx(16)})))).ok());
-  EXPECT_TRUE(check_bounds(*lower_reduce(g, kernel(r, nullptr))).ok());
+  EXPECT_TRUE(check_bounds(g, *lower_reduce(g, kernel(past, g.alu(Op::CMPLT, {past, g.idx(16)})))).ok());
+  EXPECT_TRUE(check_bounds(g, *lower_reduce(g, kernel(r, nullptr))).ok());
 }
 
 }  // namespace
