@@ -88,6 +88,13 @@ absl::flat_hash_map<const UOp*, Bounds> assumptions(const UOp* gate) {
       }
     } else if (x->op() == Op::NEG) {
       narrow(x->src(0), -nb.second, -nb.first);
+    } else if (x->op() == Op::IDIV) {
+      // For x >= 0 and c > 0, x // c in [lo, hi] means x in [lo*c, hi*c + c - 1].
+      const ConstValue* k = x->src(1)->const_value();
+      if (k && k->to_int() > 0 && k->to_int() < (int64_t{1} << 20) && current(x->src(0)).first >= 0 && nb.first >= 0) {
+        int64_t c = k->to_int();
+        narrow(x->src(0), nb.first * c, nb.second * c + c - 1);
+      }
     }
   }
   return out;
@@ -145,7 +152,13 @@ absl::Status check_bounds(Graph& g, const UOp* kernel) {
       if (auto a = affine_bounds(g, idx); a && fits(*a)) continue;
     }
     if (gate && !fits(b)) {
-      ValueRange under_gate(assumptions(gate));
+      // A gate that can never hold guards an access that never happens.
+      if (const ConstValue* k = gate->const_value(); k && !k->as_bool()) continue;
+      auto assumed = assumptions(gate);
+      bool impossible = false;
+      for (auto& [x, range] : assumed) impossible |= range.first > range.second;
+      if (impossible) continue;
+      ValueRange under_gate(std::move(assumed));
       b = under_gate(idx);
     }
     if (b.first < 0 || b.second > size - width)
