@@ -287,8 +287,22 @@ class Lower {
       case Op::LOG2: return from_wide(intr(Intr::log2, to_f32(a[0], s)), s);
       case Op::SIN: return from_wide(intr(Intr::sin, to_f32(a[0], s)), s);
       case Op::POW: return from_wide(intr(Intr::pow, to_f32(a[0], s), to_f32(a[1], s)), s);
-      case Op::MAX: return from_wide(intr(Intr::maximum, to_f32(a[0], s), to_f32(a[1], s)), s);
-      case Op::MIN: return from_wide(intr(Intr::minimum, to_f32(a[0], s), to_f32(a[1], s)), s);
+      case Op::MAX: case Op::MIN: {
+        Value* x = to_f32(a[0], s);
+        Value* y = to_f32(a[1], s);
+        if (s != Scalar::Float16) return from_wide(intr(op == Op::MAX ? Intr::maximum : Intr::minimum, x, y), s);
+        // LLVM 19 narrows fpext/maximum/fptrunc to llvm.maximum on half vectors, whose
+        // x86 lowering without avx512fp16 returns 0 for maximum(0, NaN). Spelled out with
+        // compares and selects, the NaN and signed-zero rules of eval.h hold.
+        Value* nan = llvm::ConstantFP::getNaN(x->getType());
+        Value* unordered = b_.CreateFCmpUNO(x, y);
+        Value* x_wins = op == Op::MAX ? b_.CreateFCmpOGT(x, y) : b_.CreateFCmpOLT(x, y);
+        Value* tie = b_.CreateFCmpOEQ(x, y);  // only zeros of either sign can tie unequal bits
+        Value* x_negative = b_.CreateICmpSLT(b_.CreateBitCast(x, shaped(x, b_.getInt32Ty())), ci(x, b_.getInt32Ty(), 0));
+        Value* tie_pick = op == Op::MAX ? b_.CreateSelect(x_negative, y, x) : b_.CreateSelect(x_negative, x, y);
+        Value* r = b_.CreateSelect(x_wins, x, b_.CreateSelect(tie, tie_pick, y));
+        return from_wide(b_.CreateSelect(unordered, nan, r), s);
+      }
       case Op::CMPLT: return b_.CreateFCmpOLT(to_f32(a[0], s), to_f32(a[1], s));
       case Op::CMPNE: return b_.CreateFCmpUNE(to_f32(a[0], s), to_f32(a[1], s));
       case Op::CMPEQ: return b_.CreateFCmpOEQ(to_f32(a[0], s), to_f32(a[1], s));

@@ -130,6 +130,32 @@ std::optional<Bounds> affine_bounds(Graph& g, const UOp* idx) {
   return Bounds{vr.vmin(*lo), vr.vmax(*hi)};
 }
 
+// Bounds of `idx` through a gated expression g in [lo, hi]: when idx = a*g + rest for a
+// constant a (checked through the loop variables' coefficients, e.g. idx = 8*r1 + 48*r2
+// and g = r1 + 6*r2 give a = 8), idx lies in a*[lo, hi] + bounds(rest). This keeps the
+// relation a RESHAPE makes between a padded axis and the flat index.
+std::optional<Bounds> bounds_through(Graph& g, const UOp* idx, const UOp* gexpr, Bounds range,
+                                     ValueRange& under_gate) {
+  std::optional<int64_t> a;
+  for (const UOp* r : toposort(gexpr)) {
+    if (r->op() != Op::RANGE) continue;
+    auto gc = affine_coeff(gexpr, r), ic = affine_coeff(idx, r);
+    if (gc && ic && *gc != 0 && *ic % *gc == 0) {
+      a = *ic / *gc;
+      break;
+    }
+  }
+  if (!a || *a == 0 || range.first < -(int64_t{1} << 40) || range.second > (int64_t{1} << 40) ||
+      *a < -(int64_t{1} << 20) || *a > (int64_t{1} << 20))
+    return std::nullopt;
+  auto rest = simplify(g, g.alu(Op::ADD, {idx, g.alu(Op::MUL, {gexpr, g.cnst_int(gexpr->dtype(), -*a)})}));
+  if (!rest.ok()) return std::nullopt;
+  Bounds rb = under_gate(*rest);
+  if (rb.first < -(int64_t{1} << 60) || rb.second > (int64_t{1} << 60)) return std::nullopt;
+  int64_t x = *a * range.first, y = *a * range.second;
+  return Bounds{rb.first + std::min(x, y), rb.second + std::max(x, y)};
+}
+
 absl::Status check_bounds(Graph& g, const UOp* kernel) {
   ValueRange plain;
   for (const UOp* u : toposort(kernel)) {
@@ -158,8 +184,14 @@ absl::Status check_bounds(Graph& g, const UOp* kernel) {
       bool impossible = false;
       for (auto& [x, range] : assumed) impossible |= range.first > range.second;
       if (impossible) continue;
-      ValueRange under_gate(std::move(assumed));
+      ValueRange under_gate(assumed);
       b = under_gate(idx);
+      if (!fits(b)) {
+        bool proven = false;
+        for (auto& [gexpr, range] : assumed)
+          if (auto t = bounds_through(g, idx, gexpr, range, under_gate); t && fits(*t)) proven = true;
+        if (proven) continue;
+      }
     }
     if (b.first < 0 || b.second > size - width)
       return absl::InvalidArgumentError(
