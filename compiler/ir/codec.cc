@@ -321,4 +321,11 @@ absl::Status write_graph_file(const std::string& path, const UOp* root, const Na
   return absl::OkStatus();
 }
 
+void quiet_protobuf_logs() {
+  google::protobuf::SetLogHandler([](google::protobuf::LogLevel level, const char* file, int line,
+                                     const std::string& message) {
+    if (level >= google::protobuf::LOGLEVEL_FATAL) fprintf(stderr, "[protobuf %s:%d] %s\n", file, line, message.c_str());
+  });
+}
+
 }  // namespace uop

@@ -27,6 +27,12 @@
 
 namespace uop::v1 {
 class Graph;
+// Protobuf logs an ERROR line for every string field with invalid UTF-8 it parses; with
+// input from the network that is a log flood anyone can trigger. Servers and fuzzers call
+// this once at startup: such messages are dropped (decoding still refuses the input, with
+// a status), fatal ones still print.
+void quiet_protobuf_logs();
+
 }  // namespace uop::v1
 
 namespace uop {
@@ -71,5 +77,11 @@ absl::StatusOr<DecodedGraph> read_graph_file(const std::string& path, const Deco
 // ".json" writes pretty JSON, anything else binary. The file is replaced atomically (written
 // under a temporary name, then renamed).
 absl::Status write_graph_file(const std::string& path, const UOp* root, const Names& names = {});
+
+// Protobuf logs an ERROR line for every string field with invalid UTF-8 it parses; with
+// input from the network that is a log flood anyone can trigger. Servers and fuzzers call
+// this once at startup: such messages are dropped (decoding still refuses the input, with
+// a status), fatal ones still print.
+void quiet_protobuf_logs();
 
 }  // namespace uop

@@ -40,6 +40,11 @@ void exercise(const absl::StatusOr<uop::DecodedGraph>& g) {
 
 }  // namespace
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  uop::quiet_protobuf_logs();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   uop::DecodeLimits limits;
   limits.max_nodes = 1 << 15;
