@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "compiler/ir/eval.h"
 #include "compiler/ir/shape.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/passes/bounds.h"
@@ -42,6 +43,28 @@ void trace(const PipelineOptions& o, std::string_view stage, std::string_view ke
   if (o.trace) o.trace(stage, kernel, ir);
 }
 
+// The value of a dim with every DEFINE_VAR at its bound value.
+absl::StatusOr<int64_t> eval_dim(const UOp* d, const std::vector<std::pair<const UOp*, int64_t>>& vars) {
+  if (auto c = const_dim(d)) return *c;
+  absl::flat_hash_map<const UOp*, int64_t> val;
+  for (const UOp* u : toposort(d)) {
+    if (const ConstValue* c = u->const_value()) { val[u] = c->to_int(); continue; }
+    if (u->op() == Op::BIND) { val[u] = u->src(1)->const_value()->to_int(); continue; }
+    if (u->op() == Op::DEFINE_VAR) {
+      auto it = std::find_if(vars.begin(), vars.end(), [&](const auto& p) { return p.first == u; });
+      if (it == vars.end()) return absl::InvalidArgumentError(cat("variable ", u->arg_as<DefineVarArg>().name, " is not bound [plan.var]"));
+      val[u] = it->second;
+      continue;
+    }
+    std::vector<ConstValue> args;
+    for (const UOp* s : u->src()) args.push_back(ConstValue::Int(val.at(s)));
+    auto r = is_alu(u->op()) ? eval_alu(u->op(), Scalar::Index, args) : std::nullopt;
+    if (!r) return absl::InvalidArgumentError(cat("a dim cannot be computed from ", op_name(u->op()), " [plan.dim]"));
+    val[u] = r->to_int();
+  }
+  return val.at(d);
+}
+
 // A graph that is one kernel already: its PARAMs are its buffers, by slot.
 absl::StatusOr<Plan> plan_kernel(Graph& g, const UOp* root, const PipelineOptions& opts) {
   Plan plan;
@@ -61,6 +84,7 @@ absl::StatusOr<Plan> plan_kernel(Graph& g, const UOp* root, const PipelineOption
     if (kp.buffers[i]->arg_as<ParamArg>().slot != static_cast<int64_t>(i))
       return absl::InvalidArgumentError(cat("kernel: PARAM slots must be 0..", kp.buffers.size() - 1,
                                             " with none repeated; slot ", i, " is missing or taken twice [plan.slots]"));
+  for (const UOp* p : kp.buffers) plan.output_shapes.push_back({p->arg_as<ParamArg>().size});
   plan.kernels.push_back(std::move(kp));
   plan.schedule = *body;
   return plan;
@@ -89,6 +113,17 @@ absl::StatusOr<Plan> plan_graph(Graph& g, const UOp* root, const PipelineOptions
   trace(opts, "split_kernels", "", sched->root);
 
   Plan plan;
+  for (const UOp* out : root->src()) {
+    auto shape = shapes.shape(out);
+    if (!shape.ok()) return shape.status();
+    std::vector<int64_t> dims;
+    for (const UOp* d : **shape) {
+      auto v = eval_dim(d, sched->var_values);
+      if (!v.ok()) return v.status();
+      dims.push_back(*v);
+    }
+    plan.output_shapes.push_back(std::move(dims));
+  }
   plan.outputs = sched->outputs;
   plan.intermediates = sched->intermediates;
   plan.var_values = sched->var_values;

@@ -43,6 +43,9 @@ struct KernelPlan {
 struct Plan {
   std::vector<KernelPlan> kernels;            // in execution order
   std::vector<const UOp*> outputs;            // the BUFFER of each output (tensor level)
+  // The shape of each output at the bound variable values (tensor level); at kernel
+  // level, every PARAM by slot is an output of its size.
+  std::vector<std::vector<int64_t>> output_shapes;
   std::vector<const UOp*> intermediates;      // buffers only kernels use
   std::vector<std::pair<const UOp*, int64_t>> var_values;  // DEFINE_VAR -> bound value
   const UOp* schedule = nullptr;              // SINK(CALL...): the plan as IR

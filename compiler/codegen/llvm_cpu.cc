@@ -588,6 +588,22 @@ CpuTarget CpuTarget::host() {
 
 std::string CpuTarget::id() const { return cat(triple, "/", cpu, "/", features); }
 
+int CpuTarget::vector_bits() const {
+  auto has = [&](const std::string& f) {
+    std::string tag = "+" + f;
+    size_t at = features.find(tag);
+    while (at != std::string::npos) {
+      size_t end = at + tag.size();
+      if (end == features.size() || features[end] == ',') return true;
+      at = features.find(tag, end);
+    }
+    return false;
+  };
+  if (has("avx512f")) return 512;
+  if (has("avx2") || has("avx")) return 256;
+  return 128;
+}
+
 std::string compiler_build_id() { return cat("uopd-llvm-cpu/", kBackendVersion, " llvm-", LLVM_VERSION_STRING); }
 
 absl::StatusOr<CpuArtifact> compile_cpu(const UOp* linear, const CpuTarget& target,

@@ -45,6 +45,8 @@ struct CpuTarget {
   static CpuTarget host();
   // One string naming the target in cache keys.
   std::string id() const;
+  // Width of the vector registers in bits: 512 with AVX-512, 256 with AVX / AVX2, else 128.
+  int vector_bits() const;
   bool operator==(const CpuTarget&) const = default;
 };
 

@@ -6,7 +6,6 @@
 
 #include "absl/container/node_hash_map.h"
 #include "compiler/ir/eval.h"
-#include "compiler/ir/shape.h"
 #include "compiler/support/strings.h"
 
 namespace uop {
@@ -18,41 +17,10 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 int default_threads(int n) { return n > 0 ? n : std::max(1u, std::thread::hardware_concurrency()); }
 
-// The value of an index expression with every DEFINE_VAR at its bound value.
-absl::StatusOr<int64_t> eval_dim(const UOp* d, const absl::flat_hash_map<const UOp*, int64_t>& vars) {
-  if (auto c = const_dim(d)) return *c;
-  absl::flat_hash_map<const UOp*, int64_t> val;
-  for (const UOp* u : toposort(d)) {
-    if (auto* c = u->const_value()) { val[u] = c->to_int(); continue; }
-    if (u->op() == Op::BIND) { val[u] = u->src(1)->const_value()->to_int(); continue; }
-    if (u->op() == Op::DEFINE_VAR) {
-      auto it = vars.find(u);
-      if (it == vars.end()) return absl::InvalidArgumentError(cat("variable ", u->arg_as<DefineVarArg>().name, " is not bound"));
-      val[u] = it->second;
-      continue;
-    }
-    if (!is_alu(u->op())) return absl::InvalidArgumentError(cat("a dim cannot be computed from ", op_name(u->op())));
-    std::vector<ConstValue> args;
-    for (const UOp* s : u->src()) args.push_back(ConstValue::Int(val.at(s)));
-    auto r = eval_alu(u->op(), Scalar::Index, args);
-    if (!r) return absl::InvalidArgumentError(cat("a dim cannot be computed from ", op_name(u->op())));
-    val[u] = r->to_int();
-  }
-  return val.at(d);
-}
-
 }  // namespace
 
-int vector_bits_of(const CpuTarget& t) {
-  auto has = [&](std::string_view f) { return t.features.find(cat("+", f, ",")) != std::string::npos ||
-                                             t.features.size() >= f.size() + 1 && t.features.ends_with(cat("+", f)); };
-  if (has("avx512f")) return 512;
-  if (has("avx2") || has("avx")) return 256;
-  return 128;
-}
-
 LocalRunner::LocalRunner(int threads, CpuTarget target)
-    : target_(std::move(target)), pool_(default_threads(threads)), vector_bits_(vector_bits_of(target_)) {}
+    : target_(std::move(target)), pool_(default_threads(threads)), vector_bits_(target_.vector_bits()) {}
 
 absl::StatusOr<const CpuProgram*> LocalRunner::program(Graph& g, const KernelPlan& k, KernelReport* report) {
   report->name = k.name;
@@ -104,10 +72,8 @@ absl::StatusOr<std::vector<HostTensor>> LocalRunner::run(Graph& g, const UOp* ro
     return &mem.emplace(b, HostTensor::zeros(dt.scalar, {size})).first->second;
   };
   absl::flat_hash_map<std::string, int64_t> var_by_name;
-  absl::flat_hash_map<const UOp*, int64_t> var_by_node;
   for (auto& [v, value] : plan->var_values) {
     var_by_name[v->arg_as<DefineVarArg>().name] = value;
-    var_by_node[v] = value;
   }
 
   for (const KernelPlan& k : plan->kernels) {
@@ -139,20 +105,11 @@ absl::StatusOr<std::vector<HostTensor>> LocalRunner::run(Graph& g, const UOp* ro
     }
     return out;
   }
-  ShapeInference shapes(g);
   for (size_t i = 0; i < plan->outputs.size(); ++i) {
     auto buf = buffer_for(plan->outputs[i]);
     if (!buf.ok()) return buf.status();
-    auto shape = shapes.shape(root->src(i));
-    if (!shape.ok()) return shape.status();
-    std::vector<int64_t> dims;
-    for (const UOp* d : **shape) {
-      auto v = eval_dim(d, var_by_node);
-      if (!v.ok()) return v.status();
-      dims.push_back(*v);
-    }
     HostTensor t = **buf;
-    t.shape = dims;
+    t.shape = plan->output_shapes[i];
     t.data.resize(static_cast<size_t>(t.numel()) * t.itemsize());
     out.push_back(std::move(t));
   }

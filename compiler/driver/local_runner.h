@@ -27,9 +27,6 @@ struct KernelReport {
   KernelAbi abi;
 };
 
-// The width of the target's vector registers in bits, from its feature string.
-int vector_bits_of(const CpuTarget& t);
-
 class LocalRunner {
  public:
   explicit LocalRunner(int threads = 0 /* 0: the hardware's */, CpuTarget target = CpuTarget::host());

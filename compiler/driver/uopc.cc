@@ -148,7 +148,7 @@ std::optional<DecodedGraph> load(const std::string& path, const Args& a, int* rc
 
 PipelineOptions pipeline_options(const Args& a, const DecodedGraph& g) {
   PipelineOptions o;
-  o.vector_bits = vector_bits_of(CpuTarget::host());
+  o.vector_bits = CpuTarget::host().vector_bits();
   o.allow_custom = a.has("allow-custom");
   o.index = &g.index;
   return o;

@@ -111,6 +111,17 @@ const UOp* substitute(Graph& g, const UOp* root, const absl::flat_hash_map<const
   return done.at(root);
 }
 
+const UOp* clone_into(Graph& dst, const UOp* root) {
+  absl::flat_hash_map<const UOp*, const UOp*> done;
+  std::vector<const UOp*> src;
+  for (const UOp* u : toposort(root)) {
+    src.clear();
+    for (const UOp* s : u->src()) src.push_back(done.at(s));
+    done.emplace(u, dst.make(u->op(), u->dtype(), src, u->arg()));
+  }
+  return done.at(root);
+}
+
 NodeIndex index_by_toposort(const UOp* root) {
   NodeIndex index;
   auto order = toposort(root);

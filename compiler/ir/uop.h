@@ -162,6 +162,10 @@ inline std::vector<const UOp*> toposort(const UOp* root) { return toposort(std::
 // not look inside replaced nodes. Unchanged parts come back as themselves. Iterative.
 const UOp* substitute(Graph& g, const UOp* root, const absl::flat_hash_map<const UOp*, const UOp*>& replace);
 
+// The same structure rebuilt in `dst` (another Graph): for handing a subgraph to another
+// thread, since a Graph is used by one thread at a time. Iterative.
+const UOp* clone_into(Graph& dst, const UOp* root);
+
 // The index by which messages name a node: its position on the wire for decoded graphs
 // (codec.h), its position in toposort() for graphs built in memory.
 using NodeIndex = absl::flat_hash_map<const UOp*, uint32_t>;
