@@ -1,0 +1,77 @@
+// CompileCache: the tiers of the compile cache put together (memory -> disk -> redis, in
+// the order given). A lookup tries each tier; a hit in a lower tier is copied into the
+// tiers above it. Concurrent misses of one key wait on one compile (singleflight), whose
+// artifact is stored in every tier. A tier that fails or holds a corrupt entry is counted
+// and skipped: it costs a compile, never a wrong artifact.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/cache/cache_tier.h"
+#include "server/cache/singleflight.h"
+
+namespace uop {
+
+enum class CacheOutcome { Hit, Miss, Coalesced };
+std::string_view cache_outcome_name(CacheOutcome o);  // "hit", "miss", "coalesced"
+
+struct CacheResult {
+  std::string value;
+  CacheOutcome outcome;
+  std::string tier;  // the tier that hit (for Hit); empty otherwise
+};
+
+struct TierStats {
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t errors = 0;  // failed lookups and corrupt entries; each also counts as a miss
+                        // for the request, but not in `misses`
+  uint64_t puts = 0;
+  uint64_t put_errors = 0;
+};
+
+class CompileCache {
+ public:
+  // Called for every tier error, on the requesting thread, with no lock held; for logs.
+  using ErrorListener = std::function<void(std::string_view tier, const absl::Status&)>;
+
+  explicit CompileCache(std::vector<std::unique_ptr<CacheTier>> tiers,
+                        ErrorListener on_error = nullptr);
+
+  // `key` must be a cache key (64 lowercase hex), else INVALID_ARGUMENT. On a miss in
+  // every tier `compute` runs once for all concurrent callers of the key: the leader gets
+  // Miss, the others Coalesced. A compute error is returned to every waiter and nothing is
+  // stored.
+  absl::StatusOr<CacheResult> get_or_compute(
+      std::string_view key, const std::function<absl::StatusOr<std::string>()>& compute);
+
+  std::vector<std::pair<std::string, TierStats>> stats() const;  // per tier, in order
+  uint64_t computes() const { return computes_.load(); }
+  uint64_t compute_errors() const { return compute_errors_.load(); }
+  uint64_t coalesced() const { return coalesced_.load(); }
+  const std::vector<std::unique_ptr<CacheTier>>& tiers() const { return tiers_; }
+
+ private:
+  struct Counters {
+    std::atomic<uint64_t> hits{0}, misses{0}, errors{0}, puts{0}, put_errors{0};
+  };
+  void put_into(size_t tier, std::string_view key, std::string_view value);
+  void tier_error(size_t tier, const absl::Status& status);
+
+  std::vector<std::unique_ptr<CacheTier>> tiers_;
+  std::vector<Counters> counters_;  // parallel to tiers_
+  ErrorListener on_error_;
+  Singleflight<absl::StatusOr<std::string>> flights_;
+  std::atomic<uint64_t> computes_{0};
+  std::atomic<uint64_t> compute_errors_{0};
+  std::atomic<uint64_t> coalesced_{0};
+};
+
+}  // namespace uop

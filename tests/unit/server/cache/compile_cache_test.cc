@@ -1,0 +1,287 @@
+#include "server/cache/compile_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <fstream>
+#include <thread>
+
+#include "server/cache/disk_tier.h"
+#include "server/cache/memory_tier.h"
+#include "server/cache/redis_tier.h"
+#include "tests/unit/server/cache/test_util.h"
+
+namespace uop {
+namespace {
+
+using testing::key_of;
+using testing::RedisServer;
+using testing::ScratchDir;
+
+// A tier that fails every call, standing for a broken remote or an unreadable disk.
+class FailingTier : public CacheTier {
+ public:
+  std::string_view name() const override { return "failing"; }
+  absl::StatusOr<std::optional<std::string>> get(std::string_view) override {
+    return absl::UnavailableError("failing tier: get");
+  }
+  absl::Status put(std::string_view, std::string_view) override {
+    return absl::UnavailableError("failing tier: put");
+  }
+};
+
+std::vector<std::unique_ptr<CacheTier>> memory_and_disk(const std::string& dir) {
+  std::vector<std::unique_ptr<CacheTier>> tiers;
+  tiers.push_back(std::make_unique<MemoryTier>(1 << 20));
+  tiers.push_back(std::make_unique<DiskTier>(dir, 1 << 20));
+  return tiers;
+}
+
+TierStats stats_of(const CompileCache& c, std::string_view tier) {
+  for (auto& [name, s] : c.stats())
+    if (name == tier) return s;
+  ADD_FAILURE() << "no tier " << tier;
+  return {};
+}
+
+TEST(CompileCache, SixteenConcurrentMissesCompileOnce) {
+  ScratchDir d;
+  CompileCache cache(memory_and_disk(d.path()));
+  constexpr int kThreads = 16;
+  std::atomic<int> arrived{0}, compiles{0};
+  auto compile = [&]() -> absl::StatusOr<std::string> {
+    ++compiles;
+    // Hold the compile until every caller has asked, so all of them overlap with it.
+    while (arrived.load() < kThreads) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    return std::string("the artifact");
+  };
+  std::string key = key_of("cold kernel");
+  std::vector<absl::StatusOr<CacheResult>> results(kThreads);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i)
+    threads.emplace_back([&, i] {
+      ++arrived;
+      results[i] = cache.get_or_compute(key, compile);
+    });
+  for (auto& t : threads) t.join();
+
+  EXPECT_EQ(compiles.load(), 1);
+  EXPECT_EQ(cache.computes(), 1u);
+  EXPECT_EQ(cache.coalesced(), 15u);
+  int misses = 0, coalesced = 0;
+  for (auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->value, "the artifact");
+    misses += r->outcome == CacheOutcome::Miss;
+    coalesced += r->outcome == CacheOutcome::Coalesced;
+  }
+  EXPECT_EQ(misses, 1);
+  EXPECT_EQ(coalesced, 15);
+  EXPECT_EQ(stats_of(cache, "memory").puts, 1u);
+  EXPECT_EQ(stats_of(cache, "disk").puts, 1u);
+
+  auto again = cache.get_or_compute(key, compile);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->outcome, CacheOutcome::Hit);
+  EXPECT_EQ(again->tier, "memory");
+  EXPECT_EQ(compiles.load(), 1);
+}
+
+TEST(CompileCache, ComputeErrorReachesEveryWaiterAndIsNotStored) {
+  ScratchDir d;
+  CompileCache cache(memory_and_disk(d.path()));
+  std::atomic<int> arrived{0}, compiles{0};
+  auto failing = [&]() -> absl::StatusOr<std::string> {
+    ++compiles;
+    while (arrived.load() < 4) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return absl::InvalidArgumentError("kernel does not compile");
+  };
+  std::string key = key_of("bad kernel");
+  std::vector<absl::StatusOr<CacheResult>> results(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] {
+      ++arrived;
+      results[i] = cache.get_or_compute(key, failing);
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(compiles.load(), 1);
+  for (auto& r : results) {
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.status().message(), "kernel does not compile");
+  }
+  EXPECT_EQ(cache.compute_errors(), 1u);
+  EXPECT_EQ(stats_of(cache, "memory").puts, 0u);
+  EXPECT_EQ(stats_of(cache, "disk").puts, 0u);
+
+  // Nothing was cached: the next call compiles again.
+  auto ok = cache.get_or_compute(key, [] { return absl::StatusOr<std::string>("fixed"); });
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->outcome, CacheOutcome::Miss);
+}
+
+TEST(CompileCache, RestartHitsDiskAndPromotesToMemory) {
+  ScratchDir d;
+  std::string key = key_of("kernel");
+  int compiles = 0;
+  auto compile = [&]() -> absl::StatusOr<std::string> {
+    ++compiles;
+    return std::string("artifact");
+  };
+  {
+    CompileCache first(memory_and_disk(d.path()));
+    auto r = first.get_or_compute(key, compile);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->outcome, CacheOutcome::Miss);
+  }
+  // A restarted server: empty memory, the same disk.
+  auto tiers = memory_and_disk(d.path());
+  auto* memory = static_cast<MemoryTier*>(tiers[0].get());
+  CompileCache cache(std::move(tiers));
+  auto r = cache.get_or_compute(key, compile);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->outcome, CacheOutcome::Hit);
+  EXPECT_EQ(r->tier, "disk");
+  EXPECT_EQ(r->value, "artifact");
+  EXPECT_EQ(memory->entries(), 1u);  // promoted
+  EXPECT_EQ(stats_of(cache, "memory").misses, 1u);
+  EXPECT_EQ(stats_of(cache, "memory").puts, 1u);
+  EXPECT_EQ(stats_of(cache, "disk").hits, 1u);
+
+  r = cache.get_or_compute(key, compile);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->tier, "memory");
+  EXPECT_EQ(compiles, 1);
+}
+
+TEST(CompileCache, CorruptDiskEntryIsRecompiledAndCounted) {
+  ScratchDir d;
+  std::string key = key_of("kernel");
+  int compiles = 0;
+  auto compile = [&]() -> absl::StatusOr<std::string> {
+    ++compiles;
+    return std::string(4096, 'a');
+  };
+  {
+    CompileCache first(memory_and_disk(d.path()));
+    ASSERT_TRUE(first.get_or_compute(key, compile).ok());
+  }
+  std::string path = DiskTier(d.path(), 1 << 20).path_for(key);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(cache_entry::kHeaderSize + 100);
+    f.put('b');
+  }
+  std::vector<std::string> errors;
+  CompileCache cache(memory_and_disk(d.path()), [&](std::string_view tier, const absl::Status& s) {
+    errors.push_back(cat(tier, ": ", s.ToString()));
+  });
+  auto r = cache.get_or_compute(key, compile);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->outcome, CacheOutcome::Miss);
+  EXPECT_EQ(r->value, std::string(4096, 'a'));  // never the corrupt bytes
+  EXPECT_EQ(compiles, 2);
+  EXPECT_EQ(stats_of(cache, "disk").errors, 1u);
+  EXPECT_EQ(stats_of(cache, "disk").puts, 1u);  // the fresh artifact replaced it
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_TRUE(errors[0].starts_with("disk: DATA_LOSS")) << errors[0];
+  EXPECT_NE(errors[0].find(key), std::string::npos);
+
+  // The rewritten entry is good: another restart hits it.
+  CompileCache after(memory_and_disk(d.path()));
+  r = after.get_or_compute(key, compile);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->tier, "disk");
+  EXPECT_EQ(r->value, std::string(4096, 'a'));
+  EXPECT_EQ(compiles, 2);
+}
+
+TEST(CompileCache, FailingTierIsCountedAndSkipped) {
+  ScratchDir d;
+  std::vector<std::unique_ptr<CacheTier>> tiers;
+  tiers.push_back(std::make_unique<MemoryTier>(1 << 20));
+  tiers.push_back(std::make_unique<FailingTier>());
+  tiers.push_back(std::make_unique<DiskTier>(d.path(), 1 << 20));
+  CompileCache cache(std::move(tiers));
+  int compiles = 0;
+  auto compile = [&]() -> absl::StatusOr<std::string> {
+    ++compiles;
+    return std::string("artifact");
+  };
+  auto r = cache.get_or_compute(key_of("k"), compile);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->outcome, CacheOutcome::Miss);
+  TierStats f = stats_of(cache, "failing");
+  EXPECT_EQ(f.errors, 1u);
+  EXPECT_EQ(f.put_errors, 1u);
+  EXPECT_EQ(stats_of(cache, "disk").misses, 1u);
+  EXPECT_EQ(stats_of(cache, "disk").puts, 1u);
+
+  // A hit below the failing tier is found through it and promoted above it.
+  auto* disk = static_cast<DiskTier*>(cache.tiers()[2].get());
+  ASSERT_TRUE(disk->put(key_of("only on disk"), "from disk").ok());
+  r = cache.get_or_compute(key_of("only on disk"), compile);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->tier, "disk");
+  EXPECT_EQ(r->value, "from disk");
+  EXPECT_EQ(stats_of(cache, "failing").errors, 2u);
+  EXPECT_EQ(stats_of(cache, "failing").put_errors, 2u);
+  EXPECT_EQ(compiles, 1);
+  EXPECT_EQ(cache.stats()[0].first, "memory");
+}
+
+TEST(CompileCache, InvalidKeyIsRefusedWithoutCompiling) {
+  CompileCache cache({});
+  bool called = false;
+  auto r = cache.get_or_compute("not a digest", [&]() -> absl::StatusOr<std::string> {
+    called = true;
+    return std::string();
+  });
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(called);
+}
+
+TEST(CompileCache, NoTiersStillCoalesces) {
+  CompileCache cache({});
+  auto r = cache.get_or_compute(key_of("k"), [] { return absl::StatusOr<std::string>("v"); });
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->outcome, CacheOutcome::Miss);
+  EXPECT_EQ(cache.computes(), 1u);
+}
+
+TEST(CompileCache, TwoServersWithSeparateDisksShareOneRedis) {
+  if (!RedisServer::installed()) GTEST_SKIP() << testing::kRedisServer << " is not installed";
+  RedisServer redis;
+  ASSERT_TRUE(redis.start());
+  ScratchDir da, db;
+  auto server = [&](const ScratchDir& d) {
+    auto tiers = memory_and_disk(d.path());
+    tiers.push_back(std::make_unique<RedisTier>("127.0.0.1", redis.port(), 500));
+    return std::make_unique<CompileCache>(std::move(tiers));
+  };
+  auto a = server(da), b = server(db);
+  int compiles = 0;
+  auto compile = [&]() -> absl::StatusOr<std::string> {
+    ++compiles;
+    return std::string("shared artifact");
+  };
+  auto ra = a->get_or_compute(key_of("kernel"), compile);
+  ASSERT_TRUE(ra.ok());
+  EXPECT_EQ(ra->outcome, CacheOutcome::Miss);
+  EXPECT_EQ(stats_of(*a, "redis").puts, 1u);
+
+  auto rb = b->get_or_compute(key_of("kernel"), compile);
+  ASSERT_TRUE(rb.ok()) << rb.status();
+  EXPECT_EQ(rb->outcome, CacheOutcome::Hit);
+  EXPECT_EQ(rb->tier, "redis");
+  EXPECT_EQ(rb->value, "shared artifact");
+  EXPECT_EQ(compiles, 1);
+  // Promoted into b's own tiers: b's disk now has it too.
+  EXPECT_EQ(stats_of(*b, "disk").puts, 1u);
+  EXPECT_TRUE(DiskTier(db.path(), 1 << 20).get(key_of("kernel"))->has_value());
+}
+
+}  // namespace
+}  // namespace uop
