@@ -1,0 +1,583 @@
+// WorkerPool: starting, watching, restarting and stopping uop-worker processes, and the
+// slots of remote workers. Process rules: only the supervisor thread forks; a child does
+// nothing but async-signal-safe calls before exec; every process started is reaped exactly
+// once, by whoever holds its handle's lock when it exits (the supervisor or on_failure).
+#include "server/workers.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/time/clock.h"
+#include "compiler/support/strings.h"
+#include "server/worker_process.h"
+
+namespace uop {
+
+namespace wv1 = uopd::worker::v1;
+
+namespace {
+
+constexpr absl::Duration kSupervisorTick = absl::Milliseconds(100);
+constexpr absl::Duration kProbeTimeout = absl::Seconds(1);
+constexpr absl::Duration kRemoteProbeEvery = absl::Seconds(2);
+constexpr absl::Duration kStableUptime = absl::Seconds(10);  // a worker up this long resets its backoff
+constexpr absl::Duration kDeathGrace = absl::Seconds(2);     // a closed socket before a reapable exit
+constexpr size_t kMaxStartupLine = 1024;
+
+template <typename... Args>
+void log(const Args&... args) {
+  std::string line = cat("uopd: ", args..., "\n");
+  std::fwrite(line.data(), 1, line.size(), stderr);
+}
+
+absl::Status from_grpc(const grpc::Status& st) {
+  if (st.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
+}
+
+// Codes a dying or unreachable worker produces (gRPC reports a reset connection as
+// UNAVAILABLE, UNKNOWN "Stream removed" or INTERNAL "RST_STREAM", depending on timing).
+bool transport_failure(absl::StatusCode c) {
+  switch (c) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kUnknown:
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kAborted:
+      return true;
+    default:
+      return false;
+  }
+}
+
+struct ProbeResult {
+  absl::Status status;
+  wv1::InfoResponse info;
+};
+
+ProbeResult probe(wv1::Worker::Stub* stub, absl::Duration timeout) {
+  ProbeResult r;
+  if (!stub) {
+    r.status = absl::UnavailableError("no connection");
+    return r;
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  r.status = from_grpc(stub->Info(&ctx, wv1::InfoRequest(), &r.info));
+  return r;
+}
+
+}  // namespace
+
+std::shared_ptr<wv1::Worker::Stub> worker_stub(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(256 << 20);
+  // A fresh channel per process: a dead worker's port may be reused by anyone.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return std::shared_ptr<wv1::Worker::Stub>(wv1::Worker::NewStub(channel));
+}
+
+// ---- WorkerHandle ----
+
+std::string WorkerHandle::address() const {
+  absl::MutexLock lock(&mu_);
+  return address_;
+}
+
+std::string WorkerHandle::state() const {
+  absl::MutexLock lock(&mu_);
+  switch (state_) {
+    case State::Up: return "up";
+    case State::Starting: return "starting";
+    case State::Down: return "down";
+  }
+  return "down";
+}
+
+int64_t WorkerHandle::pid() const {
+  absl::MutexLock lock(&mu_);
+  return pid_;
+}
+
+uint64_t WorkerHandle::restarts() const {
+  absl::MutexLock lock(&mu_);
+  return restarts_;
+}
+
+std::string WorkerHandle::last_error() const {
+  absl::MutexLock lock(&mu_);
+  return last_error_;
+}
+
+std::string WorkerHandle::describe() const {
+  absl::MutexLock lock(&mu_);
+  return describe_locked();
+}
+
+std::string WorkerHandle::describe_locked() const {
+  if (embedded_) return pid_ ? cat("worker ", device_, " (pid ", pid_, ")") : cat("worker ", device_);
+  return cat("worker ", device_, " at ", address_);
+}
+
+std::shared_ptr<wv1::Worker::Stub> WorkerHandle::stub() const {
+  absl::MutexLock lock(&mu_);
+  return state_ == State::Up ? stub_ : nullptr;
+}
+
+uint64_t WorkerHandle::generation() const {
+  absl::MutexLock lock(&mu_);
+  return generation_;
+}
+
+bool WorkerHandle::has_program(const std::string& key) const {
+  absl::MutexLock lock(&mu_);
+  return programs_.contains(key);
+}
+
+void WorkerHandle::note_program(const std::string& key, std::optional<uint64_t> generation) {
+  absl::MutexLock lock(&mu_);
+  if (generation && *generation != generation_) return;  // loaded into a process that is gone
+  programs_.insert(key);
+}
+
+void WorkerHandle::connect_locked(const std::string& address) {
+  address_ = address;
+  stub_ = worker_stub(address);
+  state_ = State::Up;
+  up_since_ = absl::Now();
+}
+
+void WorkerHandle::lose_process_locked(const std::string& why) {
+  ++generation_;
+  programs_.clear();
+  stub_.reset();
+  state_ = State::Down;
+  last_error_ = why;
+  last_death_ = absl::Now();
+}
+
+// ---- WorkerPool ----
+
+WorkerPool::~WorkerPool() { shutdown(); }
+
+std::vector<std::shared_ptr<WorkerHandle>> WorkerPool::handles() const {
+  absl::MutexLock lock(&mu_);
+  return handles_;
+}
+
+bool WorkerPool::stopping() const { return stopping_.load(); }
+
+void WorkerPool::ensure_supervisor_locked() {
+  if (!supervisor_.joinable() && !stopping()) supervisor_ = std::thread([this] { supervise(); });
+}
+
+absl::Status WorkerPool::start_embedded(const WorkerOptions& options) {
+  if (options.worker_binary.empty()) return absl::InvalidArgumentError("no uop-worker binary given");
+  if (options.embedded_cpu_workers < 0) return absl::InvalidArgumentError("a negative number of embedded workers");
+  std::vector<std::shared_ptr<WorkerHandle>> started;
+  {
+    absl::MutexLock lock(&mu_);
+    if (started_ || stopping()) return absl::FailedPreconditionError("the embedded workers were started already");
+    for (const auto& h : handles_)
+      for (int i = 0; i < options.embedded_cpu_workers; ++i)
+        if (h->device() == cat("CPU:", i))
+          return absl::AlreadyExistsError(cat("a remote worker serves ", h->device(), " already"));
+    started_ = true;
+    options_ = options;
+    for (int i = 0; i < options.embedded_cpu_workers; ++i) {
+      std::string device = cat("CPU:", i);
+      auto h = std::make_shared<WorkerHandle>(cat("embedded-", i), device, true);
+      absl::MutexLock hl(&h->mu_);
+      h->backoff_ = options.restart_backoff_min;
+      h->restart_at_ = absl::InfinitePast();  // the supervisor starts it on its first round
+      handles_.push_back(h);
+      started.push_back(h);
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ensure_supervisor_locked();
+  }
+
+  absl::Time deadline = absl::Now() + options.start_timeout + kSupervisorTick * 5;
+  std::vector<std::string> errors;
+  for (const auto& h : started) {
+    absl::MutexLock lock(&h->mu_);
+    auto settled = [&h]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return h->state_ == WorkerHandle::State::Up || h->failed_starts_ > 0;
+    };
+    h->mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
+    if (h->state_ != WorkerHandle::State::Up)
+      errors.push_back(h->last_error_.empty() ? cat("worker ", h->device_, " did not start in time") : h->last_error_);
+  }
+  if (errors.empty()) return absl::OkStatus();
+  shutdown();
+  return absl::UnavailableError(cat("cannot start the embedded workers: ", join(errors, "; ")));
+}
+
+bool WorkerPool::spawn_locked(WorkerHandle& h) {
+  std::vector<std::string> args = {options_.worker_binary, cat("--device=", h.device_), "--listen=127.0.0.1:0",
+                                   "--embedded"};
+  if (options_.threads_per_worker > 0) args.push_back(cat("--threads=", options_.threads_per_worker));
+  args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
+  auto child = spawn_child(args);
+  if (!child.ok()) {
+    ++h.failed_starts_;
+    schedule_restart_locked(h, cat("cannot start worker ", h.device_, ": ", child.status().message()));
+    return false;
+  }
+  h.pid_ = child->pid;
+  h.reaped_ = false;
+  h.stdout_fd_ = child->stdout_fd;
+  h.stdout_buf_.clear();
+  h.state_ = WorkerHandle::State::Starting;
+  h.start_deadline_ = absl::Now() + options_.start_timeout;
+  ++h.starts_;
+  return true;
+}
+
+bool WorkerPool::reap_locked(WorkerHandle& h, bool block) {
+  if (h.reaped_ || h.pid_ <= 0) return false;
+  std::optional<std::string> how = reap_child(static_cast<pid_t>(h.pid_), block);
+  if (!how) return false;  // still running
+  h.reaped_ = true;
+  bool starting = h.state_ == WorkerHandle::State::Starting;
+  std::string why = cat("worker ", h.device_, " (pid ", h.pid_, ") ", *how, starting ? " while starting" : "");
+  if (h.stdout_fd_ >= 0) {
+    close(h.stdout_fd_);
+    h.stdout_fd_ = -1;
+  }
+  if (starting) ++h.failed_starts_;
+  h.pid_ = 0;
+  schedule_restart_locked(h, why);
+  return true;
+}
+
+void WorkerPool::schedule_restart_locked(WorkerHandle& h, const std::string& why) {
+  bool was_up = h.state_ == WorkerHandle::State::Up;
+  absl::Time now = absl::Now();
+  h.lose_process_locked(why);
+  if (stopping()) {
+    h.restart_at_ = absl::InfiniteFuture();
+    return;
+  }
+  // Back off from a worker that keeps dying; one that ran a while starts over quickly.
+  if (was_up && now - h.up_since_ >= kStableUptime) h.backoff_ = options_.restart_backoff_min;
+  absl::Duration wait = h.backoff_;
+  h.backoff_ = std::min(h.backoff_ * 2, options_.restart_backoff_max);
+  h.restart_at_ = now + wait;
+  log(why, "; restarting it in ", absl::ToInt64Milliseconds(wait), " ms");
+}
+
+void WorkerPool::supervise() {
+  while (!stopping()) {
+    std::vector<std::shared_ptr<WorkerHandle>> hs = handles();
+    std::vector<pollfd> fds;
+    std::vector<size_t> owner;
+    for (size_t i = 0; i < hs.size(); ++i) {
+      absl::MutexLock lock(&hs[i]->mu_);
+      if (hs[i]->stdout_fd_ >= 0) {
+        fds.push_back({hs[i]->stdout_fd_, POLLIN, 0});
+        owner.push_back(i);
+      }
+    }
+    // The startup lines wake us early; otherwise this is the ~100 ms reaping tick. A
+    // stale fd (closed meanwhile by on_failure) only causes a harmless extra round.
+    poll(fds.data(), fds.size(), static_cast<int>(absl::ToInt64Milliseconds(kSupervisorTick)));
+    if (stopping()) break;
+    std::vector<bool> readable(hs.size(), false);
+    for (size_t k = 0; k < fds.size(); ++k) readable[owner[k]] = fds[k].revents != 0;
+    absl::Time now = absl::Now();
+    for (size_t i = 0; i < hs.size(); ++i) supervise_one(hs[i], now, readable[i]);
+  }
+}
+
+void WorkerPool::supervise_one(const std::shared_ptr<WorkerHandle>& hp, absl::Time now, bool readable) {
+  WorkerHandle& h = *hp;
+  if (!h.embedded_) {
+    bool due = false;
+    {
+      absl::MutexLock lock(&h.mu_);
+      due = h.state_ == WorkerHandle::State::Down && !h.address_.empty() && now >= h.next_probe_;
+      if (due) h.next_probe_ = now + kRemoteProbeEvery;
+    }
+    if (due) probe_remote(hp);
+    return;
+  }
+  absl::MutexLock lock(&h.mu_);
+  reap_locked(h, false);
+  if (h.state_ == WorkerHandle::State::Starting && h.stdout_fd_ >= 0 && readable) {
+    char buf[512];
+    bool eof = false;
+    for (;;) {
+      ssize_t n = read(h.stdout_fd_, buf, sizeof buf);
+      if (n > 0) {
+        h.stdout_buf_.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      eof = n == 0;
+      break;  // EAGAIN: nothing more for now
+    }
+    auto nl = h.stdout_buf_.find('\n');
+    if (nl != std::string::npos) {
+      std::string line = h.stdout_buf_.substr(0, nl);
+      close(h.stdout_fd_);  // the worker prints nothing else on stdout
+      h.stdout_fd_ = -1;
+      constexpr std::string_view kPrefix = "LISTENING ";
+      if (line.rfind(kPrefix, 0) == 0 && line.size() > kPrefix.size()) {
+        h.connect_locked(line.substr(kPrefix.size()));
+        if (h.starts_ > 1) ++h.restarts_;
+        log(h.describe_locked(), " is up at ", h.address_);
+      } else {
+        kill(static_cast<pid_t>(h.pid_), SIGKILL);
+        int64_t pid = h.pid_;
+        reap_locked(h, true);
+        h.last_error_ = cat("worker ", h.device_, " (pid ", pid, ") printed '", line.substr(0, 200),
+                            "' instead of LISTENING HOST:PORT; killed it");
+      }
+    } else if (eof || h.stdout_buf_.size() > kMaxStartupLine) {
+      // Exiting, or not a uop-worker: reaping or the startup deadline will say which.
+      close(h.stdout_fd_);
+      h.stdout_fd_ = -1;
+    }
+  }
+  if (h.state_ == WorkerHandle::State::Starting && now >= h.start_deadline_) {
+    int64_t pid = h.pid_;
+    kill(static_cast<pid_t>(pid), SIGKILL);
+    reap_locked(h, true);
+    h.last_error_ = cat("worker ", h.device_, " (pid ", pid, ") did not report LISTENING within ",
+                        absl::FormatDuration(options_.start_timeout), "; killed it");
+    log(h.last_error_);
+  }
+  if (h.state_ == WorkerHandle::State::Down && !stopping() && now >= h.restart_at_) spawn_locked(h);
+}
+
+void WorkerPool::probe_remote(const std::shared_ptr<WorkerHandle>& h) {
+  std::string address = h->address();
+  // A fresh channel: the old one may sit in a long reconnect backoff.
+  auto stub = worker_stub(address);
+  ProbeResult r = probe(stub.get(), kProbeTimeout);
+  if (!r.status.ok()) return;
+  absl::MutexLock lock(&h->mu_);
+  if (h->state_ != WorkerHandle::State::Down || h->address_ != address) return;
+  if (r.info.pid() != h->pid_) {
+    ++h->generation_;  // a new process: what the old one held is gone
+    h->programs_.clear();
+    h->pid_ = r.info.pid();
+  }
+  h->connect_locked(address);
+  log(h->describe_locked(), " is reachable again (pid ", h->pid_, ")");
+}
+
+absl::StatusOr<std::string> WorkerPool::register_remote(const std::string& address, const std::string& device) {
+  if (address.empty() || address.find(':') == std::string::npos)
+    return absl::InvalidArgumentError(cat("a worker registers as HOST:PORT, got '", address, "'"));
+  if (device.empty()) return absl::InvalidArgumentError("a worker registers with a device name");
+  if (stopping()) return absl::UnavailableError("the scheduler is shutting down");
+  auto stub = worker_stub(address);
+  ProbeResult r = probe(stub.get(), kProbeTimeout * 3);
+  if (!r.status.ok())
+    return absl::UnavailableError(cat("cannot reach the worker at ", address, ": ", r.status.message()));
+  if (r.info.device() != device)
+    return absl::InvalidArgumentError(
+        cat("the worker at ", address, " serves ", r.info.device(), ", not ", device, " as registered"));
+
+  absl::MutexLock lock(&mu_);
+  std::shared_ptr<WorkerHandle> h;
+  for (const auto& x : handles_)
+    if (x->device() == device) h = x;
+  if (h && h->embedded())
+    return absl::AlreadyExistsError(cat("device ", device, " is served by an embedded worker"));
+  if (!h) {
+    h = std::make_shared<WorkerHandle>(cat("remote-", ++remote_count_), device, false);
+    handles_.push_back(h);
+    ensure_supervisor_locked();  // to probe it again if it ever becomes unreachable
+  }
+  absl::MutexLock hl(&h->mu_);
+  bool same = h->state_ == WorkerHandle::State::Up && h->address_ == address && h->pid_ == r.info.pid();
+  if (!same) {
+    if (h->pid_ != 0) {  // a process served this slot before: its buffers are not ours now
+      ++h->generation_;
+      h->programs_.clear();
+      if (h->pid_ != r.info.pid()) ++h->restarts_;
+    }
+    h->pid_ = r.info.pid();
+    h->address_ = address;
+    h->stub_ = stub;
+    h->state_ = WorkerHandle::State::Up;
+    h->up_since_ = absl::Now();
+    log(h->describe_locked(), " registered (pid ", h->pid_, ", generation ", h->generation_, ")");
+  }
+  return h->id();
+}
+
+absl::StatusOr<std::shared_ptr<WorkerHandle>> WorkerPool::worker_for(const std::string& device, absl::Duration wait) {
+  std::shared_ptr<WorkerHandle> h;
+  std::vector<std::string> known;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& x : handles_) {
+      known.push_back(x->device());
+      if (x->device() == device) h = x;
+    }
+  }
+  if (!h)
+    return absl::UnavailableError(cat("no worker serves device ", device, known.empty() ? std::string(" (there are none)")
+                                                                          : cat(" (devices: ", join(known, ", "), ")")));
+  absl::MutexLock lock(&h->mu_);
+  auto ready = [&h, this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return h->state_ == WorkerHandle::State::Up || stopping();
+  };
+  h->mu_.AwaitWithTimeout(absl::Condition(&ready), wait);
+  if (h->state_ == WorkerHandle::State::Up) return h;
+  return absl::UnavailableError(cat("no worker for device ", device, " is up",
+                                    h->last_error_.empty() ? std::string() : cat(": ", h->last_error_)));
+}
+
+absl::Status WorkerPool::on_failure(const std::shared_ptr<WorkerHandle>& w, const absl::Status& rpc_status,
+                                    std::optional<uint64_t> used_generation) {
+  if (rpc_status.ok() || !transport_failure(rpc_status.code())) return rpc_status;
+  const absl::StatusCode code = rpc_status.code();
+  // Died and already noticed (by the supervisor or another caller).
+  auto lost = [&](const std::string& why, bool restarting) {
+    return absl::UnavailableError(cat(why.empty() ? cat("worker ", w->device(), " is not up") : why,
+                                      "; the request was lost with it",
+                                      restarting ? "; the worker is being restarted" : ""));
+  };
+  int64_t pid = 0;
+  {
+    absl::MutexLock lock(&w->mu_);
+    if (used_generation && *used_generation != w->generation_) return lost(w->last_error_, w->embedded_);
+    if (w->state_ != WorkerHandle::State::Up) return lost(w->last_error_, w->embedded_);
+    pid = w->pid_;
+    // A death noticed moments ago explains a lost connection better than anything else.
+    if (code != absl::StatusCode::kDeadlineExceeded && absl::Now() - w->last_death_ < kDeathGrace * 2 &&
+        !w->last_error_.empty())
+      return lost(w->last_error_, w->embedded_);
+  }
+  std::shared_ptr<wv1::Worker::Stub> stub = w->embedded() ? w->stub() : worker_stub(w->address());
+  ProbeResult r = probe(stub.get(), kProbeTimeout);
+  if (r.status.ok() && r.info.pid() == pid) {
+    // Alive and answering: the failure was the call's own (a deadline, a cancellation).
+    return absl::Status(code, cat(w->describe(), ": ", rpc_status.message()));
+  }
+
+  if (!w->embedded()) {
+    absl::MutexLock lock(&w->mu_);
+    if (r.status.ok()) {  // a new process answers at that address
+      std::string why = cat(w->describe_locked(), " restarted (pid ", pid, " -> ", r.info.pid(), ")");
+      w->lose_process_locked(why);
+      w->pid_ = r.info.pid();
+      w->connect_locked(w->address_);
+      return lost(why, false);
+    }
+    std::string why = cat(w->describe_locked(), " is unreachable: ", r.status.message());
+    // Not a new generation: the same process may come back with its buffers intact.
+    w->state_ = WorkerHandle::State::Down;
+    w->stub_.reset();
+    w->last_error_ = why;
+    w->next_probe_ = absl::Now() + kRemoteProbeEvery;
+    log(why);
+    return absl::UnavailableError(cat(why, " (the request failed with: ", rpc_status.message(), ")"));
+  }
+
+  // Embedded and not answering: a process that was killed is reapable within moments of
+  // its sockets closing.
+  absl::Time deadline = absl::Now() + kDeathGrace;
+  for (;;) {
+    {
+      absl::MutexLock lock(&w->mu_);
+      if (w->pid_ != pid || w->state_ != WorkerHandle::State::Up || reap_locked(*w, false))
+        return lost(w->last_error_, true);
+      if (absl::Now() >= deadline) {
+        // Alive but deaf: it cannot serve anyone. Kill it and start again.
+        std::string why = cat(w->describe_locked(), " stopped answering (", r.status.message(), "); killed it");
+        kill(static_cast<pid_t>(pid), SIGKILL);
+        reap_locked(*w, true);
+        w->last_error_ = why;
+        log(why);
+        return lost(why, true);
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
+std::vector<WorkerStatusSnapshot> WorkerPool::snapshot() const {
+  std::vector<WorkerStatusSnapshot> out;
+  for (const auto& h : handles()) {
+    WorkerStatusSnapshot s;
+    s.id = h->id();
+    s.device = h->device();
+    s.embedded = h->embedded();
+    s.state = h->state();
+    absl::MutexLock lock(&h->mu_);
+    s.address = h->address_;
+    s.pid = h->pid_;
+    s.restarts = h->restarts_;
+    s.generation = h->generation_;
+    s.last_error = h->last_error_;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void WorkerPool::shutdown() {
+  if (stopping_.exchange(true)) return;
+  // No restarts from here on. The workers were forked by the supervisor, so its exit
+  // already sends them SIGTERM (PR_SET_PDEATHSIG); the explicit signal covers the rest.
+  std::thread supervisor;
+  {
+    absl::MutexLock lock(&mu_);
+    supervisor = std::move(supervisor_);
+  }
+  if (supervisor.joinable()) supervisor.join();
+  std::vector<std::shared_ptr<WorkerHandle>> hs = handles();
+  for (const auto& h : hs) {
+    absl::MutexLock lock(&h->mu_);
+    if (!h->embedded_ || h->reaped_ || h->pid_ <= 0) continue;
+    // Our idle connection would hold up the worker's drain (it waits for clients to hang up).
+    h->stub_.reset();
+    kill(static_cast<pid_t>(h->pid_), SIGTERM);
+  }
+  absl::Time deadline = absl::Now() + options_.stop_timeout;
+  for (;;) {
+    bool all = true;
+    for (const auto& h : hs) {
+      absl::MutexLock lock(&h->mu_);
+      reap_locked(*h, false);
+      all = all && (h->reaped_ || h->pid_ <= 0 || !h->embedded_);
+    }
+    if (all || absl::Now() >= deadline) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  for (const auto& h : hs) {
+    absl::MutexLock lock(&h->mu_);
+    if (h->embedded_ && !h->reaped_ && h->pid_ > 0) {
+      log(h->describe_locked(), " did not stop within ", absl::FormatDuration(options_.stop_timeout),
+          "; killing it");
+      kill(static_cast<pid_t>(h->pid_), SIGKILL);
+      reap_locked(*h, true);
+    }
+    if (h->stdout_fd_ >= 0) {
+      close(h->stdout_fd_);
+      h->stdout_fd_ = -1;
+    }
+    h->state_ = WorkerHandle::State::Down;
+    h->stub_.reset();
+    h->last_error_ = cat(h->describe_locked(), " stopped: the scheduler is shutting down");
+  }
+}
+
+}  // namespace uop

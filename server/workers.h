@@ -1,0 +1,174 @@
+// The scheduler's workers (DESIGN §4): uop-worker processes it starts itself (embedded
+// mode, one per CPU device slot) and workers started elsewhere that registered by address.
+// A WorkerHandle is one device slot; the process behind it may change: every time it dies
+// the handle's generation goes up (the buffers and programs it held are gone) and an
+// embedded worker is started again in the background, with backoff. A supervisor thread
+// reaps dead embedded workers even when no RPC is in flight, and it is the only thread
+// that forks them (PR_SET_PDEATHSIG follows the forking *thread*, so it must outlive them).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/worker.grpc.pb.h"
+
+namespace uop {
+
+struct WorkerOptions {
+  std::string worker_binary;  // path to uop-worker
+  int embedded_cpu_workers = 2;
+  int threads_per_worker = 0;  // 0: the worker's default (hardware threads)
+  std::vector<std::string> extra_args;  // passed to every embedded worker, e.g. --max-buffer-bytes=N
+  absl::Duration start_timeout = absl::Seconds(15);  // until the LISTENING line
+  absl::Duration restart_backoff_min = absl::Milliseconds(100);
+  absl::Duration restart_backoff_max = absl::Seconds(5);
+  absl::Duration stop_timeout = absl::Seconds(5);  // shutdown: SIGTERM, then SIGKILL
+};
+
+struct WorkerStatusSnapshot {
+  std::string id, device, address, state;
+  int64_t pid = 0;
+  uint64_t restarts = 0;
+  uint64_t generation = 0;
+  bool embedded = false;
+  std::string last_error;
+};
+
+class WorkerHandle {
+ public:
+  const std::string& id() const { return id_; }
+  const std::string& device() const { return device_; }
+  bool embedded() const { return embedded_; }
+  std::string address() const;
+  std::string state() const;  // "up", "starting" or "down"
+  int64_t pid() const;        // 0 when no process is known
+  uint64_t restarts() const;
+  std::string last_error() const;
+  // "worker CPU:0 (pid 1234)" or "worker CPU:2 at host:port", for messages.
+  std::string describe() const;
+
+  // The stub of the current process; null while the worker is not up. Shared so that a
+  // restart replacing it does not pull it from under a call in progress.
+  std::shared_ptr<uopd::worker::v1::Worker::Stub> stub() const;
+  uint64_t generation() const;
+
+  // What the scheduler loaded on this worker, cleared whenever the generation changes.
+  // With a generation, a record for an older process is ignored.
+  bool has_program(const std::string& key) const;
+  void note_program(const std::string& key, std::optional<uint64_t> generation = std::nullopt);
+
+  WorkerHandle(std::string id, std::string device, bool embedded)
+      : id_(std::move(id)), device_(std::move(device)), embedded_(embedded) {}
+
+ private:
+  friend class WorkerPool;
+  enum class State { Starting, Up, Down };
+
+  std::string describe_locked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void connect_locked(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The process behind the handle is gone: new generation, nothing loaded, no stub.
+  void lose_process_locked(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string id_, device_;
+  const bool embedded_;
+  mutable absl::Mutex mu_;
+  State state_ ABSL_GUARDED_BY(mu_) = State::Down;
+  std::string address_ ABSL_GUARDED_BY(mu_);
+  int64_t pid_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t restarts_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 1;
+  std::string last_error_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_death_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::shared_ptr<uopd::worker::v1::Worker::Stub> stub_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> programs_ ABSL_GUARDED_BY(mu_);
+
+  // Embedded only: the process being started or running, and when to start the next one.
+  bool reaped_ ABSL_GUARDED_BY(mu_) = true;        // pid_ has been waited for (or there is none)
+  int stdout_fd_ ABSL_GUARDED_BY(mu_) = -1;        // open while starting
+  std::string stdout_buf_ ABSL_GUARDED_BY(mu_);    // until the LISTENING line
+  absl::Time start_deadline_ ABSL_GUARDED_BY(mu_);
+  absl::Time restart_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time up_since_ ABSL_GUARDED_BY(mu_);
+  absl::Duration backoff_ ABSL_GUARDED_BY(mu_);
+  uint64_t starts_ ABSL_GUARDED_BY(mu_) = 0;       // processes started
+  uint64_t failed_starts_ ABSL_GUARDED_BY(mu_) = 0;
+  // Remote only: when to probe a down worker next.
+  absl::Time next_probe_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+};
+
+class WorkerPool {
+ public:
+  WorkerPool() = default;
+  ~WorkerPool();  // shutdown()
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  // Starts options.embedded_cpu_workers uop-worker processes, "CPU:0", "CPU:1", ..., and
+  // waits until each is up. If one cannot start (no binary, no LISTENING line within
+  // start_timeout) every worker it started is stopped again and the error names it.
+  absl::Status start_embedded(const WorkerOptions& options);
+
+  // Registry.Register: reaches the worker at `address` (Info) and serves `device` with it.
+  // A worker registering again (same device) replaces the slot's old process: same pid and
+  // address is a no-op, anything else a new generation. ALREADY_EXISTS for a device an
+  // embedded worker serves, UNAVAILABLE if the address cannot be reached, INVALID_ARGUMENT
+  // if the worker says it serves another device. Returns the worker id.
+  absl::StatusOr<std::string> register_remote(const std::string& address, const std::string& device);
+
+  // The worker for `device` (names are exact: "CPU:0"), waiting up to `wait` while it
+  // (re)starts. UNAVAILABLE naming the device and the last error if none is up.
+  absl::StatusOr<std::shared_ptr<WorkerHandle>> worker_for(const std::string& device,
+                                                           absl::Duration wait = absl::Seconds(10));
+
+  // Call after an RPC to `w` failed. The worker's own answers (INVALID_ARGUMENT, NOT_FOUND,
+  // ...) come back unchanged. For a transport failure it finds out whether the worker is
+  // dead: an embedded process that exited is reaped and described ("worker CPU:0 (pid
+  // 1234) killed by signal 9 (SIGKILL)"), one that no longer answers is killed; a remote
+  // one that does not answer is marked down. A dead worker's slot moves to a new
+  // generation and an embedded one restarts in the background. Returns what to hand the
+  // client: UNAVAILABLE saying which worker and why, or (worker alive and answering) the
+  // RPC's own code with the worker named. `used_generation`, if given, is the generation
+  // the failed call went to: a worker that already restarted since is reported as dead.
+  absl::Status on_failure(const std::shared_ptr<WorkerHandle>& w, const absl::Status& rpc_status,
+                          std::optional<uint64_t> used_generation = std::nullopt);
+
+  std::vector<WorkerStatusSnapshot> snapshot() const;
+
+  // SIGTERM every embedded worker, wait up to stop_timeout, SIGKILL the rest, reap them
+  // all: no orphans, no zombies. Drain the scheduler's own calls first. Idempotent.
+  void shutdown();
+
+ private:
+  void supervise();
+  void supervise_one(const std::shared_ptr<WorkerHandle>& h, absl::Time now, bool readable);
+  bool spawn_locked(WorkerHandle& h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu_);
+  bool reap_locked(WorkerHandle& h, bool block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu_);
+  void schedule_restart_locked(WorkerHandle& h, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu_);
+  void probe_remote(const std::shared_ptr<WorkerHandle>& h);
+  std::vector<std::shared_ptr<WorkerHandle>> handles() const;
+  void ensure_supervisor_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool stopping() const;
+
+  WorkerOptions options_;
+  mutable absl::Mutex mu_;
+  std::vector<std::shared_ptr<WorkerHandle>> handles_ ABSL_GUARDED_BY(mu_);
+  uint64_t remote_count_ ABSL_GUARDED_BY(mu_) = 0;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> stopping_{false};  // read under handle locks, so not under mu_
+  std::thread supervisor_ ABSL_GUARDED_BY(mu_);  // started by the first start_embedded or register_remote
+};
+
+// A channel to a worker with the message limits the worker protocol needs.
+std::shared_ptr<uopd::worker::v1::Worker::Stub> worker_stub(const std::string& address);
+
+}  // namespace uop

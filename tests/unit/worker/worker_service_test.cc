@@ -1,0 +1,356 @@
+// WorkerRuntime without a socket (buffers, bounds, programs, launches and their refusals)
+// with real kernels compiled by the LLVM CPU backend, and the gRPC adapter's streaming
+// calls over an in-process server on an ephemeral port.
+#include "worker/worker_service.h"
+
+#include <gtest/gtest.h>
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "compiler/support/strings.h"
+#include "tests/unit/compiler/codegen/linear_builder.h"
+
+namespace uop {
+namespace {
+
+using testing::LinearBuilder;
+namespace wv1 = uopd::worker::v1;
+
+constexpr int64_t N = 64;
+
+// out[i] = in[i] * k + i for i < n; two int32 buffers of N elements.
+CpuArtifact scale_kernel(int k) {
+  LinearBuilder lb;
+  const UOp* out = lb.param(0, dtypes::int32, N);
+  const UOp* in = lb.param(1, dtypes::int32, N);
+  const UOp* n = lb.var("n", 0, N);
+  const UOp* r = lb.range(n, 0, AxisType::Thread);
+  const UOp* x = lb.load(in, lb.index(in, r));
+  const UOp* y = lb.alu(Op::ADD, {lb.alu(Op::MUL, {x, lb.cnst(dtypes::int32, ConstValue::Int(k))}), lb.cast(r, dtypes::int32)});
+  lb.end(lb.store(lb.index(out, r), y), r);
+  auto art = compile_cpu(lb.linear(), CpuTarget::host());
+  EXPECT_TRUE(art.ok()) << art.status();
+  return art.ok() ? *std::move(art) : CpuArtifact{};
+}
+
+// out[0] = 1 + 1 + ... (n times) in float32: a loop whose length the caller picks.
+CpuArtifact count_kernel() {
+  LinearBuilder lb;
+  const UOp* out = lb.param(0, dtypes::float32, 1);
+  const UOp* n = lb.var("n", 0, int64_t{1} << 40);
+  const UOp* acc = lb.reg(dtypes::float32, 1);
+  const UOp* row = lb.range(lb.idx(1), 0, AxisType::Thread);
+  const UOp* init = lb.store(lb.index(acc, lb.idx(0)), lb.f32(0));
+  const UOp* k = lb.range(n, 1, AxisType::Reduce);
+  const UOp* acc_in = lb.index(lb.after(acc, {init, k}), lb.idx(0));
+  const UOp* upd = lb.store(acc_in, lb.alu(Op::ADD, {lb.load(acc, acc_in), lb.f32(1)}));
+  const UOp* done = lb.end(upd, k);
+  const UOp* total = lb.load(acc, lb.index(lb.after(acc, {done}), lb.idx(0)));
+  lb.end(lb.store(lb.index(out, row), total), row);
+  auto art = compile_cpu(lb.linear(), CpuTarget::host());
+  EXPECT_TRUE(art.ok()) << art.status();
+  return art.ok() ? *std::move(art) : CpuArtifact{};
+}
+
+std::string bytes_of(const std::vector<int32_t>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int32_t));
+}
+
+std::vector<int32_t> ints_of(std::string_view b) {
+  std::vector<int32_t> v(b.size() / sizeof(int32_t));
+  std::memcpy(v.data(), b.data(), v.size() * sizeof(int32_t));
+  return v;
+}
+
+std::vector<int32_t> read_ints(const WorkerRuntime& rt, uint64_t id) {
+  auto s = rt.read_buffer(id, 0, 0);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? ints_of(s->bytes()) : std::vector<int32_t>{};
+}
+
+std::vector<int32_t> iota_input() {
+  std::vector<int32_t> in(N);
+  for (int i = 0; i < N; ++i) in[i] = i * 3 - 50;
+  return in;
+}
+
+WorkerRuntime make_runtime(uint64_t budget = 0) {
+  return WorkerRuntime(WorkerRuntimeOptions{.device = "CPU:0", .target = "test", .threads = 3, .max_buffer_bytes = budget});
+}
+
+TEST(WorkerRuntime, BuffersRoundTripAtOffsets) {
+  WorkerRuntime rt = make_runtime();
+  ASSERT_TRUE(rt.alloc_buffer(7, 100).ok());
+  auto fresh = rt.read_buffer(7, 0, 0);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_EQ(fresh->bytes(), std::string(100, '\0'));  // new buffers are zeroed
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(fresh->bytes().data()) % 64, 0u);
+  ASSERT_TRUE(rt.write_buffer(7, 0, "hello").ok());
+  ASSERT_TRUE(rt.write_buffer(7, 95, "world").ok());
+  ASSERT_TRUE(rt.write_buffer(7, 100, "").ok());  // empty at the very end is inside
+  auto a = rt.read_buffer(7, 0, 5);
+  auto b = rt.read_buffer(7, 95, 0);
+  auto mid = rt.read_buffer(7, 3, 4);
+  ASSERT_TRUE(a.ok() && b.ok() && mid.ok());
+  EXPECT_EQ(a->bytes(), "hello");
+  EXPECT_EQ(b->bytes(), "world");
+  EXPECT_EQ(mid->bytes(), std::string("lo\0\0", 4));
+  auto end = rt.read_buffer(7, 100, 0);
+  ASSERT_TRUE(end.ok());
+  EXPECT_EQ(end->length, 0u);
+  // A slice keeps the memory alive after the buffer is freed.
+  EXPECT_EQ(rt.free_buffers(std::vector<uint64_t>{7, 8}), 1u);
+  EXPECT_EQ(a->bytes(), "hello");
+  EXPECT_EQ(rt.read_buffer(7, 0, 0).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(WorkerRuntime, RefusesBadIdsAndOutOfRangeAccess) {
+  WorkerRuntime rt = make_runtime();
+  ASSERT_TRUE(rt.alloc_buffer(3, 16).ok());
+  EXPECT_EQ(rt.alloc_buffer(3, 16).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(rt.alloc_buffer(0, 16).code(), absl::StatusCode::kInvalidArgument);
+
+  absl::Status missing = rt.write_buffer(99, 0, "x");
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.message().find("buffer 99"), std::string::npos) << missing;
+  EXPECT_EQ(rt.read_buffer(99, 0, 0).status().code(), absl::StatusCode::kNotFound);
+
+  absl::Status past = rt.write_buffer(3, 10, "0123456789");
+  EXPECT_EQ(past.code(), absl::StatusCode::kOutOfRange);
+  for (const char* part : {"buffer 3", "10", "16 bytes"})
+    EXPECT_NE(past.message().find(part), std::string::npos) << past;
+  EXPECT_EQ(rt.write_buffer(3, 17, "").code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(rt.write_buffer(3, UINT64_MAX, "x").code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(rt.write_buffer(3, UINT64_MAX - 1, "xyz").code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(rt.read_buffer(3, 8, 9).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(rt.read_buffer(3, 17, 0).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(rt.read_buffer(3, 1, UINT64_MAX).status().code(), absl::StatusCode::kOutOfRange);
+  // A refused write leaves the buffer as it was.
+  auto s = rt.read_buffer(3, 0, 0);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->bytes(), std::string(16, '\0'));
+}
+
+TEST(WorkerRuntime, ByteBudget) {
+  WorkerRuntime rt = make_runtime(1000);
+  ASSERT_TRUE(rt.alloc_buffer(1, 600).ok());
+  absl::Status over = rt.alloc_buffer(2, 401);
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted) << over;
+  EXPECT_EQ(rt.alloc_buffer(3, UINT64_MAX).code(), absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(rt.alloc_buffer(2, 400).ok());
+  EXPECT_EQ(rt.info().buffer_bytes, 1000u);
+  EXPECT_EQ(rt.free_buffers(std::vector<uint64_t>{1}), 1u);
+  EXPECT_TRUE(rt.alloc_buffer(4, 600).ok());
+  WorkerInfo i = rt.info();
+  EXPECT_EQ(i.buffers, 2u);
+  EXPECT_EQ(i.buffer_bytes, 1000u);
+  EXPECT_EQ(i.threads, 3);
+  EXPECT_EQ(i.device, "CPU:0");
+  EXPECT_EQ(i.backend, "cpu");
+}
+
+TEST(WorkerRuntime, LoadsByKeyAndRunsLaunchesInOrder) {
+  WorkerRuntime rt = make_runtime();
+  CpuArtifact times2 = scale_kernel(2), times5 = scale_kernel(5);
+  ASSERT_TRUE(rt.load_program("k2", times2.object, times2.abi.serialize()).ok());
+  ASSERT_TRUE(rt.load_program("k5", times5.object, times5.abi.serialize()).ok());
+  // Idempotent by key: the second load does not even look at the object.
+  ASSERT_TRUE(rt.load_program("k2", "garbage", "garbage").ok());
+  EXPECT_EQ(rt.info().programs, 2u);
+  for (uint64_t id : {1, 2, 3}) ASSERT_TRUE(rt.alloc_buffer(id, N * 4).ok());
+  std::vector<int32_t> in = iota_input();
+  ASSERT_TRUE(rt.write_buffer(1, 0, bytes_of(in)).ok());
+  // 2 = 1 * 2 + i, then 3 = 2 * 5 + i: the second reads what the first wrote.
+  std::vector<LaunchSpec> launches = {{"k2", {2, 1}, {N}}, {"k5", {3, 2}, {N}}};
+  auto ms = rt.execute(launches);
+  ASSERT_TRUE(ms.ok()) << ms.status();
+  EXPECT_GE(*ms, 0);
+  std::vector<int32_t> mid = read_ints(rt, 2), out = read_ints(rt, 3);
+  for (int i = 0; i < N; ++i) {
+    ASSERT_EQ(mid[i], in[i] * 2 + i);
+    ASSERT_EQ(out[i], (in[i] * 2 + i) * 5 + i);
+  }
+  // n < N touches only the first n elements.
+  ASSERT_TRUE(rt.free_buffers(std::vector<uint64_t>{3}) == 1 && rt.alloc_buffer(3, N * 4).ok());
+  ASSERT_TRUE(rt.execute(std::vector<LaunchSpec>{{"k5", {3, 1}, {10}}}).ok());
+  out = read_ints(rt, 3);
+  for (int i = 0; i < N; ++i) ASSERT_EQ(out[i], i < 10 ? in[i] * 5 + i : 0) << i;
+}
+
+TEST(WorkerRuntime, ALoopKernelCounts) {
+  WorkerRuntime rt = make_runtime();
+  CpuArtifact art = count_kernel();
+  ASSERT_TRUE(rt.load_program("count", art.object, art.abi.serialize()).ok());
+  ASSERT_TRUE(rt.alloc_buffer(1, 4).ok());
+  ASSERT_TRUE(rt.execute(std::vector<LaunchSpec>{{"count", {1}, {12345}}}).ok());
+  auto s = rt.read_buffer(1, 0, 0);
+  ASSERT_TRUE(s.ok());
+  float got = 0;
+  std::memcpy(&got, s->bytes().data(), 4);
+  EXPECT_EQ(got, 12345.0f);
+}
+
+TEST(WorkerRuntime, RefusesLaunchesThatCouldTouchMemoryOutsideTheirBuffers) {
+  WorkerRuntime rt = make_runtime();
+  CpuArtifact art = scale_kernel(3);
+  ASSERT_TRUE(rt.load_program("k3", art.object, art.abi.serialize()).ok());
+  ASSERT_TRUE(rt.alloc_buffer(1, N * 4).ok());
+  ASSERT_TRUE(rt.alloc_buffer(2, N * 4).ok());
+  ASSERT_TRUE(rt.alloc_buffer(3, N * 4 - 1).ok());  // one byte short of 64 int32
+  ASSERT_TRUE(rt.write_buffer(1, 0, bytes_of(iota_input())).ok());
+  auto run = [&](LaunchSpec l) { return rt.execute(std::vector<LaunchSpec>{std::move(l)}).status(); };
+
+  absl::Status small_out = run({"k3", {3, 1}, {N}});
+  EXPECT_EQ(small_out.code(), absl::StatusCode::kInvalidArgument) << small_out;
+  for (const char* part : {"launch 0", "k3", "buffer 3", "slot 0", "255 bytes", "needs 256"})
+    EXPECT_NE(small_out.message().find(part), std::string::npos) << part << ": " << small_out;
+  // Even with n small enough that the kernel would stay inside: the ABI's size is the rule.
+  EXPECT_EQ(run({"k3", {3, 1}, {1}}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(run({"k3", {2, 3}, {N}}).code(), absl::StatusCode::kInvalidArgument);  // small input
+  EXPECT_EQ(read_ints(rt, 2), std::vector<int32_t>(N, 0));                         // nothing ran
+  EXPECT_EQ(run({"k3", {2, 0}, {N}}).code(), absl::StatusCode::kInvalidArgument);  // no input buffer
+  EXPECT_EQ(run({"k3", {2}, {N}}).code(), absl::StatusCode::kInvalidArgument);     // too few slots
+  EXPECT_EQ(run({"k3", {2, 1, 1}, {N}}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(run({"k3", {2, 1}, {}}).code(), absl::StatusCode::kInvalidArgument);      // no n
+  EXPECT_EQ(run({"k3", {2, 1}, {N + 1}}).code(), absl::StatusCode::kInvalidArgument); // n out of bounds
+  EXPECT_EQ(run({"k3", {1, 1}, {N}}).code(), absl::StatusCode::kInvalidArgument);     // written buffer aliased
+  absl::Status unknown = run({"k3", {2, 42}, {N}});
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(unknown.message().find("buffer 42"), std::string::npos) << unknown;
+  EXPECT_TRUE(run({"k3", {2, 1}, {N}}).ok());
+}
+
+TEST(WorkerRuntime, UnloadedProgramsAndBadArtifacts) {
+  WorkerRuntime rt = make_runtime();
+  ASSERT_TRUE(rt.alloc_buffer(1, N * 4).ok());
+  absl::Status st = rt.execute(std::vector<LaunchSpec>{{"nope", {1, 1}, {N}}}).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("program nope not loaded"), std::string::npos) << st;
+
+  CpuArtifact art = scale_kernel(1);
+  EXPECT_EQ(rt.load_program("bad-abi", art.object, "not an abi").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rt.load_program("bad-object", "not an object", art.abi.serialize()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rt.load_program("", art.object, art.abi.serialize()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(rt.has_program("bad-abi"));
+  EXPECT_FALSE(rt.has_program("bad-object"));
+  EXPECT_EQ(rt.info().programs, 0u);
+}
+
+TEST(WorkerRuntime, StopsAtTheFirstFailedLaunch) {
+  WorkerRuntime rt = make_runtime();
+  CpuArtifact art = scale_kernel(2);
+  ASSERT_TRUE(rt.load_program("k2", art.object, art.abi.serialize()).ok());
+  for (uint64_t id : {1, 2, 3}) ASSERT_TRUE(rt.alloc_buffer(id, N * 4).ok());
+  ASSERT_TRUE(rt.write_buffer(1, 0, bytes_of(iota_input())).ok());
+  std::vector<LaunchSpec> launches = {{"k2", {2, 1}, {N}}, {"missing", {3, 1}, {N}}, {"k2", {3, 1}, {N}}};
+  absl::Status st = rt.execute(launches).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("launch 1"), std::string::npos) << st;
+  EXPECT_NE(read_ints(rt, 2), std::vector<int32_t>(N, 0));  // the first ran
+  EXPECT_EQ(read_ints(rt, 3), std::vector<int32_t>(N, 0));  // the third did not
+
+  bool asked = false;
+  absl::Status cancelled = rt.execute(launches, [&] { return asked = true; }).status();
+  EXPECT_TRUE(asked);
+  EXPECT_EQ(cancelled.code(), absl::StatusCode::kCancelled);
+}
+
+// The adapter over a real (in-process) gRPC server: chunked streaming both ways.
+TEST(WorkerService, StreamsBuffersInChunks) {
+  WorkerRuntime rt = make_runtime();
+  WorkerService service(&rt);
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_TRUE(server);
+  ASSERT_NE(port, 0);
+  auto stub = wv1::Worker::NewStub(grpc::CreateChannel(cat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+
+  {
+    grpc::ClientContext ctx;
+    wv1::AllocBufferRequest req;
+    req.set_buffer_id(5);
+    req.set_bytes(10000);
+    wv1::AllocBufferResponse resp;
+    ASSERT_TRUE(stub->AllocBuffer(&ctx, req, &resp).ok());
+  }
+  std::string data(10000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 + 1);
+  {
+    grpc::ClientContext ctx;
+    wv1::WriteBufferResponse resp;
+    auto w = stub->WriteBuffer(&ctx, &resp);
+    for (size_t off = 0; off < data.size(); off += 3000) {
+      wv1::WriteChunk c;
+      if (off == 0) c.set_buffer_id(5);
+      c.set_offset(off);
+      c.set_data(data.substr(off, 3000));
+      ASSERT_TRUE(w->Write(c));
+    }
+    w->WritesDone();
+    grpc::Status st = w->Finish();
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(resp.bytes(), data.size());
+  }
+  {
+    grpc::ClientContext ctx;
+    wv1::ReadBufferRequest req;
+    req.set_buffer_id(5);
+    req.set_offset(100);
+    req.set_chunk_bytes(777);
+    auto r = stub->ReadBuffer(&ctx, req);
+    wv1::ReadChunk c;
+    std::string got;
+    int chunks = 0;
+    while (r->Read(&c)) {
+      EXPECT_EQ(c.offset(), 100 + got.size());
+      got += c.data();
+      ++chunks;
+    }
+    ASSERT_TRUE(r->Finish().ok());
+    EXPECT_EQ(got, data.substr(100));
+    EXPECT_EQ(chunks, (9900 + 776) / 777);
+  }
+  {  // a chunk past the end fails the whole write, with the code and the numbers
+    grpc::ClientContext ctx;
+    wv1::WriteBufferResponse resp;
+    auto w = stub->WriteBuffer(&ctx, &resp);
+    wv1::WriteChunk c;
+    c.set_buffer_id(5);
+    c.set_offset(9999);
+    c.set_data("ab");
+    w->Write(c);
+    w->WritesDone();
+    grpc::Status st = w->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+    EXPECT_NE(st.error_message().find("buffer 5"), std::string::npos) << st.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    wv1::ExecuteRequest req;
+    auto* l = req.add_launches();
+    l->set_key("absent");
+    wv1::ExecuteResponse resp;
+    grpc::Status st = stub->Execute(&ctx, req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  {
+    grpc::ClientContext ctx;
+    wv1::InfoResponse info;
+    ASSERT_TRUE(stub->Info(&ctx, wv1::InfoRequest(), &info).ok());
+    EXPECT_EQ(info.device(), "CPU:0");
+    EXPECT_EQ(info.buffers(), 1u);
+    EXPECT_EQ(info.pid(), getpid());
+  }
+  server->Shutdown();
+}
+
+}  // namespace
+}  // namespace uop

@@ -1,0 +1,322 @@
+// uop-worker: one process per device (DESIGN §4). Serves the Worker service over the CPU
+// runtime; announces its bound address as one `LISTENING host:port` line on stdout (the
+// embedded scheduler waits for it); with --scheduler it registers itself with a remote
+// scheduler's Registry. SIGTERM / SIGINT drain: stop accepting, let in-flight calls finish,
+// exit 0. Logs go to stderr.
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "compiler/codegen/llvm_cpu.h"
+#include "compiler/support/strings.h"
+#include "proto/worker.grpc.pb.h"
+#include "worker/worker_service.h"
+
+namespace uop {
+namespace {
+
+constexpr const char* kUsage = R"(usage: uop-worker [options]
+
+Serves one device to a uopd scheduler (proto/worker.proto).
+
+  --device=cpu:N            the device this worker serves (default cpu:0)
+  --listen=HOST:PORT        where to listen (default 127.0.0.1:0, an ephemeral port)
+  --threads=N               kernel threads (default: the machine's hardware threads)
+  --max-buffer-bytes=N      budget for all buffers together (default: 3/4 of RAM; 0: none)
+  --scheduler=HOST:PORT     register with this scheduler's Registry (retries until it works)
+  --advertise=HOST[:PORT]   the address to register (default: the listen address, or this
+                            host's name when listening on a wildcard address)
+  --drain-seconds=N         on SIGTERM, how long in-flight calls may take (default 30)
+  --embedded                started by uopd itself: exit when the parent dies
+  --help                    this text
+
+Prints `LISTENING HOST:PORT` on stdout once serving. Exit status: 0 after a clean
+shutdown, 1 on a startup failure or a drain that ran out of time, 2 for bad usage.
+)";
+
+struct Flags {
+  std::string device = "CPU:0";
+  std::string listen = "127.0.0.1:0";
+  int threads = 0;
+  std::optional<uint64_t> max_buffer_bytes;
+  std::string scheduler;
+  std::string advertise;
+  int drain_seconds = 30;
+  bool embedded = false;
+};
+
+template <typename... Args>
+void log(const Args&... args) {
+  std::string line = cat("uop-worker[", static_cast<int64_t>(getpid()), "] ", args..., "\n");
+  std::fwrite(line.data(), 1, line.size(), stderr);
+}
+
+int usage_error(const std::string& msg) {
+  std::fprintf(stderr, "uop-worker: %s\nrun 'uop-worker --help' for usage\n", msg.c_str());
+  return 2;
+}
+
+bool parse_uint(const std::string& s, uint64_t* out) {
+  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 19) return false;
+  *out = std::stoull(s);
+  return true;
+}
+
+// "cpu:0" / "CPU:0" -> "CPU:0": device names are exact, so spell them one way.
+std::optional<std::string> canonical_cpu_device(const std::string& d) {
+  auto colon = d.find(':');
+  if (colon == std::string::npos) return std::nullopt;
+  std::string kind = d.substr(0, colon);
+  uint64_t n = 0;
+  if ((kind != "cpu" && kind != "CPU") || !parse_uint(d.substr(colon + 1), &n)) return std::nullopt;
+  return cat("CPU:", n);
+}
+
+// Returns an exit code to stop with, or nullopt to run.
+std::optional<int> parse(int argc, char** argv, Flags* f) {
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s == "--help" || s == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (s == "--embedded") {
+      f->embedded = true;
+      continue;
+    }
+    auto eq = s.find('=');
+    if (s.rfind("--", 0) != 0) return usage_error(cat("unexpected argument '", s, "'"));
+    std::string name = s.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    std::string value;
+    if (eq != std::string::npos) {
+      value = s.substr(eq + 1);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return usage_error(cat("--", name, " needs a value"));
+    }
+    uint64_t n = 0;
+    if (name == "device") {
+      auto d = canonical_cpu_device(value);
+      if (!d) return usage_error(cat("--device: '", value, "' is not a CPU device (cpu:N); this worker runs CPU kernels"));
+      f->device = *d;
+    } else if (name == "listen") {
+      f->listen = value;
+    } else if (name == "threads") {
+      if (!parse_uint(value, &n) || n > 4096) return usage_error("--threads takes a number up to 4096");
+      f->threads = static_cast<int>(n);
+    } else if (name == "max-buffer-bytes") {
+      if (!parse_uint(value, &n)) return usage_error("--max-buffer-bytes takes a number of bytes");
+      f->max_buffer_bytes = n;
+    } else if (name == "scheduler") {
+      f->scheduler = value;
+    } else if (name == "advertise") {
+      f->advertise = value;
+    } else if (name == "drain-seconds") {
+      if (!parse_uint(value, &n) || n > 86400) return usage_error("--drain-seconds takes a number of seconds");
+      f->drain_seconds = static_cast<int>(n);
+    } else {
+      return usage_error(cat("unknown option --", name));
+    }
+  }
+  return std::nullopt;
+}
+
+// "127.0.0.1:0" + 5123 -> "127.0.0.1:5123"; "[::1]:0" -> "[::1]:5123".
+std::string host_of(const std::string& addr) {
+  auto colon = addr.rfind(':');
+  return colon == std::string::npos ? addr : addr.substr(0, colon);
+}
+
+std::string advertised_address(const Flags& f, int port) {
+  std::string host = host_of(f.listen);
+  if (!f.advertise.empty()) {
+    // HOST:PORT as given, or just HOST with the bound port.
+    bool has_port = f.advertise.rfind(':') != std::string::npos && f.advertise.back() != ']' &&
+                    std::count(f.advertise.begin(), f.advertise.end(), ':') == 1;
+    return has_port ? f.advertise : cat(f.advertise, ":", port);
+  }
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
+    // A wildcard is not an address anyone can dial.
+    char name[256] = {};
+    host = gethostname(name, sizeof name - 1) == 0 ? std::string(name) : "localhost";
+  }
+  return cat(host, ":", port);
+}
+
+// Registers with the scheduler until it works or stop() is called, backing off up to 5 s.
+// stop() also cancels a call in progress, so that draining never waits on a slow scheduler.
+class Registrar {
+ public:
+  Registrar(const Flags& f, std::string address) : f_(f), address_(std::move(address)) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~Registrar() { stop(); }
+  void stop() {
+    {
+      std::lock_guard lock(mu_);  // loop() checks stop_ under mu_ before each call
+      if (!stop_.HasBeenNotified()) stop_.Notify();
+      if (current_) current_->TryCancel();
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void loop();
+  const Flags& f_;
+  const std::string address_;
+  absl::Notification stop_;
+  std::mutex mu_;
+  grpc::ClientContext* current_ = nullptr;  // the Register call in progress
+  std::thread thread_;
+};
+
+void Registrar::loop() {
+  const Flags& f = f_;
+  const std::string& address = address_;
+  absl::Notification* stop = &stop_;
+  auto channel = grpc::CreateChannel(f.scheduler, grpc::InsecureChannelCredentials());
+  auto stub = uopd::worker::v1::Registry::NewStub(channel);
+  absl::Duration backoff = absl::Milliseconds(100);
+  while (!stop->HasBeenNotified()) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    uopd::worker::v1::RegisterRequest req;
+    req.set_address(address);
+    req.set_device(f.device);
+    uopd::worker::v1::RegisterResponse resp;
+    {
+      std::lock_guard lock(mu_);
+      if (stop->HasBeenNotified()) return;
+      current_ = &ctx;
+    }
+    grpc::Status st = stub->Register(&ctx, req, &resp);
+    {
+      std::lock_guard lock(mu_);
+      current_ = nullptr;
+    }
+    if (st.ok()) {
+      log("registered ", address, " (", f.device, ") with the scheduler at ", f.scheduler, " as ", resp.worker_id());
+      return;
+    }
+    if (stop->HasBeenNotified()) return;
+    log("cannot register with the scheduler at ", f.scheduler, ": ", st.error_message(), "; retrying in ",
+        absl::ToInt64Milliseconds(backoff), " ms");
+    stop->WaitForNotificationWithTimeout(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(5));
+  }
+}
+
+uint64_t default_buffer_budget() {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 4 * 3;
+}
+
+int run(int argc, char** argv) {
+  Flags f;
+  if (auto rc = parse(argc, argv, &f)) return *rc;
+
+  if (f.embedded) {
+    // The scheduler owns us: when it dies, so do we (drained like any SIGTERM). If it
+    // died before this line ran, we were reparented already and nobody will ask for us.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() == 1) return 0;
+  }
+  // SIGTERM / SIGINT are taken by sigwait on the main thread: blocked before any thread
+  // starts, so every thread inherits the mask, with the default disposition restored (a
+  // shell's background job may come with SIG_IGN, and sigwait never sees an ignored
+  // signal). A reader that goes away (SIGPIPE) must not kill us.
+  std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGINT, SIG_DFL);
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  WorkerRuntimeOptions opts;
+  opts.device = f.device;
+  opts.target = CpuTarget::host().id();
+  opts.threads = f.threads;
+  opts.max_buffer_bytes = f.max_buffer_bytes ? *f.max_buffer_bytes : default_buffer_budget();
+  WorkerRuntime runtime(opts);
+  WorkerService service(&runtime);
+
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(f.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(256 << 20);  // program objects and write chunks
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    log("cannot listen on ", f.listen);
+    return 1;
+  }
+  std::string listening = cat(host_of(f.listen), ":", port);
+  std::printf("LISTENING %s\n", listening.c_str());
+  std::fflush(stdout);
+  log("serving ", f.device, " on ", listening, " with ", runtime.info().threads, " threads, buffer budget ",
+      opts.max_buffer_bytes ? cat(opts.max_buffer_bytes, " bytes") : std::string("unlimited"));
+
+  std::unique_ptr<Registrar> registrar;
+  if (!f.scheduler.empty()) registrar = std::make_unique<Registrar>(f, advertised_address(f, port));
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  log("got signal ", sig, ": draining (up to ", f.drain_seconds, " s)");
+  if (registrar) registrar->stop();
+  // A kernel cannot be interrupted: past the drain time (plus a little) give up. A second
+  // SIGINT (an impatient ^C) means now; more SIGTERMs (the scheduler's own after the
+  // parent-death signal, say) only repeat the request.
+  sigset_t interrupt;
+  sigemptyset(&interrupt);
+  sigaddset(&interrupt, SIGINT);
+  std::thread([interrupt, drain = f.drain_seconds] {
+    timespec wait{drain + 5, 0};
+    siginfo_t info;
+    int again = sigtimedwait(&interrupt, &info, &wait);
+    log(again > 0 ? "second interrupt: exiting now" : "drain timed out: exiting with calls still running");
+    std::_Exit(1);
+  }).detach();
+  // Shutdown refuses new calls at once but returns only when every client has closed its
+  // connection too, and an idle gRPC client notices the GOAWAY only when its backup
+  // poller runs (every 5 s). Drained means no handler running: then the last responses
+  // get a moment to leave, and we go whether or not Shutdown has returned.
+  absl::Notification shut;
+  std::thread closer([&] {
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(f.drain_seconds));
+    shut.Notify();
+  });
+  for (;;) {
+    if (shut.WaitForNotificationWithTimeout(absl::Milliseconds(20))) break;
+    if (service.in_flight() > 0) continue;
+    // A call accepted just before Shutdown may not have reached its handler yet.
+    if (shut.WaitForNotificationWithTimeout(absl::Milliseconds(300)) || service.in_flight() == 0) break;
+  }
+  log("drained, exiting");
+  if (!shut.HasBeenNotified()) std::_Exit(0);  // the closer is still waiting on idle clients
+  closer.join();
+  server->Wait();
+  return 0;
+}
+
+}  // namespace
+}  // namespace uop
+
+int main(int argc, char** argv) { return uop::run(argc, argv); }

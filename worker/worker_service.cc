@@ -1,0 +1,305 @@
+// The worker's buffers, programs and launches (WorkerRuntime) and the Worker gRPC
+// adapter. Every size the network hands us is checked for overflow before it is used, and
+// every buffer a kernel sees is checked against the kernel's ABI before it runs.
+#include "worker/worker_service.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <thread>
+
+#include "compiler/codegen/abi.h"
+#include "compiler/support/strings.h"
+
+namespace uop {
+
+namespace wv1 = uopd::worker::v1;
+
+namespace {
+
+constexpr uint64_t kAlign = 64;  // a cache line, and enough for any vector load
+
+absl::Status out_of_range(uint64_t id, uint64_t offset, uint64_t size, uint64_t have) {
+  return absl::OutOfRangeError(
+      cat("buffer ", id, ": [", offset, ", +", size, ") is outside its ", have, " bytes"));
+}
+
+// [offset, offset + size) inside [0, have), without overflowing.
+bool inside(uint64_t offset, uint64_t size, uint64_t have) { return offset <= have && size <= have - offset; }
+
+}  // namespace
+
+grpc::Status to_grpc(const absl::Status& st) {
+  if (st.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(st.code()), std::string(st.message()));
+}
+
+absl::StatusOr<std::shared_ptr<HostMemory>> HostMemory::allocate(uint64_t bytes) {
+  if (bytes > UINT64_MAX - kAlign) return absl::ResourceExhaustedError(cat("cannot allocate ", bytes, " bytes"));
+  // At least one line, so that even an empty buffer has a real, aligned address.
+  uint64_t padded = std::max<uint64_t>(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+  void* p = std::aligned_alloc(kAlign, padded);
+  if (!p) return absl::ResourceExhaustedError(cat("cannot allocate ", bytes, " bytes: out of memory"));
+  // Zeroed: a buffer never shows what an earlier buffer (maybe another session's) held.
+  std::memset(p, 0, padded);
+  return std::shared_ptr<HostMemory>(new HostMemory(static_cast<uint8_t*>(p), bytes));
+}
+
+HostMemory::~HostMemory() { std::free(data_); }
+
+WorkerRuntime::WorkerRuntime(WorkerRuntimeOptions options)
+    : options_(std::move(options)),
+      pool_(options_.threads > 0 ? options_.threads : std::max(1u, std::thread::hardware_concurrency())) {}
+
+absl::Status WorkerRuntime::alloc_buffer(uint64_t id, uint64_t bytes) {
+  if (id == 0) return absl::InvalidArgumentError("buffer id 0 is reserved (it means no buffer in a launch)");
+  uint64_t serial = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (buffers_.contains(id)) return absl::AlreadyExistsError(cat("buffer ", id, " already exists"));
+    uint64_t limit = options_.max_buffer_bytes;
+    if (limit && (bytes > limit || buffer_bytes_ > limit - bytes))
+      return absl::ResourceExhaustedError(cat("buffer ", id, ": ", bytes, " bytes would exceed the worker's budget of ",
+                                              limit, " bytes (", buffer_bytes_, " in use)"));
+    // Reserve the id and the bytes, then allocate and zero outside the lock.
+    serial = ++next_serial_;
+    buffers_.emplace(id, BufferEntry{nullptr, bytes, serial});
+    buffer_bytes_ += bytes;
+  }
+  auto mem = HostMemory::allocate(bytes);
+  std::lock_guard lock(mu_);
+  // FreeBuffers may have dropped the reservation meanwhile (and given its bytes back), and
+  // another alloc_buffer may even have reserved the id again: the serial tells.
+  auto it = buffers_.find(id);
+  bool still_reserved = it != buffers_.end() && it->second.serial == serial;
+  if (!mem.ok()) {
+    if (still_reserved) {
+      buffer_bytes_ -= bytes;
+      buffers_.erase(it);
+    }
+    return absl::ResourceExhaustedError(cat("buffer ", id, ": ", mem.status().message()));
+  }
+  if (still_reserved) it->second.memory = *std::move(mem);
+  return absl::OkStatus();
+}
+
+uint64_t WorkerRuntime::free_buffers(std::span<const uint64_t> ids) {
+  std::lock_guard lock(mu_);
+  uint64_t freed = 0;
+  for (uint64_t id : ids) {
+    auto it = buffers_.find(id);
+    if (it == buffers_.end()) continue;
+    // In-flight launches and reads hold their own references, so the memory lives on
+    // until they finish; the budget gets the bytes back now.
+    buffer_bytes_ -= it->second.bytes;
+    buffers_.erase(it);
+    ++freed;
+  }
+  return freed;
+}
+
+absl::StatusOr<std::shared_ptr<HostMemory>> WorkerRuntime::find_buffer(uint64_t id) const {
+  std::lock_guard lock(mu_);
+  auto it = buffers_.find(id);
+  if (it == buffers_.end() || !it->second.memory) return absl::NotFoundError(cat("buffer ", id, " not found"));
+  return it->second.memory;
+}
+
+absl::Status WorkerRuntime::write_buffer(uint64_t id, uint64_t offset, std::string_view data) {
+  auto mem = find_buffer(id);
+  if (!mem.ok()) return mem.status();
+  if (!inside(offset, data.size(), (*mem)->size())) return out_of_range(id, offset, data.size(), (*mem)->size());
+  if (!data.empty()) std::memcpy((*mem)->data() + offset, data.data(), data.size());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BufferSlice> WorkerRuntime::read_buffer(uint64_t id, uint64_t offset, uint64_t length) const {
+  auto mem = find_buffer(id);
+  if (!mem.ok()) return mem.status();
+  uint64_t have = (*mem)->size();
+  if (length == 0 && offset <= have) length = have - offset;
+  if (!inside(offset, length, have)) return out_of_range(id, offset, length, have);
+  return BufferSlice{*std::move(mem), offset, length};
+}
+
+absl::Status WorkerRuntime::load_program(const std::string& key, std::string_view object, std::string_view abi_text) {
+  if (key.empty()) return absl::InvalidArgumentError("a program needs a key");
+  if (has_program(key)) return absl::OkStatus();
+  auto abi = parse_abi(abi_text);
+  if (!abi.ok()) return absl::InvalidArgumentError(cat("program ", key, ": bad ABI: ", abi.status().message()));
+  // Linking takes a while; two loads of one key may race, and the first to finish wins.
+  auto prog = CpuProgram::load(object, *abi);
+  if (!prog.ok()) return absl::Status(prog.status().code(), cat("program ", key, ": ", prog.status().message()));
+  std::lock_guard lock(mu_);
+  programs_.try_emplace(key, std::shared_ptr<const CpuProgram>(*std::move(prog)));
+  return absl::OkStatus();
+}
+
+bool WorkerRuntime::has_program(const std::string& key) const {
+  std::lock_guard lock(mu_);
+  return programs_.contains(key);
+}
+
+absl::Status WorkerRuntime::run_launch(size_t index, const LaunchSpec& launch) const {
+  auto where = [&] { return cat("launch ", index, " (program ", launch.key, "): "); };
+  std::shared_ptr<const CpuProgram> prog;
+  {
+    std::lock_guard lock(mu_);
+    auto it = programs_.find(launch.key);
+    if (it != programs_.end()) prog = it->second;
+  }
+  if (!prog) return absl::FailedPreconditionError(cat(where(), "program ", launch.key, " not loaded"));
+  const KernelAbi& abi = prog->abi();
+  if (static_cast<int64_t>(launch.buffer_ids.size()) != abi.num_buffers())
+    return absl::InvalidArgumentError(
+        cat(where(), "the kernel takes ", abi.num_buffers(), " buffers, the launch names ", launch.buffer_ids.size()));
+
+  // The references keep every buffer alive until the kernel returns, even if freed meanwhile.
+  std::vector<std::shared_ptr<HostMemory>> held(launch.buffer_ids.size());
+  std::vector<void*> ptrs(launch.buffer_ids.size(), nullptr);
+  for (size_t slot = 0; slot < launch.buffer_ids.size(); ++slot) {
+    uint64_t id = launch.buffer_ids[slot];
+    if (id == 0) continue;
+    auto mem = find_buffer(id);
+    if (!mem.ok()) return absl::NotFoundError(cat(where(), "slot ", slot, ": ", mem.status().message()));
+    held[slot] = *std::move(mem);
+    ptrs[slot] = held[slot]->data();
+  }
+  // The kernel indexes each param within [0, size) elements (the bounds stage proved it);
+  // what makes that safe here is that each buffer really is that large.
+  for (const KernelParam& p : abi.params) {
+    uint64_t need = 0;
+    if (p.size < 0 || __builtin_mul_overflow(static_cast<uint64_t>(p.size), static_cast<uint64_t>(p.dtype.bytes()), &need))
+      return absl::InvalidArgumentError(cat(where(), "slot ", p.slot, " has an impossible size in the ABI"));
+    if (need == 0) continue;
+    if (!held[p.slot])
+      return absl::InvalidArgumentError(cat(where(), "slot ", p.slot, " needs a buffer of ", need, " bytes (",
+                                            p.size, " x ", p.dtype.str(), "), the launch passes none"));
+    if (held[p.slot]->size() < need)
+      return absl::InvalidArgumentError(cat(where(), "buffer ", launch.buffer_ids[p.slot], " in slot ", p.slot, " holds ",
+                                            held[p.slot]->size(), " bytes, the kernel needs ", need, " (", p.size,
+                                            " x ", p.dtype.str(), ")"));
+  }
+  absl::Status st = prog->run(ptrs, launch.vars, &pool_);
+  if (!st.ok()) return absl::Status(st.code(), cat(where(), st.message()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> WorkerRuntime::execute(std::span<const LaunchSpec> launches,
+                                              const std::function<bool()>& cancelled) const {
+  auto start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < launches.size(); ++i) {
+    if (cancelled && cancelled())
+      return absl::CancelledError(cat("cancelled by the caller before launch ", i, " of ", launches.size()));
+    if (absl::Status st = run_launch(i, launches[i]); !st.ok()) return st;
+  }
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+WorkerInfo WorkerRuntime::info() const {
+  WorkerInfo i;
+  i.device = options_.device;
+  i.backend = "cpu";
+  i.target = options_.target;
+  i.pid = getpid();
+  i.threads = pool_.size();
+  std::lock_guard lock(mu_);
+  i.buffers = buffers_.size();
+  i.buffer_bytes = buffer_bytes_;
+  i.programs = programs_.size();
+  return i;
+}
+
+// ---- gRPC adapter: decode, call the runtime, encode. ----
+
+grpc::Status WorkerService::Info(grpc::ServerContext*, const wv1::InfoRequest*, wv1::InfoResponse* resp) {
+  InFlight guard(in_flight_);
+  WorkerInfo i = rt_->info();
+  resp->set_device(i.device);
+  resp->set_backend(i.backend);
+  resp->set_target(i.target);
+  resp->set_pid(i.pid);
+  resp->set_buffers(i.buffers);
+  resp->set_buffer_bytes(i.buffer_bytes);
+  resp->set_programs(i.programs);
+  resp->set_threads(i.threads);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::AllocBuffer(grpc::ServerContext*, const wv1::AllocBufferRequest* req,
+                                        wv1::AllocBufferResponse*) {
+  InFlight guard(in_flight_);
+  return to_grpc(rt_->alloc_buffer(req->buffer_id(), req->bytes()));
+}
+
+grpc::Status WorkerService::FreeBuffers(grpc::ServerContext*, const wv1::FreeBuffersRequest* req,
+                                        wv1::FreeBuffersResponse* resp) {
+  InFlight guard(in_flight_);
+  resp->set_freed(rt_->free_buffers({req->buffer_ids().data(), static_cast<size_t>(req->buffer_ids_size())}));
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::WriteBuffer(grpc::ServerContext*, grpc::ServerReader<wv1::WriteChunk>* reader,
+                                        wv1::WriteBufferResponse* resp) {
+  InFlight guard(in_flight_);
+  wv1::WriteChunk chunk;
+  uint64_t id = 0, total = 0;
+  bool first = true;
+  while (reader->Read(&chunk)) {
+    if (first) {
+      id = chunk.buffer_id();
+      first = false;
+    } else if (chunk.buffer_id() != 0 && chunk.buffer_id() != id) {
+      return to_grpc(absl::InvalidArgumentError(
+          cat("a write to buffer ", id, " has a chunk for buffer ", chunk.buffer_id(), "; one stream writes one buffer")));
+    }
+    if (absl::Status st = rt_->write_buffer(id, chunk.offset(), chunk.data()); !st.ok()) return to_grpc(st);
+    total += chunk.data().size();
+  }
+  if (first) return to_grpc(absl::InvalidArgumentError("an empty write names no buffer"));
+  resp->set_bytes(total);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::ReadBuffer(grpc::ServerContext* ctx, const wv1::ReadBufferRequest* req,
+                                       grpc::ServerWriter<wv1::ReadChunk>* writer) {
+  InFlight guard(in_flight_);
+  auto slice = rt_->read_buffer(req->buffer_id(), req->offset(), req->length());
+  if (!slice.ok()) return to_grpc(slice.status());
+  uint64_t step = req->chunk_bytes() == 0 ? kDefaultReadChunkBytes : std::min(req->chunk_bytes(), kMaxReadChunkBytes);
+  std::string_view bytes = slice->bytes();
+  wv1::ReadChunk chunk;
+  for (uint64_t done = 0; done < bytes.size(); done += step) {
+    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "the reader went away");
+    size_t n = static_cast<size_t>(std::min<uint64_t>(step, bytes.size() - done));
+    chunk.set_offset(slice->offset + done);
+    chunk.set_data(bytes.data() + done, n);
+    if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "the reader went away");
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::LoadProgram(grpc::ServerContext*, const wv1::LoadProgramRequest* req,
+                                        wv1::LoadProgramResponse*) {
+  InFlight guard(in_flight_);
+  return to_grpc(rt_->load_program(req->key(), req->object(), req->abi()));
+}
+
+grpc::Status WorkerService::Execute(grpc::ServerContext* ctx, const wv1::ExecuteRequest* req,
+                                    wv1::ExecuteResponse* resp) {
+  InFlight guard(in_flight_);
+  std::vector<LaunchSpec> launches;
+  launches.reserve(req->launches_size());
+  for (const wv1::Launch& l : req->launches())
+    launches.push_back({l.key(), {l.buffer_ids().begin(), l.buffer_ids().end()}, {l.vars().begin(), l.vars().end()}});
+  auto ms = rt_->execute(launches, [ctx] { return ctx->IsCancelled(); });
+  if (!ms.ok()) return to_grpc(ms.status());
+  resp->set_run_ms(*ms);
+  return grpc::Status::OK;
+}
+
+}  // namespace uop

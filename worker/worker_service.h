@@ -1,0 +1,165 @@
+// The worker's state and the Worker gRPC service over it (proto/worker.proto, DESIGN §4).
+// WorkerRuntime is a plain class: buffers by id (64-byte aligned host memory under a byte
+// budget), compiled programs by cache key, and Execute, which checks that every buffer a
+// launch passes is at least as large as the kernel's ABI says before running it on the
+// thread pool, so a launch can never make a kernel touch memory outside its buffers.
+// WorkerService only decodes requests, calls the runtime and encodes the answers.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/worker.grpc.pb.h"
+#include "worker/cpu/cpu_program.h"
+#include "worker/cpu/thread_pool.h"
+
+namespace uop {
+
+struct WorkerRuntimeOptions {
+  std::string device = "CPU:0";
+  std::string target;             // what Info reports as the CPU target id
+  int threads = 0;                // <= 0: the machine's hardware threads
+  uint64_t max_buffer_bytes = 0;  // 0: no budget
+};
+
+// One buffer's memory. Shared so that a buffer freed while a launch or a read still uses
+// it stays alive until they finish.
+class HostMemory {
+ public:
+  static absl::StatusOr<std::shared_ptr<HostMemory>> allocate(uint64_t bytes);
+  ~HostMemory();
+  HostMemory(const HostMemory&) = delete;
+  HostMemory& operator=(const HostMemory&) = delete;
+  uint8_t* data() const { return data_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  HostMemory(uint8_t* d, uint64_t n) : data_(d), size_(n) {}
+  uint8_t* data_;
+  uint64_t size_;
+};
+
+// A range of a buffer, holding the buffer alive while it is read.
+struct BufferSlice {
+  std::shared_ptr<HostMemory> memory;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  std::string_view bytes() const {
+    return {reinterpret_cast<const char*>(memory->data()) + offset, static_cast<size_t>(length)};
+  }
+};
+
+struct LaunchSpec {
+  std::string key;
+  std::vector<uint64_t> buffer_ids;  // by slot; 0 for none
+  std::vector<int64_t> vars;
+};
+
+struct WorkerInfo {
+  std::string device, backend, target;
+  int64_t pid = 0;
+  uint64_t buffers = 0, buffer_bytes = 0, programs = 0;
+  int threads = 0;
+};
+
+class WorkerRuntime {
+ public:
+  explicit WorkerRuntime(WorkerRuntimeOptions options);
+
+  // ALREADY_EXISTS for an id in use, INVALID_ARGUMENT for id 0 (it means "no buffer" in
+  // a launch), RESOURCE_EXHAUSTED past the byte budget or when memory runs out.
+  absl::Status alloc_buffer(uint64_t id, uint64_t bytes);
+  // Unknown ids are skipped; returns how many buffers were freed.
+  uint64_t free_buffers(std::span<const uint64_t> ids);
+  // NOT_FOUND for an unknown id, OUT_OF_RANGE unless [offset, offset + size) is inside.
+  absl::Status write_buffer(uint64_t id, uint64_t offset, std::string_view data);
+  // [offset, offset + length), length 0 meaning to the end. Same errors as write_buffer.
+  absl::StatusOr<BufferSlice> read_buffer(uint64_t id, uint64_t offset, uint64_t length) const;
+
+  // Idempotent: a key already loaded is not loaded again. INVALID_ARGUMENT for an ABI
+  // that does not parse or an object that does not link.
+  absl::Status load_program(const std::string& key, std::string_view object, std::string_view abi_text);
+  bool has_program(const std::string& key) const;
+
+  // Runs the launches in order and stops at the first failure, whose message names the
+  // launch. `cancelled`, if given, is asked between launches (a caller that went away
+  // does not keep the worker busy). Returns the time spent running, in milliseconds.
+  absl::StatusOr<double> execute(std::span<const LaunchSpec> launches,
+                                 const std::function<bool()>& cancelled = {}) const;
+
+  WorkerInfo info() const;
+  const WorkerRuntimeOptions& options() const { return options_; }
+
+ private:
+  absl::StatusOr<std::shared_ptr<HostMemory>> find_buffer(uint64_t id) const;
+  absl::Status run_launch(size_t index, const LaunchSpec& launch) const;
+
+  WorkerRuntimeOptions options_;
+  mutable ThreadPool pool_;
+  mutable std::mutex mu_;  // guards the two tables and the byte count, never held while running
+  struct BufferEntry {
+    std::shared_ptr<HostMemory> memory;  // null while alloc_buffer allocates it
+    uint64_t bytes = 0;                  // counted against the budget from the start
+    uint64_t serial = 0;                 // which alloc_buffer call made the entry
+  };
+  absl::flat_hash_map<uint64_t, BufferEntry> buffers_;
+  uint64_t next_serial_ = 0;
+  absl::flat_hash_map<std::string, std::shared_ptr<const CpuProgram>> programs_;
+  uint64_t buffer_bytes_ = 0;
+};
+
+// The gRPC adapter. Synchronous handlers on purpose: Execute blocks for as long as its
+// kernels run, and the sync server gives each call its own thread (a callback handler
+// would block gRPC's shared executor), and Server::Shutdown waits for them, which is
+// what draining on SIGTERM needs.
+class WorkerService final : public uopd::worker::v1::Worker::Service {
+ public:
+  explicit WorkerService(WorkerRuntime* runtime) : rt_(runtime) {}
+
+  grpc::Status Info(grpc::ServerContext*, const uopd::worker::v1::InfoRequest*,
+                    uopd::worker::v1::InfoResponse*) override;
+  grpc::Status AllocBuffer(grpc::ServerContext*, const uopd::worker::v1::AllocBufferRequest*,
+                           uopd::worker::v1::AllocBufferResponse*) override;
+  grpc::Status FreeBuffers(grpc::ServerContext*, const uopd::worker::v1::FreeBuffersRequest*,
+                           uopd::worker::v1::FreeBuffersResponse*) override;
+  grpc::Status WriteBuffer(grpc::ServerContext*, grpc::ServerReader<uopd::worker::v1::WriteChunk>*,
+                           uopd::worker::v1::WriteBufferResponse*) override;
+  grpc::Status ReadBuffer(grpc::ServerContext*, const uopd::worker::v1::ReadBufferRequest*,
+                          grpc::ServerWriter<uopd::worker::v1::ReadChunk>*) override;
+  grpc::Status LoadProgram(grpc::ServerContext*, const uopd::worker::v1::LoadProgramRequest*,
+                           uopd::worker::v1::LoadProgramResponse*) override;
+  grpc::Status Execute(grpc::ServerContext*, const uopd::worker::v1::ExecuteRequest*,
+                       uopd::worker::v1::ExecuteResponse*) override;
+
+  // Handlers running right now: what a drain waits for.
+  int in_flight() const { return in_flight_.load(); }
+
+ private:
+  struct InFlight {
+    explicit InFlight(std::atomic<int>& n) : n_(n) { n_.fetch_add(1); }
+    ~InFlight() { n_.fetch_sub(1); }
+    std::atomic<int>& n_;
+  };
+  WorkerRuntime* rt_;
+  std::atomic<int> in_flight_{0};
+};
+
+// absl::Status -> grpc::Status (the codes are the same numbers).
+grpc::Status to_grpc(const absl::Status& st);
+
+// Default and bounds for ReadBuffer's chunk_bytes: gRPC clients refuse messages over
+// 4 MiB unless told otherwise.
+inline constexpr uint32_t kDefaultReadChunkBytes = 1 << 20;
+inline constexpr uint32_t kMaxReadChunkBytes = (4u << 20) - (64u << 10);
+
+}  // namespace uop
