@@ -1,0 +1,505 @@
+// The client library over the generated Uopd stub: plain structs and IR nodes in,
+// protobuf messages on the wire, absl::Status out. Every gRPC status passes through
+// to_status() (one place); every response is checked before it becomes a HostTensor,
+// since a buggy or hostile server must not make the client misread memory.
+#include "client/client.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <utility>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "compiler/support/strings.h"
+#include "proto/uopd.grpc.pb.h"
+
+namespace uop::client {
+
+namespace pb = ::uopd::v1;
+
+// ---------------------------------------------------------------------------------------
+// Pure helpers (no server): statuses, chunks, targets, cache status.
+
+absl::Status status_from_grpc(int code, std::string_view message) {
+  // gRPC and Abseil number their codes identically (both follow google.rpc.Code).
+  constexpr int kLastCode = static_cast<int>(absl::StatusCode::kUnauthenticated);
+  if (code == 0) return absl::OkStatus();
+  absl::StatusCode c = code > 0 && code <= kLastCode ? static_cast<absl::StatusCode>(code) : absl::StatusCode::kUnknown;
+  return absl::Status(c, absl::string_view(message.data(), message.size()));
+}
+
+uint32_t effective_chunk_bytes(uint64_t requested) {
+  if (requested == 0) return kDefaultChunkBytes;
+  return static_cast<uint32_t>(std::min<uint64_t>(requested, kMaxChunkBytes));
+}
+
+std::vector<ByteRange> chunk_ranges(uint64_t offset, uint64_t size, uint64_t chunk_bytes) {
+  const uint64_t chunk = effective_chunk_bytes(chunk_bytes);
+  std::vector<ByteRange> out;
+  out.reserve(size / chunk + 1);
+  uint64_t done = 0;
+  do {
+    uint64_t n = std::min(chunk, size - done);
+    out.push_back({offset + done, n});
+    done += n;
+  } while (done < size);
+  return out;
+}
+
+absl::StatusOr<Target> parse_target(std::string_view text) {
+  if (text == "cpu") return Target{"cpu", ""};
+  if (text == "cuda") return Target{"cuda", ""};
+  constexpr std::string_view kSm = "cuda:sm_";
+  if (text.size() > kSm.size() && text.substr(0, kSm.size()) == kSm &&
+      std::all_of(text.begin() + kSm.size(), text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return Target{"cuda", std::string(text.substr(5))};
+  return absl::InvalidArgumentError(cat("unknown target '", text, "' (cpu, cuda or cuda:sm_NN, e.g. cuda:sm_90)"));
+}
+
+std::string target_str(const Target& t) {
+  std::string backend = t.backend.empty() ? "cpu" : t.backend;
+  return t.arch.empty() ? backend : cat(backend, ":", t.arch);
+}
+
+std::string_view cache_status_name(CacheStatus s) {
+  switch (s) {
+    case CacheStatus::Hit: return "hit";
+    case CacheStatus::Miss: return "miss";
+    case CacheStatus::Coalesced: return "coalesced";
+    case CacheStatus::Unspecified: break;
+  }
+  return "unspecified";
+}
+
+namespace {
+
+// Milliseconds as a person reads them: "0.4 ms", "12 ms".
+std::string ms_str(double ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, ms < 10 ? "%.1f ms" : "%.0f ms", ms);
+  return buf;
+}
+
+}  // namespace
+
+std::string describe_cache(const Kernel& k) {
+  switch (k.status) {
+    case CacheStatus::Miss: return cat("miss, compiled in ", ms_str(k.compile_ms));
+    case CacheStatus::Hit: return k.tier.empty() ? std::string("hit") : cat("hit (", k.tier, ")");
+    case CacheStatus::Coalesced: return "coalesced (waited for a concurrent compile)";
+    case CacheStatus::Unspecified: break;
+  }
+  return "cache status not reported";
+}
+
+// ---------------------------------------------------------------------------------------
+// The connection: channel, stub, and the per-request context.
+
+namespace detail {
+
+struct Connection {
+  ClientOptions options;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<pb::Uopd::Stub> stub;
+
+  // A context carrying the deadline (options.deadline, or `limit` if shorter) and the
+  // bearer token. A ClientContext serves one call only, hence one per request.
+  std::unique_ptr<grpc::ClientContext> context(absl::Duration limit = absl::InfiniteDuration()) const {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    absl::Duration d = std::min(options.deadline, limit);
+    // An infinite (or absurd) deadline is no deadline; adding it to now() would overflow.
+    if (d < absl::Hours(24 * 365)) ctx->set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d));
+    if (!options.bearer_token.empty()) ctx->AddMetadata("authorization", cat("Bearer ", options.bearer_token));
+    return ctx;
+  }
+};
+
+}  // namespace detail
+
+namespace {
+
+absl::Status to_status(const grpc::Status& s) { return status_from_grpc(s.error_code(), s.error_message()); }
+
+// The IR and the wire name scalars alike ("float32" / FLOAT32); going by name keeps the
+// two enums free to number differently, as the codec does.
+std::optional<uop::v1::DType::Scalar> scalar_to_wire(Scalar s) {
+  std::string name(scalar_name(s));
+  for (char& c : name) c = static_cast<char>(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
+  uop::v1::DType::Scalar w;
+  if (!uop::v1::DType::Scalar_Parse(name, &w)) return std::nullopt;
+  return w;
+}
+
+std::optional<Scalar> scalar_from_wire(int number) {
+  if (!uop::v1::DType::Scalar_IsValid(number)) return std::nullopt;
+  std::string name = uop::v1::DType::Scalar_Name(static_cast<uop::v1::DType::Scalar>(number));
+  for (char& c : name) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  return scalar_from_name(name);
+}
+
+void target_to_wire(const Target& t, pb::Target* out) {
+  out->set_backend(t.backend);
+  out->set_arch(t.arch);
+}
+
+Kernel kernel_from_wire(const pb::Kernel& k) {
+  Kernel out;
+  out.name = k.name();
+  out.digest = k.digest();
+  out.cache_key = k.cache_key();
+  switch (k.status()) {
+    case pb::HIT: out.status = CacheStatus::Hit; break;
+    case pb::MISS: out.status = CacheStatus::Miss; break;
+    case pb::COALESCED: out.status = CacheStatus::Coalesced; break;
+    default: out.status = CacheStatus::Unspecified; break;
+  }
+  out.tier = k.tier();
+  out.compile_ms = k.compile_ms();
+  out.abi = k.abi();
+  out.binary = k.binary();
+  out.source = k.source();
+  return out;
+}
+
+std::vector<Kernel> kernels_from_wire(const google::protobuf::RepeatedPtrField<pb::Kernel>& ks) {
+  std::vector<Kernel> out;
+  out.reserve(ks.size());
+  for (const pb::Kernel& k : ks) out.push_back(kernel_from_wire(k));
+  return out;
+}
+
+absl::Status tensor_to_wire(const HostTensor& t, pb::Tensor* out) {
+  std::optional<uop::v1::DType::Scalar> dt = scalar_to_wire(t.dtype);
+  std::optional<int64_t> n = checked_numel(t.shape);
+  if (!dt || t.dtype == Scalar::Void)
+    return absl::InvalidArgumentError(cat("a tensor of dtype ", scalar_name(t.dtype), " cannot be sent"));
+  if (!n || *n * t.itemsize() != t.nbytes())
+    return absl::InvalidArgumentError(cat("tensor ", scalar_name(t.dtype), shape_str(t.shape), " holds ", t.nbytes(), " bytes"));
+  out->set_dtype(*dt);
+  for (int64_t d : t.shape) out->add_shape(d);
+  out->set_data(t.data);
+  return absl::OkStatus();
+}
+
+// The dtype and shape the server gave an output (or a kept buffer) become a HostTensor
+// with no data yet; nothing is allocated from the server's numbers before they check out.
+absl::StatusOr<HostTensor> tensor_header(const std::string& what, int dtype,
+                                         const google::protobuf::RepeatedField<int64_t>& shape) {
+  std::optional<Scalar> s = scalar_from_wire(dtype);
+  std::vector<int64_t> dims(shape.begin(), shape.end());
+  if (!s || *s == Scalar::Void) return absl::InternalError(cat("uopd sent ", what, " with dtype number ", dtype));
+  std::optional<int64_t> n = checked_numel(dims);
+  if (!n || *n > (int64_t{1} << 62) / scalar_bytes(*s))
+    return absl::InternalError(cat("uopd sent ", what, " with shape ", shape_str(dims)));
+  HostTensor t;
+  t.dtype = *s;
+  t.shape = std::move(dims);
+  return t;
+}
+
+absl::Status check_data_size(const std::string& what, const HostTensor& t, uint64_t bytes) {
+  uint64_t want = static_cast<uint64_t>(t.numel()) * t.itemsize();
+  if (bytes == want) return absl::OkStatus();
+  return absl::DataLossError(cat("uopd sent ", bytes, " bytes for ", what, " (", scalar_name(t.dtype),
+                                 shape_str(t.shape), ": ", want, " bytes)"));
+}
+
+// Wire indices of nodes as encode_proto numbers them: codec.h promises the nodes of
+// toposort({named..., root}) in that order.
+absl::flat_hash_map<const UOp*, uint32_t> wire_indices(const UOp* root, const Names& names) {
+  std::vector<const UOp*> roots;
+  for (const auto& [name, u] : names) roots.push_back(u);
+  roots.push_back(root);
+  absl::flat_hash_map<const UOp*, uint32_t> out;
+  for (const UOp* u : toposort(roots)) out.emplace(u, static_cast<uint32_t>(out.size()));
+  return out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// Client
+
+Client::Client(std::shared_ptr<detail::Connection> conn) : conn_(std::move(conn)) {}
+Client::~Client() = default;
+
+const std::string& Client::address() const { return conn_->options.address; }
+
+absl::StatusOr<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
+  if (options.address.empty()) return absl::InvalidArgumentError("no uopd address given");
+  auto conn = std::make_shared<detail::Connection>();
+  conn->options = options;
+  conn->options.chunk_bytes = effective_chunk_bytes(options.chunk_bytes);
+  grpc::ChannelArguments args;
+  // Run outputs and compiled binaries come back inline and may exceed gRPC's 4 MiB
+  // default; what the client receives is bounded by what it asked for.
+  args.SetMaxReceiveMessageSize(-1);
+  conn->channel = grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
+  absl::Duration wait = std::min(options.connect_timeout, options.deadline);
+  if (!conn->channel->WaitForConnected(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(wait)))
+    return absl::UnavailableError(
+        cat("cannot reach uopd at ", options.address, " (not ready after ", absl::FormatDuration(wait), ")"));
+  conn->stub = pb::Uopd::NewStub(conn->channel);
+  return std::unique_ptr<Client>(new Client(std::move(conn)));
+}
+
+absl::StatusOr<Session> Client::create_session(std::vector<std::string> devices, absl::Duration idle_timeout) {
+  pb::CreateSessionRequest req;
+  for (std::string& d : devices) req.add_devices(std::move(d));
+  if (idle_timeout > absl::ZeroDuration()) req.set_idle_timeout_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(idle_timeout)));
+  pb::CreateSessionResponse resp;
+  auto ctx = conn_->context();
+  if (absl::Status s = to_status(conn_->stub->CreateSession(ctx.get(), req, &resp)); !s.ok()) return s;
+  if (resp.session_id().empty()) return absl::InternalError("uopd created a session without an id");
+  return Session(conn_, resp.session_id(), {resp.devices().begin(), resp.devices().end()});
+}
+
+absl::StatusOr<CompileResult> Client::compile(const UOp* root, const Names& names, const Target& target,
+                                              bool include_binary, bool include_source) {
+  pb::CompileRequest req;
+  encode_proto(root, names, req.mutable_graph());
+  target_to_wire(target, req.mutable_target());
+  req.set_include_binary(include_binary);
+  req.set_include_source(include_source);
+  pb::CompileResponse resp;
+  auto ctx = conn_->context();
+  if (absl::Status s = to_status(conn_->stub->Compile(ctx.get(), req, &resp)); !s.ok()) return s;
+  CompileResult out;
+  out.kernels = kernels_from_wire(resp.kernels());
+  out.graph_digest = resp.graph_digest();
+  out.plan_cached = resp.plan_cached();
+  return out;
+}
+
+absl::StatusOr<std::vector<ExplainStage>> Client::explain(const UOp* root, const Names& names,
+                                                          const std::string& stage, const Target& target) {
+  pb::ExplainRequest req;
+  encode_proto(root, names, req.mutable_graph());
+  target_to_wire(target, req.mutable_target());
+  req.set_stage(stage);
+  pb::ExplainResponse resp;
+  auto ctx = conn_->context();
+  if (absl::Status s = to_status(conn_->stub->Explain(ctx.get(), req, &resp)); !s.ok()) return s;
+  std::vector<ExplainStage> out;
+  for (const auto& st : resp.stages()) out.push_back({st.name(), st.kernel(), st.text()});
+  return out;
+}
+
+absl::StatusOr<Stats> Client::stats() {
+  pb::StatsResponse r;
+  auto ctx = conn_->context();
+  if (absl::Status s = to_status(conn_->stub->Stats(ctx.get(), pb::StatsRequest(), &r)); !s.ok()) return s;
+  Stats out;
+  out.compiles = r.compiles();
+  out.cache_hits_memory = r.cache_hits_memory();
+  out.cache_hits_disk = r.cache_hits_disk();
+  out.cache_hits_redis = r.cache_hits_redis();
+  out.cache_misses = r.cache_misses();
+  out.cache_coalesced = r.cache_coalesced();
+  out.cache_errors = r.cache_errors();
+  out.plan_cache_hits = r.plan_cache_hits();
+  out.plan_cache_misses = r.plan_cache_misses();
+  out.kernels_run = r.kernels_run();
+  out.sessions = r.sessions();
+  out.buffers = r.buffers();
+  out.buffer_bytes = r.buffer_bytes();
+  out.compiler_build_id = r.compiler_build_id();
+  for (const pb::WorkerStatus& w : r.workers())
+    out.workers.push_back({w.id(), w.device(), w.address(), w.state(), w.pid(), w.restarts(), w.last_error()});
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// Session
+
+Session::Session(std::shared_ptr<detail::Connection> conn, std::string id, std::vector<std::string> devices)
+    : conn_(std::move(conn)), id_(std::move(id)), devices_(std::move(devices)), open_(true) {}
+
+Session::Session(Session&& o) noexcept
+    : conn_(std::move(o.conn_)), id_(std::move(o.id_)), devices_(std::move(o.devices_)), open_(std::exchange(o.open_, false)) {}
+
+Session& Session::operator=(Session&& o) noexcept {
+  if (this != &o) {
+    (void)close();
+    conn_ = std::move(o.conn_);
+    id_ = std::move(o.id_);
+    devices_ = std::move(o.devices_);
+    open_ = std::exchange(o.open_, false);
+  }
+  return *this;
+}
+
+// Best effort: a server that is gone frees the session itself after its idle timeout, and
+// a destructor has nobody to report to.
+Session::~Session() { (void)close(); }
+
+absl::Status Session::close() {
+  if (!open_ || !conn_) return absl::OkStatus();
+  open_ = false;
+  pb::CloseSessionRequest req;
+  req.set_session_id(id_);
+  pb::CloseSessionResponse resp;
+  // Closing should not hold a finishing program for a full request deadline.
+  auto ctx = conn_->context(absl::Seconds(5));
+  return to_status(conn_->stub->CloseSession(ctx.get(), req, &resp));
+}
+
+absl::StatusOr<std::string> Session::create_buffer(Scalar dtype, uint64_t elements, const std::string& device) {
+  std::optional<uop::v1::DType::Scalar> dt = scalar_to_wire(dtype);
+  if (!dt || dtype == Scalar::Void) return absl::InvalidArgumentError(cat("a buffer cannot hold ", scalar_name(dtype)));
+  pb::CreateBufferRequest req;
+  req.set_session_id(id_);
+  req.set_device(device);
+  req.set_dtype(*dt);
+  req.set_elements(elements);
+  pb::CreateBufferResponse resp;
+  auto ctx = conn_->context();
+  if (absl::Status s = to_status(conn_->stub->CreateBuffer(ctx.get(), req, &resp)); !s.ok()) return s;
+  if (resp.buffer_id().empty()) return absl::InternalError("uopd created a buffer without an id");
+  return resp.buffer_id();
+}
+
+absl::Status Session::upload(const std::string& buffer_id, std::string_view bytes, uint64_t offset) {
+  if (offset > UINT64_MAX - bytes.size())
+    return absl::InvalidArgumentError(cat("upload of ", bytes.size(), " bytes at offset ", offset, " overflows"));
+  pb::UploadResponse resp;
+  auto ctx = conn_->context();
+  std::unique_ptr<grpc::ClientWriter<pb::UploadChunk>> writer = conn_->stub->Upload(ctx.get(), &resp);
+  bool first = true;
+  for (const ByteRange& r : chunk_ranges(offset, bytes.size(), conn_->options.chunk_bytes)) {
+    pb::UploadChunk chunk;
+    if (first) {
+      chunk.set_session_id(id_);
+      chunk.set_buffer_id(buffer_id);
+      first = false;
+    }
+    chunk.set_offset(r.offset);
+    chunk.set_data(bytes.data() + (r.offset - offset), r.length);
+    // A failed write means the server ended the call; Finish() says why.
+    if (!writer->Write(chunk)) break;
+  }
+  writer->WritesDone();
+  if (absl::Status s = to_status(writer->Finish()); !s.ok()) return s;
+  if (resp.bytes() != bytes.size())
+    return absl::DataLossError(cat("uopd took ", resp.bytes(), " of ", bytes.size(), " bytes uploaded to ", buffer_id));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Session::download(const std::string& buffer_id, uint64_t offset, uint64_t length) {
+  pb::DownloadRequest req;
+  req.set_session_id(id_);
+  req.set_buffer_id(buffer_id);
+  req.set_offset(offset);
+  req.set_length(length);
+  req.set_chunk_bytes(conn_->options.chunk_bytes);
+  auto ctx = conn_->context();
+  std::unique_ptr<grpc::ClientReader<pb::DownloadChunk>> reader = conn_->stub->Download(ctx.get(), req);
+  std::string out;
+  out.reserve(std::min<uint64_t>(length, 256u << 20));  // our own number, still capped
+  pb::DownloadChunk chunk;
+  std::string broken;
+  while (reader->Read(&chunk)) {
+    if (chunk.offset() != offset + out.size())
+      broken = cat("chunk at offset ", chunk.offset(), " where ", offset + out.size(), " was next");
+    else if (length != 0 && out.size() + chunk.data().size() > length)
+      broken = cat("more than the ", length, " bytes asked for");
+    if (!broken.empty()) {
+      ctx->TryCancel();
+      break;
+    }
+    out.append(chunk.data());
+  }
+  absl::Status st = to_status(reader->Finish());
+  if (!broken.empty()) return absl::DataLossError(cat("download of ", buffer_id, ": uopd sent a ", broken));
+  if (!st.ok()) return st;
+  if (length != 0 && out.size() != length)
+    return absl::DataLossError(cat("download of ", buffer_id, ": uopd sent ", out.size(), " of ", length, " bytes"));
+  return out;
+}
+
+absl::Status Session::free_buffer(const std::string& buffer_id) {
+  pb::FreeBufferRequest req;
+  req.set_session_id(id_);
+  req.set_buffer_id(buffer_id);
+  pb::FreeBufferResponse resp;
+  auto ctx = conn_->context();
+  return to_status(conn_->stub->FreeBuffer(ctx.get(), req, &resp));
+}
+
+absl::StatusOr<std::string> Session::upload_tensor(const HostTensor& t, const std::string& device) {
+  std::optional<int64_t> n = checked_numel(t.shape);
+  if (!n || *n * t.itemsize() != t.nbytes())
+    return absl::InvalidArgumentError(cat("tensor ", scalar_name(t.dtype), shape_str(t.shape), " holds ", t.nbytes(), " bytes"));
+  absl::StatusOr<std::string> id = create_buffer(t.dtype, static_cast<uint64_t>(*n), device);
+  if (!id.ok()) return id;
+  if (absl::Status s = upload(*id, t.data); !s.ok()) return s;
+  return id;
+}
+
+absl::StatusOr<HostTensor> Session::download_tensor(const RunOutput& out) {
+  if (!out.kept()) return absl::FailedPreconditionError(cat("output ", out.name, " was not kept in the session"));
+  std::optional<int64_t> n = checked_numel(out.tensor.shape);
+  if (!n) return absl::InvalidArgumentError(cat("output ", out.name, " has shape ", shape_str(out.tensor.shape)));
+  uint64_t bytes = static_cast<uint64_t>(*n) * out.tensor.itemsize();
+  absl::StatusOr<std::string> data = bytes == 0 ? std::string() : download(out.buffer_id, 0, bytes);
+  if (!data.ok()) return data.status();
+  HostTensor t = out.tensor;
+  t.data = std::move(*data);
+  return t;
+}
+
+absl::StatusOr<RunResult> Session::run(const UOp* root, const Names& names, const std::vector<Input>& inputs, bool keep_outputs) {
+  pb::RunRequest req;
+  req.set_session_id(id_);
+  encode_proto(root, names, req.mutable_graph());
+  req.set_keep_outputs(keep_outputs);
+  std::optional<absl::flat_hash_map<const UOp*, uint32_t>> index;  // built on first need
+  for (const Input& in : inputs) {
+    pb::Binding* b = req.add_inputs();
+    if (const std::string* name = std::get_if<std::string>(&in.node)) {
+      b->set_name(*name);
+    } else if (const uint32_t* i = std::get_if<uint32_t>(&in.node)) {
+      b->set_index(*i);
+    } else {
+      const UOp* u = std::get<const UOp*>(in.node);
+      if (!index) index = wire_indices(root, names);
+      auto it = index->find(u);
+      if (it == index->end()) return absl::InvalidArgumentError("an input node is not part of the graph being run");
+      b->set_index(it->second);
+    }
+    if (const std::string* id = std::get_if<std::string>(&in.value)) {
+      b->set_buffer_id(*id);
+    } else if (absl::Status s = tensor_to_wire(std::get<HostTensor>(in.value), b->mutable_tensor()); !s.ok()) {
+      return s;
+    }
+  }
+  pb::RunResponse resp;
+  auto ctx = conn_->context();
+  if (absl::Status s = to_status(conn_->stub->Run(ctx.get(), req, &resp)); !s.ok()) return s;
+
+  RunResult out;
+  for (const pb::Output& o : resp.outputs()) {
+    std::string what = cat("output ", o.name());
+    absl::StatusOr<HostTensor> t = tensor_header(what, o.dtype(), o.shape());
+    if (!t.ok()) return t.status();
+    RunOutput r{o.name(), std::move(*t), ""};
+    if (o.value_case() == pb::Output::kBufferId) {
+      r.buffer_id = o.buffer_id();
+    } else {
+      if (absl::Status s = check_data_size(what, r.tensor, o.data().size()); !s.ok()) return s;
+      r.tensor.data = o.data();
+    }
+    out.outputs.push_back(std::move(r));
+  }
+  out.kernels = kernels_from_wire(resp.kernels());
+  out.device = resp.device();
+  out.plan_ms = resp.plan_ms();
+  out.compile_ms = resp.compile_ms();
+  out.run_ms = resp.run_ms();
+  return out;
+}
+
+}  // namespace uop::client

@@ -1,0 +1,229 @@
+// The C++ client of uopd: a small library over the Uopd gRPC service (proto/uopd.proto)
+// that takes and gives IR nodes and HostTensors, so a program can compile, run and explain
+// graphs remotely without LLVM, CUDA or the generated protobuf headers (the stub lives
+// behind detail::Connection in client.cc).
+//
+//   auto client = Client::connect({.address = "127.0.0.1:7070"});
+//   auto session = (*client)->create_session();
+//   auto result = session->run(g.root, g.names, {{"x", HostTensor::random(...)}});
+//
+// Every call returns absl::Status: the gRPC status the server sent, same code and message
+// (status_from_grpc), or a client-side check of what came back (DATA_LOSS, INTERNAL).
+// Each request carries ClientOptions::deadline. Buffers travel in chunks of
+// ClientOptions::chunk_bytes (1 MiB) over the streaming Upload / Download calls.
+//
+// A Client and its Sessions may be used from several threads at once (gRPC stubs are
+// thread-safe), except that closing, moving or destroying a Session is for one thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "compiler/interp/host_tensor.h"
+#include "compiler/ir/codec.h"
+
+namespace uop::client {
+
+// Where uopd listens by default (its --listen default); the one place the port is named.
+inline constexpr char kDefaultAddress[] = "127.0.0.1:7070";
+// Bulk data moves in chunks of this size unless ClientOptions says otherwise.
+inline constexpr uint32_t kDefaultChunkBytes = 1u << 20;
+// The server takes chunks up to 4 MiB; gRPC's default message limit counts the whole
+// message, so the data stays a little under it to leave room for ids and offsets.
+inline constexpr uint32_t kMaxChunkBytes = (4u << 20) - (4u << 10);
+
+struct ClientOptions {
+  std::string address = kDefaultAddress;  // HOST:PORT
+  absl::Duration deadline = absl::Seconds(60);        // each request
+  absl::Duration connect_timeout = absl::Seconds(10);  // connect() waiting for the channel
+  uint32_t chunk_bytes = kDefaultChunkBytes;  // upload / download; clamped to [1, kMaxChunkBytes]
+  // Sent as "authorization: Bearer <token>" on every request when set. The server does
+  // not check it yet (a later issue); the client carries it already so callers can.
+  std::string bearer_token;
+};
+
+// What to compile for. Empty backend: the server's default ("cpu").
+struct Target {
+  std::string backend;  // "cpu" or "cuda"
+  std::string arch;     // cuda: "sm_80", "sm_90"; cpu: "" (the workers' CPU)
+};
+// "cpu", "cuda", "cuda:sm_90"; INVALID_ARGUMENT naming the text otherwise.
+absl::StatusOr<Target> parse_target(std::string_view text);
+std::string target_str(const Target& t);  // the inverse; "cpu" for the default
+
+enum class CacheStatus { Unspecified, Hit, Miss, Coalesced };
+std::string_view cache_status_name(CacheStatus s);  // "hit", "miss", "coalesced", "unspecified"
+
+// One kernel of a compiled graph, as uopd.v1.Kernel describes it.
+struct Kernel {
+  std::string name;
+  std::string digest;     // hex SHA-256 of the normalized kernel
+  std::string cache_key;  // hex SHA-256 of (digest, target, compiler build id, options)
+  CacheStatus status = CacheStatus::Unspecified;
+  std::string tier;       // for Hit: "memory", "disk" or "redis"
+  double compile_ms = 0;  // for Miss
+  std::string abi;        // the kernel ABI, text form
+  std::string binary;     // when asked for: the object (cpu) or cubin (cuda)
+  std::string source;     // when asked for: LLVM IR or CUDA C
+};
+// How a person reads a kernel's cache status: "miss, compiled in 12 ms", "hit (memory)",
+// "coalesced (waited for a concurrent compile)".
+std::string describe_cache(const Kernel& k);
+
+struct CompileResult {
+  std::vector<Kernel> kernels;  // execution order; a repeated kernel appears once
+  std::string graph_digest;
+  bool plan_cached = false;
+};
+
+struct ExplainStage {
+  std::string name;    // a pipeline stage
+  std::string kernel;  // for per-kernel stages
+  std::string text;    // the IR after the stage
+};
+
+struct WorkerStatus {
+  std::string id, device, address;
+  std::string state;  // "up", "starting", "down"
+  int64_t pid = 0;    // embedded workers
+  uint64_t restarts = 0;
+  std::string last_error;
+};
+
+// The server's counters (uopd.v1.StatsResponse).
+struct Stats {
+  uint64_t compiles = 0;
+  uint64_t cache_hits_memory = 0, cache_hits_disk = 0, cache_hits_redis = 0;
+  uint64_t cache_misses = 0, cache_coalesced = 0, cache_errors = 0;
+  uint64_t plan_cache_hits = 0, plan_cache_misses = 0;
+  uint64_t kernels_run = 0;
+  uint64_t sessions = 0, buffers = 0, buffer_bytes = 0;
+  std::vector<WorkerStatus> workers;
+  std::string compiler_build_id;
+};
+
+// Binds one input of a graph (a BUFFER at tensor level, a PARAM at kernel level):
+//   {"x", HostTensor::random(Scalar::Float32, {12}, 1)}   by name, data inline
+//   {node, buffer_id}                                      by node, data already uploaded
+//   {3u, tensor}                                           by wire index (unsigned literal)
+struct Input {
+  // The node: by the graph's names, by wire index (in the graph as run() encodes it), or
+  // as one of the nodes passed to run() (the client finds its wire index).
+  std::variant<std::string, uint32_t, const UOp*> node;
+  // A buffer of the session (its id), or data sent inline with this run only.
+  std::variant<std::string, HostTensor> value;
+};
+
+struct RunOutput {
+  std::string name;    // from the graph's names, else "out<i>"
+  HostTensor tensor;   // dtype and shape always; data unless the output was kept
+  std::string buffer_id;  // set when kept in the session (run(..., keep_outputs = true))
+  bool kept() const { return !buffer_id.empty(); }
+};
+
+struct RunResult {
+  std::vector<RunOutput> outputs;
+  std::vector<Kernel> kernels;  // what ran, with cache status
+  std::string device;
+  double plan_ms = 0, compile_ms = 0, run_ms = 0;
+};
+
+// The one conversion of a gRPC status (code as its number) into absl::Status: same code,
+// same message. A code outside gRPC's range becomes UNKNOWN, keeping the message.
+absl::Status status_from_grpc(int code, std::string_view message);
+
+// How an upload of `size` bytes at `offset` is cut: consecutive ranges of at most
+// effective_chunk_bytes(chunk_bytes) bytes. An empty upload is one empty range (the first
+// chunk must still name the buffer).
+struct ByteRange {
+  uint64_t offset = 0, length = 0;
+  bool operator==(const ByteRange&) const = default;
+};
+uint32_t effective_chunk_bytes(uint64_t requested);  // 0: the default; else [1, kMaxChunkBytes]
+std::vector<ByteRange> chunk_ranges(uint64_t offset, uint64_t size, uint64_t chunk_bytes);
+
+namespace detail {
+struct Connection;  // the channel, the stub and the options; defined in client.cc
+}
+
+// A session on the server: its devices and buffers. Closing it (close(), or destruction,
+// best effort) frees its buffers on the server. Movable, not copyable; it keeps the
+// connection alive, so it may outlive the Client that made it.
+class Session {
+ public:
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+  ~Session();
+
+  const std::string& id() const { return id_; }
+  const std::vector<std::string>& devices() const { return devices_; }
+
+  // A buffer of `elements` values of `dtype` on `device` (empty: the session's first).
+  absl::StatusOr<std::string> create_buffer(Scalar dtype, uint64_t elements, const std::string& device = "");
+  // Streams `bytes` into the buffer at byte `offset`, in chunks.
+  absl::Status upload(const std::string& buffer_id, std::string_view bytes, uint64_t offset = 0);
+  // `length` bytes from `offset` (0: to the end), reassembled from the streamed chunks;
+  // DATA_LOSS if the chunks do not follow each other or overrun the length.
+  absl::StatusOr<std::string> download(const std::string& buffer_id, uint64_t offset = 0, uint64_t length = 0);
+  absl::Status free_buffer(const std::string& buffer_id);
+
+  // create_buffer + upload of a whole tensor (a buffer is flat: the shape stays here).
+  absl::StatusOr<std::string> upload_tensor(const HostTensor& t, const std::string& device = "");
+  // The data of a kept output, checked against its dtype and shape.
+  absl::StatusOr<HostTensor> download_tensor(const RunOutput& out);
+
+  // Runs the graph on the session's device. `names` travel with the graph (inputs may be
+  // bound by them; outputs are named by them). With keep_outputs, outputs stay in the
+  // session as buffers and only their ids, dtypes and shapes come back.
+  absl::StatusOr<RunResult> run(const UOp* root, const Names& names, const std::vector<Input>& inputs,
+                                bool keep_outputs = false);
+
+  // Closes the session on the server. After it (whatever it returns) the destructor does
+  // nothing more; the other calls still go to the server, which answers NOT_FOUND.
+  absl::Status close();
+
+ private:
+  friend class Client;
+  Session(std::shared_ptr<detail::Connection> conn, std::string id, std::vector<std::string> devices);
+
+  std::shared_ptr<detail::Connection> conn_;
+  std::string id_;
+  std::vector<std::string> devices_;
+  bool open_ = false;
+};
+
+class Client {
+ public:
+  // Opens a channel to options.address and waits (at most connect_timeout, and never past
+  // deadline) for it to be ready: UNAVAILABLE naming the address otherwise.
+  static absl::StatusOr<std::unique_ptr<Client>> connect(const ClientOptions& options);
+  ~Client();
+
+  const std::string& address() const;
+
+  // Devices like "CPU:0"; empty: the server's first CPU. idle_timeout 0: the server's.
+  absl::StatusOr<Session> create_session(std::vector<std::string> devices = {},
+                                         absl::Duration idle_timeout = absl::ZeroDuration());
+  // The graph's kernels, compiled for `target` or found in the cache.
+  absl::StatusOr<CompileResult> compile(const UOp* root, const Names& names, const Target& target = {},
+                                        bool include_binary = false, bool include_source = false);
+  // The IR after each stage (only `stage` when set), as the server lowers it for `target`.
+  absl::StatusOr<std::vector<ExplainStage>> explain(const UOp* root, const Names& names,
+                                                    const std::string& stage = "", const Target& target = {});
+  absl::StatusOr<Stats> stats();
+
+ private:
+  explicit Client(std::shared_ptr<detail::Connection> conn);
+  std::shared_ptr<detail::Connection> conn_;
+};
+
+}  // namespace uop::client
