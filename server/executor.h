@@ -1,0 +1,79 @@
+// The executor: runs a compiled plan on the worker of a device. It allocates what the run
+// needs (outputs, intermediates, inline inputs) on the worker, writes inline inputs,
+// loads the programs the worker lacks, launches the kernels in order, and reads the
+// outputs back (or hands them to the session). Temporaries are freed whatever happens.
+// A worker that fails mid-run is reported to the WorkerPool, and the client gets the
+// pool's UNAVAILABLE status saying which worker and why.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "compiler/interp/host_tensor.h"
+#include "server/planner.h"
+#include "server/sessions.h"
+#include "server/workers.h"
+
+namespace uop::server {
+
+// What a plan buffer is bound to for one run.
+struct BoundInput {
+  const BufferInfo* session_buffer = nullptr;  // a buffer of the session, or
+  const HostTensor* tensor = nullptr;          // inline data for this run
+};
+
+struct RunOutcome {
+  std::vector<HostTensor> outputs;           // when the outputs come back as data
+  std::vector<BufferInfo> kept;              // when they stay in the session (not yet recorded there)
+  uint64_t kernels_run = 0;
+  uint64_t bytes_in = 0, bytes_out = 0;      // moved to / from the worker
+  double run_ms = 0;
+};
+
+class Executor {
+ public:
+  explicit Executor(WorkerPool* pool) : pool_(pool) {}
+
+  absl::StatusOr<RunOutcome> run(const std::string& device, const Plan& plan,
+                                 const std::vector<CompiledKernel>& kernels,
+                                 const absl::flat_hash_map<int, BoundInput>& inputs, bool keep_outputs,
+                                 absl::Time deadline);
+
+  // Buffer traffic for the buffer RPCs (and the run), in chunks of `chunk` bytes.
+  // Failures come back as failed() says.
+  using Worker = std::shared_ptr<WorkerHandle>;
+  absl::Status alloc(const Worker& w, uint64_t id, uint64_t bytes, absl::Time deadline);
+  absl::Status write(const Worker& w, uint64_t id, uint64_t offset, std::string_view data, absl::Time deadline);
+  absl::StatusOr<std::string> read(const Worker& w, uint64_t id, uint64_t offset, uint64_t length, absl::Time deadline);
+  // Streams a read chunk by chunk to `sink` (a Download); stops early if sink returns false.
+  absl::Status read_into(const Worker& w, uint64_t id, uint64_t offset, uint64_t length, absl::Time deadline,
+                         const std::function<bool(uint64_t offset, std::string_view data)>& sink);
+  absl::Status free(const Worker& w, const std::vector<uint64_t>& ids);
+
+  // A fresh id for a worker buffer (the scheduler names them).
+  uint64_t new_buffer_id() { return next_id_.fetch_add(1) + 1; }
+
+  // The status to hand the client when an RPC to `w` failed: worker deaths go through the
+  // pool (which names the worker and restarts it), other errors keep their code.
+  absl::Status failed(const Worker& w, const absl::Status& s, std::string_view what,
+                      std::optional<uint64_t> generation = std::nullopt);
+
+  static constexpr uint64_t kChunk = 1 << 20;
+
+  // The current process's stub, or UNAVAILABLE while the worker is not up.
+  using Stub = ::uopd::worker::v1::Worker::Stub;
+  static absl::StatusOr<std::shared_ptr<Stub>> stub(const Worker& w);
+
+ private:
+  WorkerPool* pool_;
+  std::atomic<uint64_t> next_id_{0};
+};
+
+}  // namespace uop::server

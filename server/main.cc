@@ -1,0 +1,260 @@
+// uopd: the scheduler. With no flags it is the embedded default (DESIGN §4): it listens on
+// loopback, starts two CPU workers, keeps its disk cache under the user's cache directory
+// and serves Prometheus metrics on loopback. Flags turn on the cluster pieces (a Redis
+// tier, remote workers registering by address) and set the limits.
+//
+// On startup it prints one line, `LISTENING <host>:<port>`, once it serves (clients and
+// tests started with --listen=127.0.0.1:0 read the port from it). SIGTERM or SIGINT
+// drain in-flight requests, then stop the workers; nothing is left running.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "compiler/ir/codec.h"
+#include "compiler/support/strings.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "server/cache/disk_tier.h"
+#include "server/cache/memory_tier.h"
+#include "server/cache/redis_tier.h"
+#include "server/registry_service.h"
+#include "server/service.h"
+
+namespace uop::server {
+namespace {
+
+constexpr char kUsage[] = R"(uopd: the UOp graph compilation and execution service.
+
+usage: uopd [--flag=value ...]
+
+With no flags: listen on 127.0.0.1:7070, start 2 CPU workers, cache compiled kernels
+under $XDG_CACHE_HOME/uopd (or ~/.cache/uopd), serve metrics on 127.0.0.1:9464.
+
+  --listen=HOST:PORT          client API address (port 0: any free port)   [127.0.0.1:7070]
+  --workers=N                 embedded CPU workers, CPU:0..CPU:N-1; 0 waits for remote
+                              workers to register (uop-worker --scheduler=...)      [2]
+  --worker-binary=PATH        the uop-worker to start       [next to uopd, then PATH]
+  --worker-threads=N          threads per worker                        [all cores]
+  --worker-max-buffer-bytes=N buffer memory per worker                  [worker default]
+  --cache-dir=DIR             on-disk compile cache; empty: none  [$XDG_CACHE_HOME/uopd]
+  --disk-cache-bytes=N        its size budget (LRU eviction)                  [4 GiB]
+  --memory-cache-bytes=N      in-memory compile cache budget                [512 MiB]
+  --redis=HOST:PORT           a Redis shared by the cluster, as the third cache tier
+  --redis-timeout-ms=N        per Redis command; a slow Redis is a miss         [200]
+  --metrics-listen=HOST:PORT  Prometheus /metrics; empty: none       [127.0.0.1:9464]
+  --compile-threads=N         compiles in parallel (apart from RPC threads)       [2]
+  --max-nodes=N               nodes per graph                               [1000000]
+  --max-request-bytes=N       one request's size                          [256 MiB]
+  --session-bytes=N           buffer bytes per session                       [4 GiB]
+  --session-idle-timeout-s=N  close sessions idle this long                    [600]
+  --request-deadline-s=N      longest time one request may take                [300]
+  --allow-custom              accept CUSTOM / CUSTOMI / CUSTOM_FUNCTION ops (inline code)
+  --help
+)";
+
+struct Flags {
+  std::map<std::string, std::string> v = {
+      {"listen", "127.0.0.1:7070"}, {"workers", "2"}, {"worker-binary", ""}, {"worker-threads", "0"},
+      {"worker-max-buffer-bytes", ""}, {"cache-dir", "<default>"}, {"disk-cache-bytes", "4294967296"},
+      {"memory-cache-bytes", "536870912"}, {"redis", ""}, {"redis-timeout-ms", "200"},
+      {"metrics-listen", "127.0.0.1:9464"}, {"compile-threads", "2"}, {"max-nodes", "1000000"},
+      {"max-request-bytes", "268435456"}, {"session-bytes", "4294967296"}, {"session-idle-timeout-s", "600"},
+      {"request-deadline-s", "300"}, {"allow-custom", "false"},
+  };
+  int64_t num(const std::string& k) const { return std::stoll(v.at(k)); }
+};
+
+// --name=value and --flag; unknown flags and bad numbers are usage errors (exit 2).
+bool parse(int argc, char** argv, Flags* f, std::string* err) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") { std::cout << kUsage; std::exit(0); }
+    if (a.rfind("--", 0) != 0) { *err = cat("unexpected argument '", a, "'"); return false; }
+    std::string name = a.substr(2), value = "true";
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    if (!f->v.count(name)) { *err = cat("unknown flag --", name); return false; }
+    f->v[name] = value;
+  }
+  for (const char* k : {"workers", "worker-threads", "disk-cache-bytes", "memory-cache-bytes", "redis-timeout-ms",
+                        "compile-threads", "max-nodes", "max-request-bytes", "session-bytes",
+                        "session-idle-timeout-s", "request-deadline-s"}) {
+    try {
+      size_t used = 0;
+      long long n = std::stoll(f->v[k], &used);
+      if (used != f->v[k].size() || n < 0) throw std::invalid_argument("");
+    } catch (...) {
+      *err = cat("--", k, " takes a non-negative number, got '", f->v[k], "'");
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string default_cache_dir() {
+  if (const char* x = getenv("XDG_CACHE_HOME"); x && *x) return cat(x, "/uopd");
+  if (const char* h = getenv("HOME"); h && *h) return cat(h, "/.cache/uopd");
+  return "/tmp/uopd-cache";
+}
+
+// uop-worker next to this binary (installed layout), in the build tree's worker/, or PATH.
+std::string find_worker(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path();
+  for (auto p : {self / "uop-worker", self.parent_path() / "worker" / "uop-worker"})
+    if (std::filesystem::exists(p, ec)) return p.string();
+  return "uop-worker";
+}
+
+std::vector<SampledFamily> sample(CompileCache& cache, WorkerPool& pool, Planner& planner, SessionManager& sessions) {
+  std::vector<SampledFamily> out;
+  SampledFamily hits{"uopd_cache_hits_total", "compile cache hits by tier", true, {}};
+  SampledFamily misses{"uopd_cache_misses_total", "compile cache misses by tier", true, {}};
+  SampledFamily errors{"uopd_cache_errors_total", "compile cache errors by tier (corrupt entries, failed tiers)", true, {}};
+  for (auto& [tier, st] : cache.stats()) {
+    hits.samples.push_back({{{"tier", tier}}, double(st.hits)});
+    misses.samples.push_back({{{"tier", tier}}, double(st.misses)});
+    errors.samples.push_back({{{"tier", tier}}, double(st.errors + st.put_errors)});
+  }
+  out.push_back(hits);
+  out.push_back(misses);
+  out.push_back(errors);
+  out.push_back({"uopd_compiles_total", "kernels compiled by this server", true, {{{}, double(cache.computes())}}});
+  out.push_back({"uopd_compiles_coalesced_total", "requests that waited for a compile already running", true, {{{}, double(cache.coalesced())}}});
+  out.push_back({"uopd_plan_cache_hits_total", "graphs whose plan was cached", true, {{{}, double(planner.plan_hits())}}});
+  out.push_back({"uopd_compile_queue_depth", "kernels waiting for a compile thread", false, {{{}, double(planner.compile_queue_depth())}}});
+  double up = 0;
+  SampledFamily restarts{"uopd_worker_restarts_total", "worker restarts by device", true, {}};
+  for (const auto& w : pool.snapshot()) {
+    up += w.state == "up";
+    restarts.samples.push_back({{{"device", w.device}}, double(w.restarts)});
+  }
+  out.push_back({"uopd_workers_up", "workers serving", false, {{{}, up}}});
+  out.push_back(restarts);
+  out.push_back({"uopd_sessions", "open sessions", false, {{{}, double(sessions.sessions())}}});
+  out.push_back({"uopd_buffer_bytes", "bytes held in session buffers", false, {{{}, double(sessions.bytes())}}});
+  return out;
+}
+
+int run(int argc, char** argv) {
+  Flags f;
+  std::string err;
+  if (!parse(argc, argv, &f, &err)) {
+    std::cerr << "uopd: " << err << "\nrun 'uopd --help' for usage\n";
+    return 2;
+  }
+  quiet_protobuf_logs();
+  // Signals are taken by one thread with sigwait, so block them before any thread starts.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto metrics = Metrics::create(f.v["metrics-listen"]);
+  if (!metrics.ok()) { std::cerr << "uopd: " << metrics.status().message() << "\n"; return 1; }
+
+  std::vector<std::unique_ptr<CacheTier>> tiers;
+  tiers.push_back(std::make_unique<MemoryTier>(f.num("memory-cache-bytes")));
+  std::string cache_dir = f.v["cache-dir"] == "<default>" ? default_cache_dir() : f.v["cache-dir"];
+  if (!cache_dir.empty()) {
+    auto disk = std::make_unique<DiskTier>(cache_dir, f.num("disk-cache-bytes"));
+    // A cache directory that cannot be used is a warning, not a failure: compiles still
+    // work, they are just not kept across restarts.
+    if (!disk->open_status().ok()) std::cerr << "uopd: warning: " << disk->open_status().message() << "\n";
+    tiers.push_back(std::move(disk));
+  }
+  if (!f.v["redis"].empty()) {
+    const std::string& r = f.v["redis"];
+    auto colon = r.rfind(':');
+    if (colon == std::string::npos) { std::cerr << "uopd: --redis takes HOST:PORT\n"; return 2; }
+    tiers.push_back(std::make_unique<RedisTier>(r.substr(0, colon), std::stoi(r.substr(colon + 1)), f.num("redis-timeout-ms")));
+  }
+  CompileCache cache(std::move(tiers));
+
+  WorkerPool pool;
+  WorkerOptions wo;
+  wo.worker_binary = find_worker(f.v["worker-binary"]);
+  wo.embedded_cpu_workers = static_cast<int>(f.num("workers"));
+  wo.threads_per_worker = static_cast<int>(f.num("worker-threads"));
+  if (!f.v["worker-max-buffer-bytes"].empty()) wo.extra_args.push_back(cat("--max-buffer-bytes=", f.v["worker-max-buffer-bytes"]));
+  if (wo.embedded_cpu_workers > 0) {
+    if (absl::Status s = pool.start_embedded(wo); !s.ok()) { std::cerr << "uopd: " << s.message() << "\n"; return 1; }
+  }
+
+  PlannerOptions po;
+  po.compile_threads = static_cast<int>(std::max<int64_t>(f.num("compile-threads"), 1));
+  po.allow_custom = f.v["allow-custom"] == "true";
+  po.keep_source = true;
+  Planner planner(po, &cache, CpuTarget::host());
+  SessionOptions so;
+  so.max_bytes = f.num("session-bytes");
+  so.idle_timeout = absl::Seconds(f.num("session-idle-timeout-s"));
+  SessionManager sessions(so);
+  Executor executor(&pool);
+  ServiceDeps deps{&planner, &cache, &sessions, &pool, &executor, metrics->get(), {}};
+  deps.limits.decode.max_nodes = static_cast<uint32_t>(f.num("max-nodes"));
+  deps.limits.decode.max_bytes = f.num("max-request-bytes");
+  deps.limits.request_deadline = absl::Seconds(f.num("request-deadline-s"));
+  UopdService service(deps);
+  RegistryService registry(&pool);
+  (*metrics)->add_sampler([&] { return sample(cache, pool, planner, sessions); });
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(f.v["listen"], grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(f.num("max-request-bytes"), INT32_MAX)));
+  builder.SetMaxSendMessageSize(INT32_MAX);
+  builder.RegisterService(&service);
+  builder.RegisterService(&registry);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    std::cerr << "uopd: cannot listen on " << f.v["listen"] << "\n";
+    pool.shutdown();
+    return 1;
+  }
+  std::string host = f.v["listen"].substr(0, f.v["listen"].rfind(':'));
+  std::cout << "LISTENING " << host << ":" << port << std::endl;
+  std::cerr << "uopd: serving on " << host << ":" << port << ", " << wo.embedded_cpu_workers << " CPU workers, cache "
+            << (cache_dir.empty() ? std::string("in memory only") : cache_dir)
+            << (f.v["redis"].empty() ? "" : cat(" + redis ", f.v["redis"]))
+            << ((*metrics)->address().empty() ? "" : cat(", metrics on http://", (*metrics)->address(), "/metrics")) << "\n";
+
+  // Idle sessions close on their own.
+  std::atomic<bool> stopping{false};
+  std::thread reaper([&] {
+    while (!stopping) {
+      for (int i = 0; i < 10 && !stopping; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      service.free_buffers(sessions.reap_idle(absl::Now()));
+    }
+  });
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  std::cerr << "uopd: signal " << sig << ", draining\n";
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));  // in-flight requests finish
+  stopping = true;
+  reaper.join();
+  pool.shutdown();
+  std::cerr << "uopd: stopped\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace uop::server
+
+int main(int argc, char** argv) { return uop::server::run(argc, argv); }

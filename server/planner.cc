@@ -1,0 +1,186 @@
+#include "server/planner.h"
+
+#include <chrono>
+#include <future>
+
+#include "compiler/ir/digest.h"
+#include "compiler/pipeline.h"
+#include "compiler/support/strings.h"
+#include "proto/artifact.pb.h"
+
+namespace uop::server {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+Planner::Planner(PlannerOptions opts, CompileCache* cache, CpuTarget target)
+    : opts_(std::move(opts)),
+      cache_(cache),
+      target_(std::move(target)),
+      vector_bits_(target_.vector_bits()),
+      compiles_(opts_.compile_threads) {}
+
+std::string Planner::cache_key(const Digest& kernel) const {
+  // Everything that decides the bytes of the artifact: the computation, the machine, the
+  // compiler that made it and its options.
+  return sha256(cat("uopd-kernel-key/1\n", kernel.hex(), "\n", target_.id(), "\n", compiler_build_id(),
+                    "\nvector_bits=", vector_bits_, " keep_source=", opts_.keep_source))
+      .hex();
+}
+
+absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan(const DecodedGraph& g, bool* cached) {
+  Digest digest = g.root->digest();  // computes every digest below the root, once, here
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto it = lru_.begin(); it != lru_.end(); ++it) {
+      if (it->first != digest) continue;
+      auto plan = it->second;
+      lru_.erase(it);
+      lru_.emplace_back(digest, plan);
+      ++hits_;
+      *cached = true;
+      return plan;
+    }
+    ++misses_;
+  }
+  *cached = false;
+  auto t0 = std::chrono::steady_clock::now();
+  PipelineOptions po;
+  po.allow_custom = opts_.allow_custom;
+  po.index = &g.index;
+  po.vector_bits = vector_bits_;
+  auto p = plan_graph(*g.graph, g.root, po);
+  if (!p.ok()) return p.status();
+
+  auto plan = std::make_shared<Plan>();
+  plan->graph = digest;
+  plan->kernel_level = p->kernel_level;
+  for (auto& [var, value] : p->var_values) plan->vars[var->arg_as<DefineVarArg>().name] = value;
+
+  absl::flat_hash_map<const UOp*, int> index_of;
+  auto buffer = [&](const UOp* b, PlannedBuffer::Role role) {
+    auto [it, added] = index_of.emplace(b, static_cast<int>(plan->buffers.size()));
+    if (added) {
+      PlannedBuffer pb;
+      pb.role = role;
+      pb.dtype = b->dtype().scalar;
+      pb.elements = b->op() == Op::PARAM ? b->arg_as<ParamArg>().size : b->arg_as<BufferArg>().size;
+      pb.node = b->digest();
+      plan->buffers.push_back(pb);
+    }
+    return it->second;
+  };
+  absl::flat_hash_set<const UOp*> outputs(p->outputs.begin(), p->outputs.end());
+  absl::flat_hash_set<const UOp*> intermediates(p->intermediates.begin(), p->intermediates.end());
+  for (const KernelPlan& k : p->kernels) {
+    PlannedKernel pk;
+    pk.name = k.name;
+    pk.digest = k.kernel->digest();
+    pk.encoded = encode_binary(k.kernel);
+    for (const UOp* b : k.buffers) {
+      PlannedBuffer::Role role = outputs.contains(b) ? PlannedBuffer::Role::Output
+                                 : intermediates.contains(b) ? PlannedBuffer::Role::Intermediate
+                                                             : PlannedBuffer::Role::Input;
+      pk.buffers.push_back(buffer(b, role));
+    }
+    plan->kernels.push_back(std::move(pk));
+  }
+  if (p->kernel_level) {
+    for (size_t i = 0; i < plan->buffers.size(); ++i)
+      plan->outputs.push_back({plan->buffers[i].dtype, p->output_shapes[i], static_cast<int>(i)});
+  } else {
+    for (size_t i = 0; i < p->outputs.size(); ++i)
+      plan->outputs.push_back({p->outputs[i]->dtype().scalar, p->output_shapes[i], buffer(p->outputs[i], PlannedBuffer::Role::Output)});
+  }
+  plan->plan_ms = ms_since(t0);
+
+  std::lock_guard<std::mutex> l(mu_);
+  lru_.emplace_back(digest, plan);
+  while (lru_.size() > opts_.plan_cache_entries) lru_.erase(lru_.begin());
+  return std::shared_ptr<const Plan>(plan);
+}
+
+absl::StatusOr<CompiledKernel> Planner::compile_one(const PlannedKernel& k) {
+  std::string key = cache_key(k.digest);
+  bool compiled_here = false;
+  double compile_ms = 0;
+  auto result = cache_->get_or_compute(key, [&]() -> absl::StatusOr<std::string> {
+    auto t0 = std::chrono::steady_clock::now();
+    auto g = decode_binary(k.encoded);  // a private Graph: compiles run on several threads
+    if (!g.ok()) return absl::InternalError(cat("planner: cannot decode kernel ", k.name, ": ", g.status().message()));
+    PipelineOptions po;
+    po.vector_bits = vector_bits_;
+    auto linear = lower_for_cpu(*g->graph, g->root, po, k.name);
+    if (!linear.ok()) return linear.status();
+    auto art = compile_cpu(*linear, target_, CpuCompileOptions{2, opts_.keep_source});
+    if (!art.ok()) return art.status();
+    uopd::v1::Artifact a;
+    a.set_key(key);
+    a.set_kernel_digest(k.digest.hex());
+    a.set_name(k.name);
+    a.set_target(target_.id());
+    a.set_build_id(compiler_build_id());
+    a.set_abi(art->abi.serialize());
+    a.set_object(art->object);
+    a.set_source(art->ir_text);
+    compile_ms = ms_since(t0);
+    a.set_compile_ms(compile_ms);
+    compiled_here = true;
+    return a.SerializeAsString();
+  });
+  if (!result.ok()) return result.status();
+  uopd::v1::Artifact a;
+  // An entry that does not parse or names another kernel is never used, whatever the tier
+  // said about its checksum.
+  if (!a.ParseFromString(result->value) || a.key() != key || a.kernel_digest() != k.digest.hex())
+    return absl::DataLossError(cat("compile cache: the entry for kernel ", k.name, " (key ", key.substr(0, 12),
+                                   ") is not an artifact of that kernel"));
+  auto abi = parse_abi(a.abi());
+  if (!abi.ok()) return abi.status();
+  CompiledKernel ck;
+  ck.key = key;
+  ck.name = k.name;
+  ck.digest = k.digest;
+  ck.object = a.object();
+  ck.source = a.source();
+  ck.abi = std::move(*abi);
+  ck.outcome = result->outcome;
+  ck.tier = result->tier;
+  ck.compile_ms = compiled_here ? compile_ms : a.compile_ms();
+  return ck;
+}
+
+absl::StatusOr<std::vector<CompiledKernel>> Planner::compile(const Plan& plan) {
+  // One compile per distinct kernel, all of them queued at once.
+  absl::flat_hash_map<Digest, size_t> first;
+  std::vector<std::future<absl::StatusOr<CompiledKernel>>> futures;
+  for (const PlannedKernel& k : plan.kernels) {
+    if (!first.emplace(k.digest, futures.size()).second) continue;
+    futures.push_back(compiles_.submit([this, &k] { return compile_one(k); }));
+  }
+  std::vector<absl::StatusOr<CompiledKernel>> done;
+  for (auto& f : futures) done.push_back(f.get());
+  std::vector<CompiledKernel> out;
+  for (const PlannedKernel& k : plan.kernels) {
+    auto& r = done[first.at(k.digest)];
+    if (!r.ok()) return r.status();
+    out.push_back(*r);
+  }
+  return out;
+}
+
+uint64_t Planner::plan_hits() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return hits_;
+}
+uint64_t Planner::plan_misses() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return misses_;
+}
+uint64_t Planner::compile_queue_depth() const { return compiles_.depth(); }
+
+}  // namespace uop::server

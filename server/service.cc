@@ -1,0 +1,426 @@
+#include "server/service.h"
+
+#include <chrono>
+
+#include "compiler/ir/printer.h"
+#include "compiler/pipeline.h"
+#include "compiler/support/strings.h"
+#include "proto/worker.grpc.pb.h"
+
+namespace uop::server {
+namespace {
+
+namespace pb = ::uopd::v1;
+
+grpc::Status to_grpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+pb::CacheStatus status_of(CacheOutcome o) {
+  switch (o) {
+    case CacheOutcome::Hit: return pb::HIT;
+    case CacheOutcome::Miss: return pb::MISS;
+    case CacheOutcome::Coalesced: return pb::COALESCED;
+  }
+  return pb::CACHE_STATUS_UNSPECIFIED;
+}
+
+void fill_kernel(const CompiledKernel& k, bool binary, bool source, pb::Kernel* out) {
+  out->set_name(k.name);
+  out->set_digest(k.digest.hex());
+  out->set_cache_key(k.key);
+  out->set_status(status_of(k.outcome));
+  out->set_tier(k.tier);
+  out->set_compile_ms(k.compile_ms);
+  out->set_abi(k.abi.serialize());
+  if (binary) out->set_binary(k.object);
+  if (source) out->set_source(k.source);
+}
+
+absl::Status check_target(const pb::Target& t) {
+  if (t.backend().empty() || t.backend() == "cpu") {
+    if (!t.arch().empty() && t.arch() != "host")
+      return absl::InvalidArgumentError(cat("target cpu: arch '", t.arch(), "' is not supported; the workers' CPU is used"));
+    return absl::OkStatus();
+  }
+  return absl::UnimplementedError(cat("target backend '", t.backend(), "' is not available on this server"));
+}
+
+// The name a graph gives node `u`, or "".
+std::string name_of(const DecodedGraph& g, const UOp* u) {
+  for (auto& [n, node] : g.names)
+    if (node == u) return n;
+  return "";
+}
+
+}  // namespace
+
+absl::Time UopdService::deadline(grpc::ServerContext* ctx) const {
+  absl::Time mine = absl::Now() + d_.limits.request_deadline;
+  absl::Time theirs = absl::FromChrono(ctx->deadline());
+  return std::min(mine, theirs);
+}
+
+grpc::Status UopdService::finish(std::string_view method, const absl::Status& s) {
+  d_.metrics->request(method, s.code());
+  return to_grpc(s);
+}
+
+void UopdService::free_buffers(const std::vector<BufferInfo>& buffers) {
+  absl::flat_hash_map<std::string, std::vector<uint64_t>> by_device;
+  for (const BufferInfo& b : buffers) by_device[b.device].push_back(b.worker_buffer);
+  for (auto& [device, ids] : by_device) {
+    auto w = d_.workers->worker_for(device, absl::Seconds(1));
+    if (w.ok()) (void)d_.executor->free(*w, ids);  // a restarted worker has nothing to free
+  }
+}
+
+grpc::Status UopdService::CreateSession(grpc::ServerContext*, const pb::CreateSessionRequest* req,
+                                        pb::CreateSessionResponse* resp) {
+  std::vector<std::string> devices(req->devices().begin(), req->devices().end());
+  if (devices.empty()) devices.push_back("CPU:0");
+  for (const std::string& dev : devices) {
+    auto w = d_.workers->worker_for(dev, absl::Seconds(5));
+    if (!w.ok()) return finish("CreateSession", absl::Status(w.status().code(), cat("device ", dev, ": ", w.status().message())));
+  }
+  resp->set_session_id(d_.sessions->create(devices, absl::Milliseconds(req->idle_timeout_ms())));
+  for (const std::string& dev : devices) resp->add_devices(dev);
+  return finish("CreateSession", absl::OkStatus());
+}
+
+grpc::Status UopdService::CloseSession(grpc::ServerContext*, const pb::CloseSessionRequest* req,
+                                       pb::CloseSessionResponse* resp) {
+  auto buffers = d_.sessions->close(req->session_id());
+  if (!buffers.ok()) return finish("CloseSession", buffers.status());
+  free_buffers(*buffers);
+  resp->set_buffers_freed(buffers->size());
+  return finish("CloseSession", absl::OkStatus());
+}
+
+grpc::Status UopdService::CreateBuffer(grpc::ServerContext* ctx, const pb::CreateBufferRequest* req,
+                                       pb::CreateBufferResponse* resp) {
+  auto devices = d_.sessions->devices(req->session_id());
+  if (!devices.ok()) return finish("CreateBuffer", devices.status());
+  std::string device = req->device().empty() ? devices->front() : req->device();
+  if (std::find(devices->begin(), devices->end(), device) == devices->end())
+    return finish("CreateBuffer", absl::InvalidArgumentError(cat("device ", device, " is not one of the session's")));
+  auto scalar = static_cast<Scalar>(req->dtype());
+  if (req->dtype() <= 0 || req->dtype() >= kNumScalars || scalar_bytes(scalar) == 0)
+    return finish("CreateBuffer", absl::InvalidArgumentError(cat("dtype ", static_cast<int>(req->dtype()), " is not a value type")));
+  if (req->elements() > (uint64_t{1} << 40))
+    return finish("CreateBuffer", absl::InvalidArgumentError(cat("a buffer of ", req->elements(), " elements is too large")));
+  auto w = d_.workers->worker_for(device);
+  if (!w.ok()) return finish("CreateBuffer", w.status());
+  BufferInfo b;
+  b.device = device;
+  b.dtype = scalar;
+  b.elements = req->elements();
+  b.bytes = req->elements() * scalar_bytes(scalar);
+  b.worker_buffer = d_.executor->new_buffer_id();
+  b.worker_id = (*w)->id();
+  b.worker_generation = (*w)->generation();
+  auto id = d_.sessions->add_buffer(req->session_id(), b);  // the quota check comes first
+  if (!id.ok()) return finish("CreateBuffer", id.status());
+  if (absl::Status s = d_.executor->alloc(*w, b.worker_buffer, b.bytes, deadline(ctx)); !s.ok()) {
+    (void)d_.sessions->remove_buffer(req->session_id(), *id);
+    return finish("CreateBuffer", s);
+  }
+  resp->set_buffer_id(*id);
+  resp->set_bytes(b.bytes);
+  return finish("CreateBuffer", absl::OkStatus());
+}
+
+grpc::Status UopdService::Upload(grpc::ServerContext* ctx, grpc::ServerReader<pb::UploadChunk>* reader,
+                                 pb::UploadResponse* resp) {
+  pb::UploadChunk chunk;
+  if (!reader->Read(&chunk)) return finish("Upload", absl::InvalidArgumentError("upload: no chunks"));
+  auto b = d_.sessions->buffer(chunk.session_id(), chunk.buffer_id());
+  if (!b.ok()) return finish("Upload", b.status());
+  auto w = d_.workers->worker_for(b->device);
+  if (!w.ok()) return finish("Upload", w.status());
+  if ((*w)->id() != b->worker_id || (*w)->generation() != b->worker_generation)
+    return finish("Upload", absl::UnavailableError(cat("buffer ", b->id, " was held by worker ", b->worker_id,
+                                                       ", which restarted since; its contents are lost")));
+  // Forward the chunks as they arrive: the upload never sits whole in the scheduler.
+  grpc::ClientContext wctx;
+  wctx.set_deadline(absl::ToChronoTime(deadline(ctx)));
+  ::uopd::worker::v1::WriteBufferResponse wresp;
+  auto wstub = Executor::stub(*w);
+  if (!wstub.ok()) return finish("Upload", wstub.status());
+  auto out = (*wstub)->WriteBuffer(&wctx, &wresp);
+  uint64_t total = 0;
+  absl::Status bad;
+  do {
+    if (chunk.offset() > b->bytes || chunk.data().size() > b->bytes - chunk.offset()) {
+      bad = absl::OutOfRangeError(cat("upload: chunk at byte ", chunk.offset(), " of ", chunk.data().size(),
+                                      " bytes does not fit buffer ", b->id, " of ", b->bytes, " bytes"));
+      break;
+    }
+    ::uopd::worker::v1::WriteChunk wc;
+    wc.set_buffer_id(b->worker_buffer);
+    wc.set_offset(chunk.offset());
+    wc.set_data(std::move(*chunk.mutable_data()));
+    total += wc.data().size();
+    if (!out->Write(wc)) break;
+  } while (reader->Read(&chunk));
+  out->WritesDone();
+  grpc::Status finished = out->Finish();
+  absl::Status ws(static_cast<absl::StatusCode>(finished.error_code()), finished.error_message());
+  if (!bad.ok()) return finish("Upload", bad);
+  if (ctx->IsCancelled()) return finish("Upload", absl::CancelledError("upload: the client went away"));
+  if (!ws.ok()) return finish("Upload", d_.executor->failed(*w, ws, "uploading"));
+  d_.metrics->bytes_in(total);
+  resp->set_bytes(total);
+  return finish("Upload", absl::OkStatus());
+}
+
+grpc::Status UopdService::Download(grpc::ServerContext* ctx, const pb::DownloadRequest* req,
+                                   grpc::ServerWriter<pb::DownloadChunk>* writer) {
+  auto b = d_.sessions->buffer(req->session_id(), req->buffer_id());
+  if (!b.ok()) return finish("Download", b.status());
+  if (req->offset() > b->bytes) return finish("Download", absl::OutOfRangeError(cat("download: offset ", req->offset(), " is past the end of buffer ", b->id, " (", b->bytes, " bytes)")));
+  uint64_t length = req->length() == 0 ? b->bytes - req->offset() : req->length();
+  if (length > b->bytes - req->offset()) return finish("Download", absl::OutOfRangeError(cat("download: ", length, " bytes from ", req->offset(), " pass the end of buffer ", b->id, " (", b->bytes, " bytes)")));
+  auto w = d_.workers->worker_for(b->device);
+  if (!w.ok()) return finish("Download", w.status());
+  if ((*w)->id() != b->worker_id || (*w)->generation() != b->worker_generation)
+    return finish("Download", absl::UnavailableError(cat("buffer ", b->id, " was held by worker ", b->worker_id, ", which restarted since; its contents are lost")));
+  uint64_t sent = 0;
+  absl::Status s = d_.executor->read_into(*w, b->worker_buffer, req->offset(), length, deadline(ctx),
+                                          [&](uint64_t offset, std::string_view data) {
+                                            pb::DownloadChunk c;
+                                            c.set_offset(offset - 0);
+                                            c.set_data(std::string(data));
+                                            sent += data.size();
+                                            return writer->Write(c);
+                                          });
+  d_.metrics->bytes_out(sent);
+  if (ctx->IsCancelled()) return finish("Download", absl::CancelledError("download: the client went away"));
+  return finish("Download", s);
+}
+
+grpc::Status UopdService::FreeBuffer(grpc::ServerContext*, const pb::FreeBufferRequest* req, pb::FreeBufferResponse*) {
+  auto b = d_.sessions->remove_buffer(req->session_id(), req->buffer_id());
+  if (!b.ok()) return finish("FreeBuffer", b.status());
+  free_buffers({*b});
+  return finish("FreeBuffer", absl::OkStatus());
+}
+
+grpc::Status UopdService::Compile(grpc::ServerContext*, const pb::CompileRequest* req, pb::CompileResponse* resp) {
+  if (absl::Status s = check_target(req->target()); !s.ok()) return finish("Compile", s);
+  auto g = decode_proto(req->graph(), d_.limits.decode);
+  if (!g.ok()) return finish("Compile", g.status());
+  bool cached = false;
+  auto plan = d_.planner->plan(*g, &cached);
+  if (!plan.ok()) return finish("Compile", plan.status());
+  auto kernels = d_.planner->compile(**plan);
+  if (!kernels.ok()) return finish("Compile", kernels.status());
+  absl::flat_hash_set<std::string> seen;
+  for (const CompiledKernel& k : *kernels) {
+    if (!seen.insert(k.key).second) continue;
+    if (k.outcome == CacheOutcome::Miss) d_.metrics->compile_seconds(k.compile_ms / 1000);
+    fill_kernel(k, req->include_binary(), req->include_source(), resp->add_kernels());
+  }
+  resp->set_graph_digest((*plan)->graph.hex());
+  resp->set_plan_cached(cached);
+  return finish("Compile", absl::OkStatus());
+}
+
+grpc::Status UopdService::Run(grpc::ServerContext* ctx, const pb::RunRequest* req, pb::RunResponse* resp) {
+  auto devices = d_.sessions->devices(req->session_id());
+  if (!devices.ok()) return finish("Run", devices.status());
+  auto g = decode_proto(req->graph(), d_.limits.decode);
+  if (!g.ok()) return finish("Run", g.status());
+  auto t0 = std::chrono::steady_clock::now();
+  bool cached = false;
+  auto plan = d_.planner->plan(*g, &cached);
+  if (!plan.ok()) return finish("Run", plan.status());
+  const Plan& p = **plan;
+  resp->set_plan_ms(ms_since(t0));
+
+  // Bindings: each names a BUFFER (or PARAM) node of this request's graph, which the
+  // plan knows by digest.
+  absl::flat_hash_map<int, BoundInput> inputs;
+  std::vector<BufferInfo> session_buffers(req->inputs_size());
+  std::vector<HostTensor> tensors(req->inputs_size());
+  uint64_t inline_bytes = 0;
+  for (int i = 0; i < req->inputs_size(); ++i) {
+    const pb::Binding& bind = req->inputs(i);
+    const UOp* node = nullptr;
+    std::string label;
+    if (bind.node_case() == pb::Binding::kName) {
+      label = cat("'", bind.name(), "'");
+      for (auto& [n, u] : g->names)
+        if (n == bind.name()) node = u;
+    } else if (bind.node_case() == pb::Binding::kIndex && bind.index() < g->nodes.size()) {
+      label = cat("node ", bind.index());
+      node = g->nodes[bind.index()];
+    }
+    if (!node) return finish("Run", absl::InvalidArgumentError(cat("binding ", i, ": the graph has no node ", label.empty() ? "named by it" : label)));
+    int buf = -1;
+    for (size_t j = 0; j < p.buffers.size(); ++j)
+      if (p.buffers[j].role != PlannedBuffer::Role::Intermediate && p.buffers[j].node == node->digest()) buf = static_cast<int>(j);
+    if (buf < 0 || (!p.kernel_level && p.buffers[buf].role != PlannedBuffer::Role::Input))
+      return finish("Run", absl::InvalidArgumentError(cat("binding ", i, ": ", label, " is not an input of the graph (a BUFFER it reads)")));
+    const PlannedBuffer& pb_ = p.buffers[buf];
+    if (bind.value_case() == pb::Binding::kBufferId) {
+      auto b = d_.sessions->buffer(req->session_id(), bind.buffer_id());
+      if (!b.ok()) return finish("Run", b.status());
+      if (b->dtype != pb_.dtype || b->elements != static_cast<uint64_t>(pb_.elements) || b->device != devices->front())
+        return finish("Run", absl::InvalidArgumentError(cat("binding ", label, ": buffer ", b->id, " holds ", b->elements, " x ", scalar_name(b->dtype), " on ", b->device, "; the graph wants ", pb_.elements, " x ", scalar_name(pb_.dtype), " on ", devices->front())));
+      session_buffers[i] = *b;
+      inputs[buf].session_buffer = &session_buffers[i];
+    } else if (bind.value_case() == pb::Binding::kTensor) {
+      const pb::Tensor& t = bind.tensor();
+      HostTensor& h = tensors[i];
+      h.dtype = static_cast<Scalar>(t.dtype());
+      h.shape = {static_cast<int64_t>(pb_.elements)};
+      uint64_t want = static_cast<uint64_t>(pb_.elements) * scalar_bytes(pb_.dtype);
+      if (h.dtype != pb_.dtype || t.data().size() != want)
+        return finish("Run", absl::InvalidArgumentError(cat("binding ", label, ": an inline tensor of ", t.data().size(), " bytes of ", scalar_name(h.dtype), "; the graph wants ", pb_.elements, " x ", scalar_name(pb_.dtype), " (", want, " bytes)")));
+      inline_bytes += want;
+      if (inline_bytes > d_.limits.max_inline_bytes)
+        return finish("Run", absl::ResourceExhaustedError(cat("inline tensors of one run: over the limit of ", d_.limits.max_inline_bytes, " bytes; upload buffers instead")));
+      h.data = t.data();
+      inputs[buf].tensor = &h;
+    } else {
+      return finish("Run", absl::InvalidArgumentError(cat("binding ", label, ": neither a buffer id nor a tensor")));
+    }
+  }
+  if (!p.kernel_level)
+    for (size_t j = 0; j < p.buffers.size(); ++j)
+      if (p.buffers[j].role == PlannedBuffer::Role::Input && !inputs.contains(static_cast<int>(j)))
+        return finish("Run", absl::InvalidArgumentError(cat("input ", j, " of the graph (", p.buffers[j].elements, " x ", scalar_name(p.buffers[j].dtype), ") is not bound")));
+
+  t0 = std::chrono::steady_clock::now();
+  auto kernels = d_.planner->compile(p);
+  if (!kernels.ok()) return finish("Run", kernels.status());
+  resp->set_compile_ms(ms_since(t0));
+  for (const CompiledKernel& k : *kernels) {
+    if (k.outcome == CacheOutcome::Miss) d_.metrics->compile_seconds(k.compile_ms / 1000);
+    fill_kernel(k, false, false, resp->add_kernels());
+  }
+
+  auto outcome = d_.executor->run(devices->front(), p, *kernels, inputs, req->keep_outputs(), deadline(ctx));
+  if (!outcome.ok()) return finish("Run", outcome.status());
+  d_.metrics->kernels_run(outcome->kernels_run);
+  kernels_run_ += outcome->kernels_run;
+  d_.metrics->bytes_in(inline_bytes);
+  resp->set_run_ms(outcome->run_ms);
+  resp->set_device(devices->front());
+
+  // Output names: the graph's names of the outputs (SINK sources; PARAMs at kernel level).
+  std::vector<const UOp*> out_nodes;
+  if (p.kernel_level) {
+    for (const UOp* u : toposort(g->root))
+      if (u->op() == Op::PARAM) out_nodes.push_back(u);
+    std::sort(out_nodes.begin(), out_nodes.end(), [](const UOp* a, const UOp* b) { return a->arg_as<ParamArg>().slot < b->arg_as<ParamArg>().slot; });
+  } else {
+    out_nodes.assign(g->root->src().begin(), g->root->src().end());
+  }
+  for (size_t i = 0; i < p.outputs.size(); ++i) {
+    pb::Output* o = resp->add_outputs();
+    std::string n = i < out_nodes.size() ? name_of(*g, out_nodes[i]) : "";
+    o->set_name(n.empty() ? cat("out", i) : n);
+    o->set_dtype(static_cast<::uop::v1::DType::Scalar>(p.outputs[i].dtype));
+    for (int64_t d : p.outputs[i].shape) o->add_shape(d);
+    if (req->keep_outputs()) {
+      auto id = d_.sessions->add_buffer(req->session_id(), outcome->kept[i]);
+      if (!id.ok()) {
+        free_buffers({outcome->kept.begin() + i, outcome->kept.end()});
+        return finish("Run", id.status());
+      }
+      o->set_buffer_id(*id);
+    } else {
+      d_.metrics->bytes_out(outcome->outputs[i].data.size());
+      o->set_data(std::move(outcome->outputs[i].data));
+    }
+  }
+  return finish("Run", absl::OkStatus());
+}
+
+grpc::Status UopdService::Explain(grpc::ServerContext*, const pb::ExplainRequest* req, pb::ExplainResponse* resp) {
+  if (absl::Status s = check_target(req->target()); !s.ok()) return finish("Explain", s);
+  auto g = decode_proto(req->graph(), d_.limits.decode);
+  if (!g.ok()) return finish("Explain", g.status());
+  const std::string& only = req->stage();
+  if (!only.empty()) {
+    bool known = false;
+    std::vector<std::string> names;
+    for (const StageInfo& st : pipeline_stages()) {
+      known |= st.name == only;
+      names.emplace_back(st.name);
+    }
+    if (!known)
+      return finish("Explain", absl::InvalidArgumentError(cat("unknown stage '", only, "'; the stages are ", join(names, ", "))));
+  }
+  PipelineOptions opts;
+  opts.index = &g->index;
+  opts.vector_bits = d_.planner->target().vector_bits();
+  opts.trace = [&](std::string_view stage, std::string_view kernel, const UOp* ir) {
+    if (!only.empty() && stage != only) return;
+    auto* s = resp->add_stages();
+    s->set_name(std::string(stage));
+    s->set_kernel(std::string(kernel));
+    s->set_text(print_tree(ir));
+  };
+  auto plan = plan_graph(*g->graph, g->root, opts);
+  if (!plan.ok()) return finish("Explain", plan.status());
+  for (const KernelPlan& k : plan->kernels) {
+    auto linear = lower_for_cpu(*g->graph, k.kernel, opts, k.name);
+    if (!linear.ok()) return finish("Explain", linear.status());
+    if (!only.empty() && only != "render" && only != "compile") continue;
+    auto art = compile_cpu(*linear, d_.planner->target(), CpuCompileOptions{2, true});
+    if (!art.ok()) return finish("Explain", art.status());
+    if (only.empty() || only == "render") {
+      auto* s = resp->add_stages();
+      s->set_name("render");
+      s->set_kernel(k.name);
+      s->set_text(art->ir_text);
+    }
+    if (only.empty() || only == "compile") {
+      auto* s = resp->add_stages();
+      s->set_name("compile");
+      s->set_kernel(k.name);
+      s->set_text(cat(art->object.size(), " bytes of ELF for ", d_.planner->target().cpu, "\n", art->abi.serialize()));
+    }
+  }
+  return finish("Explain", absl::OkStatus());
+}
+
+grpc::Status UopdService::Stats(grpc::ServerContext*, const pb::StatsRequest*, pb::StatsResponse* resp) {
+  for (auto& [tier, st] : d_.cache->stats()) {
+    if (tier == "memory") resp->set_cache_hits_memory(st.hits);
+    if (tier == "disk") resp->set_cache_hits_disk(st.hits);
+    if (tier == "redis") resp->set_cache_hits_redis(st.hits);
+    resp->set_cache_errors(resp->cache_errors() + st.errors + st.put_errors);
+  }
+  resp->set_compiles(d_.cache->computes());
+  resp->set_cache_misses(d_.cache->computes());
+  resp->set_cache_coalesced(d_.cache->coalesced());
+  resp->set_plan_cache_hits(d_.planner->plan_hits());
+  resp->set_kernels_run(kernels_run_.load());
+  resp->set_plan_cache_misses(d_.planner->plan_misses());
+  resp->set_sessions(d_.sessions->sessions());
+  resp->set_buffers(d_.sessions->buffers());
+  resp->set_buffer_bytes(d_.sessions->bytes());
+  resp->set_compiler_build_id(compiler_build_id());
+  for (const auto& w : d_.workers->snapshot()) {
+    pb::WorkerStatus* ws = resp->add_workers();
+    ws->set_id(w.id);
+    ws->set_device(w.device);
+    ws->set_address(w.address);
+    ws->set_state(w.state);
+    ws->set_pid(w.pid);
+    ws->set_restarts(w.restarts);
+    ws->set_last_error(w.last_error);
+  }
+  return finish("Stats", absl::OkStatus());
+}
+
+}  // namespace uop::server

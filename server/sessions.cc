@@ -1,0 +1,136 @@
+#include "server/sessions.h"
+
+#include <random>
+
+#include "compiler/support/strings.h"
+
+namespace uop::server {
+
+std::string random_id() {
+  static thread_local std::random_device rd;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string s(32, '0');
+  for (int i = 0; i < 32; i += 8) {
+    uint32_t v = rd();
+    for (int j = 0; j < 8; ++j) s[i + j] = kHex[(v >> (4 * j)) & 15];
+  }
+  return s;
+}
+
+SessionManager::SessionManager(SessionOptions opts) : opts_(opts) {}
+
+std::string SessionManager::create(std::vector<std::string> devices, absl::Duration idle_timeout) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::string id = random_id();
+  Session s;
+  s.devices = std::move(devices);
+  s.idle_timeout = idle_timeout > absl::ZeroDuration() ? idle_timeout : opts_.idle_timeout;
+  s.last_used = absl::Now();
+  sessions_.emplace(id, std::move(s));
+  return id;
+}
+
+absl::StatusOr<SessionManager::Session*> SessionManager::find(const std::string& id) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end())
+    return absl::NotFoundError(cat("session '", id.substr(0, 64), "' does not exist (closed, timed out, or never created)"));
+  it->second.last_used = absl::Now();
+  return &it->second;
+}
+
+absl::StatusOr<std::vector<std::string>> SessionManager::devices(const std::string& session) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto s = find(session);
+  if (!s.ok()) return s.status();
+  return (*s)->devices;
+}
+
+absl::Status SessionManager::touch(const std::string& session) {
+  std::lock_guard<std::mutex> l(mu_);
+  return find(session).status();
+}
+
+absl::StatusOr<std::string> SessionManager::add_buffer(const std::string& session, BufferInfo info) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto s = find(session);
+  if (!s.ok()) return s.status();
+  Session& ss = **s;
+  if (ss.bytes + info.bytes > opts_.max_bytes)
+    return absl::ResourceExhaustedError(cat("session byte quota: ", ss.bytes, " bytes held + ", info.bytes,
+                                            " requested > limit ", opts_.max_bytes, " (--session-bytes)"));
+  if (ss.buffers.size() >= opts_.max_buffers)
+    return absl::ResourceExhaustedError(cat("session buffer count: limit ", opts_.max_buffers, " reached"));
+  info.id = random_id();
+  ss.bytes += info.bytes;
+  std::string id = info.id;
+  ss.buffers.emplace(id, std::move(info));
+  return id;
+}
+
+absl::StatusOr<BufferInfo> SessionManager::buffer(const std::string& session, const std::string& buffer_id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto s = find(session);
+  if (!s.ok()) return s.status();
+  auto it = (*s)->buffers.find(buffer_id);
+  if (it == (*s)->buffers.end())
+    return absl::NotFoundError(cat("buffer '", buffer_id.substr(0, 64), "' does not exist in this session"));
+  return it->second;
+}
+
+absl::StatusOr<BufferInfo> SessionManager::remove_buffer(const std::string& session, const std::string& buffer_id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto s = find(session);
+  if (!s.ok()) return s.status();
+  auto it = (*s)->buffers.find(buffer_id);
+  if (it == (*s)->buffers.end())
+    return absl::NotFoundError(cat("buffer '", buffer_id.substr(0, 64), "' does not exist in this session"));
+  BufferInfo b = std::move(it->second);
+  (*s)->bytes -= b.bytes;
+  (*s)->buffers.erase(it);
+  return b;
+}
+
+absl::StatusOr<std::vector<BufferInfo>> SessionManager::close(const std::string& session) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return absl::NotFoundError(cat("session '", session.substr(0, 64), "' does not exist"));
+  std::vector<BufferInfo> out;
+  for (auto& [id, b] : it->second.buffers) out.push_back(std::move(b));
+  sessions_.erase(it);
+  return out;
+}
+
+std::vector<BufferInfo> SessionManager::reap_idle(absl::Time now) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<BufferInfo> out;
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    if (now - it->second.last_used < it->second.idle_timeout) {
+      ++it;
+      continue;
+    }
+    for (auto& [id, b] : it->second.buffers) out.push_back(std::move(b));
+    sessions_.erase(it++);
+  }
+  return out;
+}
+
+uint64_t SessionManager::sessions() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return sessions_.size();
+}
+
+uint64_t SessionManager::buffers() const {
+  std::lock_guard<std::mutex> l(mu_);
+  uint64_t n = 0;
+  for (auto& [id, s] : sessions_) n += s.buffers.size();
+  return n;
+}
+
+uint64_t SessionManager::bytes() const {
+  std::lock_guard<std::mutex> l(mu_);
+  uint64_t n = 0;
+  for (auto& [id, s] : sessions_) n += s.bytes;
+  return n;
+}
+
+}  // namespace uop::server
