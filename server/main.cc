@@ -246,12 +246,22 @@ int run(int argc, char** argv) {
   int sig = 0;
   sigwait(&stop_signals, &sig);
   std::cerr << "uopd: signal " << sig << ", draining\n";
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));  // in-flight requests finish
+  // Stop taking requests and let those in flight finish. gRPC's Shutdown also waits for
+  // idle client connections to notice, which can take seconds: it runs on its own thread,
+  // and the drain ends when no handler is running (or after the drain deadline).
+  std::thread shutdown([&] { server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30)); });
+  shutdown.detach();
+  absl::Time drain_until = absl::Now() + absl::Seconds(30);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  while (service.in_flight() > 0 && absl::Now() < drain_until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   stopping = true;
   reaper.join();
   pool.shutdown();
   std::cerr << "uopd: stopped\n";
-  return 0;
+  std::fflush(nullptr);
+  // Nothing is left to flush (cache entries are published whole before a request answers),
+  // and gRPC's and the metrics server's teardown can take seconds: leave now.
+  std::_Exit(0);
 }
 
 }  // namespace

@@ -58,6 +58,16 @@ std::string name_of(const DecodedGraph& g, const UOp* u) {
   return "";
 }
 
+// Counts a handler as in flight for its whole run.
+class InFlight {
+ public:
+  explicit InFlight(std::atomic<uint64_t>& n) : n_(n) { ++n_; }
+  ~InFlight() { --n_; }
+
+ private:
+  std::atomic<uint64_t>& n_;
+};
+
 }  // namespace
 
 absl::Time UopdService::deadline(grpc::ServerContext* ctx) const {
@@ -67,6 +77,7 @@ absl::Time UopdService::deadline(grpc::ServerContext* ctx) const {
 }
 
 grpc::Status UopdService::finish(std::string_view method, const absl::Status& s) {
+  InFlight in_flight(in_flight_);
   d_.metrics->request(method, s.code());
   return to_grpc(s);
 }
@@ -82,6 +93,7 @@ void UopdService::free_buffers(const std::vector<BufferInfo>& buffers) {
 
 grpc::Status UopdService::CreateSession(grpc::ServerContext*, const pb::CreateSessionRequest* req,
                                         pb::CreateSessionResponse* resp) {
+  InFlight in_flight(in_flight_);
   std::vector<std::string> devices(req->devices().begin(), req->devices().end());
   if (devices.empty()) devices.push_back("CPU:0");
   for (const std::string& dev : devices) {
@@ -95,6 +107,7 @@ grpc::Status UopdService::CreateSession(grpc::ServerContext*, const pb::CreateSe
 
 grpc::Status UopdService::CloseSession(grpc::ServerContext*, const pb::CloseSessionRequest* req,
                                        pb::CloseSessionResponse* resp) {
+  InFlight in_flight(in_flight_);
   auto buffers = d_.sessions->close(req->session_id());
   if (!buffers.ok()) return finish("CloseSession", buffers.status());
   free_buffers(*buffers);
@@ -104,6 +117,7 @@ grpc::Status UopdService::CloseSession(grpc::ServerContext*, const pb::CloseSess
 
 grpc::Status UopdService::CreateBuffer(grpc::ServerContext* ctx, const pb::CreateBufferRequest* req,
                                        pb::CreateBufferResponse* resp) {
+  InFlight in_flight(in_flight_);
   auto devices = d_.sessions->devices(req->session_id());
   if (!devices.ok()) return finish("CreateBuffer", devices.status());
   std::string device = req->device().empty() ? devices->front() : req->device();
@@ -137,6 +151,7 @@ grpc::Status UopdService::CreateBuffer(grpc::ServerContext* ctx, const pb::Creat
 
 grpc::Status UopdService::Upload(grpc::ServerContext* ctx, grpc::ServerReader<pb::UploadChunk>* reader,
                                  pb::UploadResponse* resp) {
+  InFlight in_flight(in_flight_);
   pb::UploadChunk chunk;
   if (!reader->Read(&chunk)) return finish("Upload", absl::InvalidArgumentError("upload: no chunks"));
   auto b = d_.sessions->buffer(chunk.session_id(), chunk.buffer_id());
@@ -181,6 +196,7 @@ grpc::Status UopdService::Upload(grpc::ServerContext* ctx, grpc::ServerReader<pb
 
 grpc::Status UopdService::Download(grpc::ServerContext* ctx, const pb::DownloadRequest* req,
                                    grpc::ServerWriter<pb::DownloadChunk>* writer) {
+  InFlight in_flight(in_flight_);
   auto b = d_.sessions->buffer(req->session_id(), req->buffer_id());
   if (!b.ok()) return finish("Download", b.status());
   if (req->offset() > b->bytes) return finish("Download", absl::OutOfRangeError(cat("download: offset ", req->offset(), " is past the end of buffer ", b->id, " (", b->bytes, " bytes)")));
@@ -205,6 +221,7 @@ grpc::Status UopdService::Download(grpc::ServerContext* ctx, const pb::DownloadR
 }
 
 grpc::Status UopdService::FreeBuffer(grpc::ServerContext*, const pb::FreeBufferRequest* req, pb::FreeBufferResponse*) {
+  InFlight in_flight(in_flight_);
   auto b = d_.sessions->remove_buffer(req->session_id(), req->buffer_id());
   if (!b.ok()) return finish("FreeBuffer", b.status());
   free_buffers({*b});
@@ -212,6 +229,7 @@ grpc::Status UopdService::FreeBuffer(grpc::ServerContext*, const pb::FreeBufferR
 }
 
 grpc::Status UopdService::Compile(grpc::ServerContext*, const pb::CompileRequest* req, pb::CompileResponse* resp) {
+  InFlight in_flight(in_flight_);
   if (absl::Status s = check_target(req->target()); !s.ok()) return finish("Compile", s);
   auto g = decode_proto(req->graph(), d_.limits.decode);
   if (!g.ok()) return finish("Compile", g.status());
@@ -232,6 +250,7 @@ grpc::Status UopdService::Compile(grpc::ServerContext*, const pb::CompileRequest
 }
 
 grpc::Status UopdService::Run(grpc::ServerContext* ctx, const pb::RunRequest* req, pb::RunResponse* resp) {
+  InFlight in_flight(in_flight_);
   auto devices = d_.sessions->devices(req->session_id());
   if (!devices.ok()) return finish("Run", devices.status());
   auto g = decode_proto(req->graph(), d_.limits.decode);
@@ -345,6 +364,7 @@ grpc::Status UopdService::Run(grpc::ServerContext* ctx, const pb::RunRequest* re
 }
 
 grpc::Status UopdService::Explain(grpc::ServerContext*, const pb::ExplainRequest* req, pb::ExplainResponse* resp) {
+  InFlight in_flight(in_flight_);
   if (absl::Status s = check_target(req->target()); !s.ok()) return finish("Explain", s);
   auto g = decode_proto(req->graph(), d_.limits.decode);
   if (!g.ok()) return finish("Explain", g.status());
@@ -394,6 +414,7 @@ grpc::Status UopdService::Explain(grpc::ServerContext*, const pb::ExplainRequest
 }
 
 grpc::Status UopdService::Stats(grpc::ServerContext*, const pb::StatsRequest*, pb::StatsResponse* resp) {
+  InFlight in_flight(in_flight_);
   for (auto& [tier, st] : d_.cache->stats()) {
     if (tier == "memory") resp->set_cache_hits_memory(st.hits);
     if (tier == "disk") resp->set_cache_hits_disk(st.hits);

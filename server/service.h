@@ -51,6 +51,9 @@ class UopdService final : public ::uopd::v1::Uopd::Service {
   grpc::Status Explain(grpc::ServerContext*, const ::uopd::v1::ExplainRequest*, ::uopd::v1::ExplainResponse*) override;
   grpc::Status Stats(grpc::ServerContext*, const ::uopd::v1::StatsRequest*, ::uopd::v1::StatsResponse*) override;
 
+  // Requests being handled now (drain waits for zero).
+  uint64_t in_flight() const { return in_flight_.load(); }
+
   // Frees buffers on their workers (sessions closed or reaped), best effort.
   void free_buffers(const std::vector<BufferInfo>& buffers);
 
@@ -60,6 +63,7 @@ class UopdService final : public ::uopd::v1::Uopd::Service {
 
   ServiceDeps d_;
   std::atomic<uint64_t> kernels_run_{0};
+  std::atomic<uint64_t> in_flight_{0};
 };
 
 }  // namespace uop::server
