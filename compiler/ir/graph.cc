@@ -7,8 +7,16 @@
 
 namespace uop {
 
+namespace {
+const Arg kNoArg{NoArg{}};
+}  // namespace
+
 Graph::Graph() = default;
-Graph::~Graph() = default;
+
+Graph::~Graph() {
+  for (size_t i = 0; i < count_; ++i)
+    reinterpret_cast<UOp*>(chunks_[i / kChunk].get() + (i % kChunk) * sizeof(UOp))->~UOp();
+}
 
 size_t Graph::hash_of(Op op, const DType& dtype, std::span<const UOp* const> src, const Arg& arg) {
   return absl::HashOf(op, dtype, absl::MakeConstSpan(src.data(), src.size()), hash_arg(arg));
@@ -32,10 +40,14 @@ const UOp* Graph::make(Op op, DType dtype, std::span<const UOp* const> src, Arg 
     stored = static_cast<const UOp**>(src_pool_.allocate(src.size() * sizeof(const UOp*), alignof(const UOp*)));
     std::copy(src.begin(), src.end(), stored);
   }
-  const UOp& u = nodes_.emplace_back(UOp::Passkey(), op, dtype, stored, static_cast<uint32_t>(src.size()),
-                                     std::move(arg), static_cast<uint32_t>(nodes_.size()), key.hash);
-  interned_.insert(&u);
-  return &u;
+  const Arg* stored_arg = std::holds_alternative<NoArg>(arg) ? &kNoArg : &args_.emplace_back(std::move(arg));
+  if (count_ % kChunk == 0) chunks_.emplace_back(new unsigned char[kChunk * sizeof(UOp)]);  // operator new[] aligns for max_align_t
+  void* slot = chunks_.back().get() + (count_ % kChunk) * sizeof(UOp);
+  const UOp* u = new (slot) UOp(UOp::Passkey(), op, dtype, stored, static_cast<uint32_t>(src.size()), stored_arg,
+                                static_cast<uint32_t>(count_), key.hash);
+  ++count_;
+  interned_.insert(u);
+  return u;
 }
 
 const UOp* Graph::make(Op op, DType dtype, std::span<const UOp* const> src) {

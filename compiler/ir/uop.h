@@ -9,6 +9,7 @@
 
 #include <array>
 #include <compare>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <initializer_list>
@@ -47,9 +48,9 @@ class UOp {
     friend class Graph;
     Passkey() = default;
   };
-  UOp(Passkey, Op op, DType dtype, const UOp* const* src, uint32_t nsrc, Arg arg, uint32_t id,
+  UOp(Passkey, Op op, DType dtype, const UOp* const* src, uint32_t nsrc, const Arg* arg, uint32_t id,
       size_t hash)
-      : op_(op), nsrc_(nsrc), id_(id), dtype_(dtype), src_(src), arg_(std::move(arg)), hash_(hash) {}
+      : op_(op), nsrc_(nsrc), id_(id), dtype_(dtype), src_(src), arg_(arg), hash_(hash) {}
   UOp(const UOp&) = delete;
   UOp& operator=(const UOp&) = delete;
 
@@ -58,11 +59,11 @@ class UOp {
   std::span<const UOp* const> src() const { return {src_, nsrc_}; }
   const UOp* src(size_t i) const { return src_[i]; }
   size_t num_src() const { return nsrc_; }
-  const Arg& arg() const { return arg_; }
+  const Arg& arg() const { return *arg_; }
   template <typename T>
-  const T& arg_as() const { return std::get<T>(arg_); }
+  const T& arg_as() const { return std::get<T>(*arg_); }
   template <typename T>
-  const T* arg_if() const { return std::get_if<T>(&arg_); }
+  const T* arg_if() const { return std::get_if<T>(arg_); }
   // Creation order within the owning Graph; dense from 0.
   uint32_t id() const { return id_; }
   // Fast structural hash used for interning (not stable across processes).
@@ -72,7 +73,7 @@ class UOp {
 
   bool is(Op op) const { return op_ == op; }
   // CONST's value, if this is a CONST.
-  const ConstValue* const_value() const { return op_ == Op::CONST ? &std::get<ConstValue>(arg_) : nullptr; }
+  const ConstValue* const_value() const { return op_ == Op::CONST ? &std::get<ConstValue>(*arg_) : nullptr; }
 
  private:
   friend void compute_digests(const UOp* root);
@@ -82,13 +83,15 @@ class UOp {
   uint32_t id_;
   DType dtype_;
   const UOp* const* src_;
-  Arg arg_;
+  const Arg* arg_;  // owned by the Graph; one shared NoArg for the many nodes without one
   size_t hash_;
   mutable Digest digest_;
 };
 
 // Computes and memoizes the digests of `root` and everything below it, without recursion.
 void compute_digests(const UOp* root);
+
+static_assert(alignof(UOp) <= alignof(std::max_align_t), "Graph's node chunks come from operator new[]");
 
 class Graph {
  public:
@@ -123,9 +126,7 @@ class Graph {
   const UOp* alu(Op op, std::initializer_list<const UOp*> src);
   const UOp* alu(Op op, std::span<const UOp* const> src);
 
-  size_t size() const { return nodes_.size(); }
-  // Every node made so far, in creation order.
-  const std::deque<UOp>& nodes() const { return nodes_; }
+  size_t size() const { return count_; }
 
  private:
   struct Key {
@@ -148,7 +149,13 @@ class Graph {
   };
   static size_t hash_of(Op op, const DType& dtype, std::span<const UOp* const> src, const Arg& arg);
 
-  std::deque<UOp> nodes_;
+  // Nodes live in fixed chunks (never moved, one allocation per kChunk nodes); args other
+  // than NoArg in a deque beside them. Keeping the variant out of the node keeps nodes
+  // small: the largest arg (WMMA's) is several times the size of everything else.
+  static constexpr size_t kChunk = 256;
+  std::vector<std::unique_ptr<unsigned char[]>> chunks_;
+  size_t count_ = 0;
+  std::deque<Arg> args_;
   std::pmr::monotonic_buffer_resource src_pool_;
   absl::flat_hash_set<const UOp*, Hash, Eq> interned_;
 };
