@@ -9,6 +9,7 @@
 #include "compiler/passes/expand.h"
 #include "compiler/passes/linearize.h"
 #include "compiler/passes/lower_reduce.h"
+#include "compiler/passes/multi.h"
 #include "compiler/passes/normalize.h"
 #include "compiler/passes/optimize.h"
 #include "compiler/passes/rangeify.h"
@@ -22,6 +23,7 @@ namespace uop {
 const std::vector<StageInfo>& pipeline_stages() {
   static const std::vector<StageInfo> kStages = {
       {"verify", "the graph as decoded and checked against its stage's rules"},
+      {"multi", "multi-device tensors -> per-device tensors; reductions across shards -> ALLREDUCE"},
       {"rangeify", "movement ops -> index arithmetic over RANGEs; REDUCE_AXIS -> REDUCE; BUFFERIZE where values are materialized"},
       {"split_kernels", "one kernel per BUFFERIZE: SINK(CALL(kernel, buffers...)...) in execution order"},
       {"symbolic", "per kernel: constant folding, identities, index arithmetic"},
@@ -84,7 +86,11 @@ absl::StatusOr<Plan> plan_kernel(Graph& g, const UOp* root, const PipelineOption
     if (kp.buffers[i]->arg_as<ParamArg>().slot != static_cast<int64_t>(i))
       return absl::InvalidArgumentError(cat("kernel: PARAM slots must be 0..", kp.buffers.size() - 1,
                                             " with none repeated; slot ", i, " is missing or taken twice [plan.slots]"));
-  for (const UOp* p : kp.buffers) plan.output_shapes.push_back({p->arg_as<ParamArg>().size});
+  for (const UOp* p : kp.buffers) {
+    plan.output_parts.push_back({{plan.output_shapes.size()}, -1});
+    plan.output_shapes.push_back({p->arg_as<ParamArg>().size});
+  }
+  plan.steps.push_back({PlanStep::Kind::Kernel, 0});
   plan.kernels.push_back(std::move(kp));
   plan.schedule = *body;
   return plan;
@@ -105,7 +111,11 @@ absl::StatusOr<Plan> plan_graph(Graph& g, const UOp* root, const PipelineOptions
     return absl::InvalidArgumentError("plan: a graph must be tensor level (a SINK of outputs) or one kernel");
 
   ShapeInference shapes(g);
-  auto r = rangeify(g, root, shapes);
+  auto lowered = lower_multi(g, root, shapes);
+  if (!lowered.ok()) return lowered.status();
+  if (lowered->sink != root) trace(opts, "multi", "", lowered->sink);
+  const UOp* sink = lowered->sink;
+  auto r = rangeify(g, sink, shapes);
   if (!r.ok()) return r.status();
   trace(opts, "rangeify", "", r->sink);
   auto sched = split_kernels(g, *r, opts.device);
@@ -113,7 +123,7 @@ absl::StatusOr<Plan> plan_graph(Graph& g, const UOp* root, const PipelineOptions
   trace(opts, "split_kernels", "", sched->root);
 
   Plan plan;
-  for (const UOp* out : root->src()) {
+  for (const UOp* out : sink->src()) {
     auto shape = shapes.shape(out);
     if (!shape.ok()) return shape.status();
     std::vector<int64_t> dims;
@@ -124,13 +134,26 @@ absl::StatusOr<Plan> plan_graph(Graph& g, const UOp* root, const PipelineOptions
     }
     plan.output_shapes.push_back(std::move(dims));
   }
+  for (const MultiLowered::Output& o : lowered->outputs) plan.output_parts.push_back({o.parts, o.axis});
   plan.outputs = sched->outputs;
   plan.intermediates = sched->intermediates;
   plan.var_values = sched->var_values;
   plan.schedule = sched->root;
-  for (const KernelCall& kc : sched->calls) {
+  for (const CollectiveStep& c : sched->collectives) plan.collectives.push_back({c.op, c.dtype, c.buffers});
+  for (const CopyStep& c : sched->copies) plan.copies.push_back({c.src, c.dst});
+  for (const ScheduleStep& st : sched->steps) {
+    if (st.kind == ScheduleStep::Kind::Collective) {
+      plan.steps.push_back({PlanStep::Kind::Collective, st.index});
+      continue;
+    }
+    if (st.kind == ScheduleStep::Kind::Copy) {
+      plan.steps.push_back({PlanStep::Kind::Copy, st.index});
+      continue;
+    }
+    const KernelCall& kc = sched->calls[st.index];
     KernelPlan kp;
     kp.name = kc.body->arg_as<KernelInfoArg>().name;
+    kp.device = kc.buffers.empty() ? opts.device : kc.buffers[0]->src(1)->arg_as<DeviceArg>().devices.at(0);
     auto body = drop_unit_ranges(g, kc.body);
     if (body.ok()) body = simplify(g, *body);
     if (!body.ok()) return body.status();
@@ -144,6 +167,7 @@ absl::StatusOr<Plan> plan_graph(Graph& g, const UOp* root, const PipelineOptions
     if (!body.ok()) return body.status();
     trace(opts, "normalize", kp.name, *body);
     kp.kernel = *body;
+    plan.steps.push_back({PlanStep::Kind::Kernel, plan.kernels.size()});
     plan.kernels.push_back(std::move(kp));
   }
   return plan;

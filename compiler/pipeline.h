@@ -35,17 +35,45 @@ struct PipelineOptions {
 
 struct KernelPlan {
   std::string name;
+  std::string device;               // where it runs: the device of its buffers ("CPU:0")
   const UOp* kernel = nullptr;      // normalized SINK[kernel]: its digest is the kernel's identity
   std::vector<const UOp*> buffers;  // what each PARAM slot is bound to: a BUFFER, or the
                                     // PARAM itself when the graph came in at kernel level
 };
 
+// A collective between kernels: every buffer (one per device) ends holding the
+// reduction of all of them (split_kernels.h). A copy moves a buffer to another device.
+struct CollectivePlan {
+  ReduceOp op = ReduceOp::Add;
+  Scalar dtype = Scalar::Float32;
+  std::vector<const UOp*> buffers;
+};
+struct CopyPlan {
+  const UOp* src = nullptr;
+  const UOp* dst = nullptr;
+};
+struct PlanStep {
+  enum class Kind { Kernel, Collective, Copy };
+  Kind kind = Kind::Kernel;
+  size_t index = 0;  // into kernels, collectives or copies
+};
+
 struct Plan {
   std::vector<KernelPlan> kernels;            // in execution order
-  std::vector<const UOp*> outputs;            // the BUFFER of each output (tensor level)
-  // The shape of each output at the bound variable values (tensor level); at kernel
+  std::vector<CollectivePlan> collectives;
+  std::vector<CopyPlan> copies;
+  std::vector<PlanStep> steps;                // kernels, collectives and copies, in order
+  // The BUFFER of each output part (tensor level): one part per output, or one per shard
+  // of a multi-device output (output_parts says which).
+  std::vector<const UOp*> outputs;
+  // The shape of each output part at the bound variable values (tensor level); at kernel
   // level, every PARAM by slot is an output of its size.
   std::vector<std::vector<int64_t>> output_shapes;
+  struct OutputParts {
+    std::vector<size_t> parts;  // indices into outputs
+    int64_t axis = -1;          // concatenated along it; -1: replicated (part 0 is the value)
+  };
+  std::vector<OutputParts> output_parts;      // one per source of the graph's SINK
   std::vector<const UOp*> intermediates;      // buffers only kernels use
   std::vector<std::pair<const UOp*, int64_t>> var_values;  // DEFINE_VAR -> bound value
   const UOp* schedule = nullptr;              // SINK(CALL...): the plan as IR

@@ -19,6 +19,24 @@ int default_threads(int n) { return n > 0 ? n : std::max(1u, std::thread::hardwa
 
 }  // namespace
 
+HostTensor concat(const std::vector<const HostTensor*>& shards, int64_t axis) {
+  HostTensor out;
+  out.dtype = shards[0]->dtype;
+  out.shape = shards[0]->shape;
+  out.shape[axis] = 0;
+  for (const HostTensor* s : shards) out.shape[axis] += s->shape[axis];
+  // Row-major: each shard contributes, for every index of the dims before the axis, one
+  // contiguous run of its dims from the axis on.
+  int64_t outer = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= out.shape[d];
+  for (int64_t o = 0; o < outer; ++o)
+    for (const HostTensor* s : shards) {
+      size_t run = s->data.size() / std::max<int64_t>(outer, 1);
+      out.data.append(s->data, static_cast<size_t>(o) * run, run);
+    }
+  return out;
+}
+
 LocalRunner::LocalRunner(int threads, CpuTarget target)
     : target_(std::move(target)), pool_(default_threads(threads)), vector_bits_(target_.vector_bits()) {}
 
@@ -76,7 +94,7 @@ absl::StatusOr<std::vector<HostTensor>> LocalRunner::run(Graph& g, const UOp* ro
     var_by_name[v->arg_as<DefineVarArg>().name] = value;
   }
 
-  for (const KernelPlan& k : plan->kernels) {
+  auto run_kernel = [&](const KernelPlan& k) -> absl::Status {
     KernelReport rep;
     auto prog = program(g, k, &rep);
     if (!prog.ok()) return prog.status();
@@ -94,6 +112,42 @@ absl::StatusOr<std::vector<HostTensor>> LocalRunner::run(Graph& g, const UOp* ro
     }
     if (absl::Status s = (*prog)->run(ptrs, vars, &pool_); !s.ok()) return s;
     if (report) report->push_back(std::move(rep));
+    return absl::OkStatus();
+  };
+  // In one process every device is this memory: a collective folds the members' buffers
+  // in member order (as eval.h defines each op) into all of them; a copy copies.
+  auto run_collective = [&](const CollectivePlan& c) -> absl::Status {
+    std::vector<HostTensor*> bufs;
+    for (const UOp* b : c.buffers) {
+      auto t = buffer_for(b);
+      if (!t.ok()) return t.status();
+      bufs.push_back(*t);
+    }
+    Op combine = reduce_combine_op(c.op);
+    for (int64_t i = 0; i < bufs[0]->numel(); ++i) {
+      ConstValue acc = bufs[0]->get(i);
+      for (size_t k = 1; k < bufs.size(); ++k) {
+        ConstValue args[2] = {acc, bufs[k]->get(i)};
+        acc = *eval_alu(combine, c.dtype, args);
+      }
+      for (HostTensor* t : bufs) t->set(i, acc);
+    }
+    return absl::OkStatus();
+  };
+  for (const PlanStep& st : plan->steps) {
+    absl::Status s;
+    if (st.kind == PlanStep::Kind::Kernel) {
+      s = run_kernel(plan->kernels[st.index]);
+    } else if (st.kind == PlanStep::Kind::Collective) {
+      s = run_collective(plan->collectives[st.index]);
+    } else {
+      auto src = buffer_for(plan->copies[st.index].src);
+      auto dst = buffer_for(plan->copies[st.index].dst);
+      if (!src.ok()) return src.status();
+      if (!dst.ok()) return dst.status();
+      (*dst)->data = (*src)->data;
+    }
+    if (!s.ok()) return s;
   }
 
   std::vector<HostTensor> out;
@@ -105,13 +159,24 @@ absl::StatusOr<std::vector<HostTensor>> LocalRunner::run(Graph& g, const UOp* ro
     }
     return out;
   }
+  std::vector<HostTensor> parts;
   for (size_t i = 0; i < plan->outputs.size(); ++i) {
     auto buf = buffer_for(plan->outputs[i]);
     if (!buf.ok()) return buf.status();
     HostTensor t = **buf;
     t.shape = plan->output_shapes[i];
     t.data.resize(static_cast<size_t>(t.numel()) * t.itemsize());
-    out.push_back(std::move(t));
+    parts.push_back(std::move(t));
+  }
+  // A multi-device output is its shards put together (a replicated one, any shard).
+  for (const Plan::OutputParts& o : plan->output_parts) {
+    if (o.parts.size() == 1 || o.axis < 0) {
+      out.push_back(parts[o.parts[0]]);
+      continue;
+    }
+    std::vector<const HostTensor*> shards;
+    for (size_t p : o.parts) shards.push_back(&parts[p]);
+    out.push_back(concat(shards, o.axis));
   }
   return out;
 }

@@ -27,12 +27,16 @@ struct KernelReport {
   KernelAbi abi;
 };
 
+// Shards put together along `axis` (row-major), as a multi-device output reads.
+HostTensor concat(const std::vector<const HostTensor*>& shards, int64_t axis);
+
 class LocalRunner {
  public:
   explicit LocalRunner(int threads = 0 /* 0: the hardware's */, CpuTarget target = CpuTarget::host());
 
   // Tensor level: `inputs` binds BUFFER nodes; returns one tensor per SINK source with its
-  // shape. Kernel level: `inputs` binds PARAM nodes (unbound ones start zeroed); returns
+  // shape (a multi-device output put together from its shards). Devices are names only
+  // here: every kernel runs in this process, collectives fold buffers in member order. Kernel level: `inputs` binds PARAM nodes (unbound ones start zeroed); returns
   // every PARAM's buffer after the run, by slot.
   absl::StatusOr<std::vector<HostTensor>> run(Graph& g, const UOp* root,
                                               const absl::flat_hash_map<const UOp*, HostTensor>& inputs,

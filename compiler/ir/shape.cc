@@ -343,6 +343,7 @@ bool ShapeInference::has_shape(const UOp* u) const {
     case Op::BUFFER: case Op::BUFFER_VIEW: case Op::CONST: case Op::DEFINE_VAR: case Op::BIND:
     case Op::REDUCE_AXIS: case Op::CAST: case Op::BITCAST: case Op::CONTIGUOUS:
     case Op::CONTIGUOUS_BACKWARD: case Op::DETACH: case Op::COPY: case Op::PRECAST: case Op::ALLREDUCE:
+    case Op::MULTI: case Op::MSELECT:
       return true;
     default:
       return false;
@@ -416,7 +417,7 @@ absl::StatusOr<Shape> ShapeInference::infer(const UOp* u) {
   Shape out;
   const bool elementwise_src0 = u->is(Op::CAST) || u->is(Op::BITCAST) || u->is(Op::CONTIGUOUS) ||
                                 u->is(Op::CONTIGUOUS_BACKWARD) || u->is(Op::DETACH) || u->is(Op::COPY) ||
-                                u->is(Op::PRECAST) || u->is(Op::ALLREDUCE) || u->is(Op::AFTER);
+                                u->is(Op::PRECAST) || u->is(Op::AFTER);
   if (is_alu(u->op())) {
     for (int i = 1; i < n; ++i) {
       const Shape &a = src_shape(0), &b = src_shape(i);
@@ -453,6 +454,45 @@ absl::StatusOr<Shape> ShapeInference::infer(const UOp* u) {
       }
       case Op::CONST: case Op::DEFINE_VAR: case Op::BIND:
         break;  // scalars: shape ()
+      case Op::MULTI: {
+        // Shards agree on every dim but the shard axis, whose sizes add up; replicated
+        // shards (axis -1) agree on every dim.
+        int64_t axis = u->arg_as<IntArg>().value;
+        const Shape& first = src_shape(0);
+        if (axis < -1 || axis >= static_cast<int64_t>(first.size()))
+          return fail(u, cat("shard axis ", axis, " is not an axis of shape ", shape_str(first), " [shape.multi]"));
+        out = first;
+        for (int i = 1; i < n; ++i) {
+          const Shape& si = src_shape(i);
+          bool same = si.size() == first.size();
+          for (size_t k = 0; same && k < first.size(); ++k)
+            same = static_cast<int64_t>(k) == axis || dims_equal(si[k], first[k]);
+          if (!same)
+            return fail(u, cat("shard ", i, " has shape ", shape_str(si), " but shard 0 has ", shape_str(first), " [shape.multi]"));
+          if (axis >= 0) out[axis] = dim_add(g_, out[axis], si[axis]);
+        }
+        break;
+      }
+      case Op::MSELECT: {
+        // One device's part: a MULTI's shard, or the value every device of a replicated
+        // collective holds.
+        const UOp* m = u->src(0);
+        int64_t i = u->arg_as<IntArg>().value;
+        if (m->is(Op::MULTI)) {
+          if (i < 0 || i >= static_cast<int64_t>(m->num_src()))
+            return fail(u, cat("shard ", i, " of a MULTI of ", m->num_src(), " [shape.mselect]"));
+          out = *shapes_.at(m->src(i));
+        } else {
+          out = src_shape(0);
+        }
+        break;
+      }
+      case Op::ALLREDUCE: {
+        // Every device ends with the reduction of all shards: a shard's shape.
+        const UOp* m = u->src(0);
+        out = m->is(Op::MULTI) ? *shapes_.at(m->src(0)) : src_shape(0);
+        break;
+      }
       case Op::RESHAPE: {
         const Shape& x = src_shape(0);
         auto ns = operand(u, 1, SIZE_MAX, "shape.reshape");

@@ -255,8 +255,39 @@ rw::RuleSet make_rules() {
   rs.add(on(Op::DEFINE_VAR), [](const Match& m) { return m["x"]; }, "define_var");
   rs.add(on(Op::BIND), [](const Match& m) { return kernel_dim(*m.ctx<Ctx>(), m["x"]); }, "bind");
 
+  // A device's share of a collective: the partials become buffers (the collective reduces
+  // them in place) and the read stays a read of this device's one.
+  rs.add(on(Op::MSELECT), [](const Match& m) -> const UOp* {
+    Ctx& c = *m.ctx<Ctx>();
+    Access a = parse(m.root);
+    const UOp* all = a.x->src(0);
+    if (all->op() != Op::ALLREDUCE || all->src(0)->op() != Op::MULTI) {
+      c.fail(a.x, "MSELECT of anything but an ALLREDUCE is left to the multi pass");
+      return nullptr;
+    }
+    const UOp* parts = all->src(0);
+    if (parts->src(0)->op() == Op::BUFFERIZE) return nullptr;  // done
+    std::vector<const UOp*> bz;
+    for (const UOp* p : parts->src()) bz.push_back(bufferize(c, p));
+    const UOp* done = m.g.make(Op::ALLREDUCE, all->dtype(), {m.g.make(Op::MULTI, parts->dtype(), bz, parts->arg()), all->src(1)}, all->arg());
+    std::vector<const UOp*> src{m.g.make(Op::MSELECT, a.x->dtype(), {done}, a.x->arg())};
+    src.insert(src.end(), a.idx.begin(), a.idx.end());
+    if (a.gate) src.push_back(a.gate);
+    return m.g.make(Op::INDEX, a.x->dtype(), src);
+  }, "mselect.allreduce");
+  // A copy to another device reads the copied buffer there.
+  rs.add(on(Op::COPY), [](const Match& m) -> const UOp* {
+    Ctx& c = *m.ctx<Ctx>();
+    Access a = parse(m.root);
+    if (a.x->src(0)->op() == Op::BUFFERIZE) return nullptr;  // done
+    std::vector<const UOp*> src{m.g.make(Op::COPY, a.x->dtype(), {bufferize(c, a.x->src(0)), a.x->src(1)}, a.x->arg())};
+    src.insert(src.end(), a.idx.begin(), a.idx.end());
+    if (a.gate) src.push_back(a.gate);
+    return m.g.make(Op::INDEX, a.x->dtype(), src);
+  }, "copy");
+
   // Values that only mark something for the scheduler or autograd read through.
-  rs.add(op_prefix(Op::INDEX, {op({Op::CONTIGUOUS, Op::DETACH, Op::CONTIGUOUS_BACKWARD, Op::PRECAST, Op::COPY})
+  rs.add(op_prefix(Op::INDEX, {op({Op::CONTIGUOUS, Op::DETACH, Op::CONTIGUOUS_BACKWARD, Op::PRECAST})
                                    .named("x")}),
          [](const Match& m) -> const UOp* {
            Access a = parse(m.root);
@@ -274,7 +305,9 @@ rw::RuleSet make_rules() {
   rs.add(op_prefix(Op::INDEX, {any().named("x")}), [](const Match& m) -> const UOp* {
     Ctx& c = *m.ctx<Ctx>();
     const UOp* x = m["x"];
-    if (x->op() == Op::BUFFER || x->op() == Op::BUFFERIZE || !c.shapes.has_shape(x)) return nullptr;
+    if (x->op() == Op::BUFFER || x->op() == Op::BUFFERIZE || x->op() == Op::MSELECT || x->op() == Op::COPY ||
+        !c.shapes.has_shape(x))
+      return nullptr;
     c.fail(x, "no rangeify rule for this op");
     return nullptr;
   }, "unsupported");

@@ -26,8 +26,13 @@ absl::StatusOr<bool> broadcasts(const UOp* e, ShapeInference& shapes) {
 absl::StatusOr<absl::flat_hash_set<const UOp*>> plan_realize(const UOp* tensor_sink, ShapeInference& shapes) {
   absl::flat_hash_set<const UOp*> realize;
   for (const UOp* out : tensor_sink->src()) realize.insert(out);
-  for (const UOp* u : toposort(tensor_sink))
+  for (const UOp* u : toposort(tensor_sink)) {
     if (u->op() == Op::CONTIGUOUS) realize.insert(u);
+    // A collective and a copy between devices read whole buffers.
+    if (u->op() == Op::ALLREDUCE && u->src(0)->op() == Op::MULTI)
+      for (const UOp* p : u->src(0)->src()) realize.insert(p);
+    if (u->op() == Op::COPY) realize.insert(u->src(0));
+  }
 
   // Walk each kernel (a realized root) down to the realized values and buffers it reads,
   // noting for every REDUCE_AXIS which kernels reach it and whether through a broadcast.
@@ -43,7 +48,9 @@ absl::StatusOr<absl::flat_hash_set<const UOp*>> plan_realize(const UOp* tensor_s
       while (!stack.empty()) {
         Item it = stack.back();
         stack.pop_back();
-        if (!shapes.has_shape(it.u) || realize.contains(it.u) || it.u->op() == Op::BUFFER) continue;
+        if (!shapes.has_shape(it.u) || realize.contains(it.u) || it.u->op() == Op::BUFFER ||
+            it.u->op() == Op::MSELECT || it.u->op() == Op::COPY)
+          continue;  // buffers, and what collectives and copies fill: read, not computed
         if (!seen.insert({it.u, it.expanded}).second) continue;
         bool expanded = it.expanded;
         if (it.u->op() == Op::REDUCE_AXIS) {
