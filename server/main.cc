@@ -41,6 +41,8 @@ under $XDG_CACHE_HOME/uopd (or ~/.cache/uopd), serve metrics on 127.0.0.1:9464.
   --listen=HOST:PORT          client API address (port 0: any free port)   [127.0.0.1:7070]
   --workers=N                 embedded CPU workers, CPU:0..CPU:N-1; 0 waits for remote
                               workers to register (uop-worker --scheduler=...)      [2]
+  --cuda-workers=N            embedded CUDA workers, CUDA:0..CUDA:N-1; a GPU that cannot
+                              be used (no driver, no GPU) is reported unavailable   [0]
   --worker-binary=PATH        the uop-worker to start       [next to uopd, then PATH]
   --worker-threads=N          threads per worker                        [all cores]
   --worker-max-buffer-bytes=N buffer memory per worker                  [worker default]
@@ -62,7 +64,7 @@ under $XDG_CACHE_HOME/uopd (or ~/.cache/uopd), serve metrics on 127.0.0.1:9464.
 
 struct Flags {
   std::map<std::string, std::string> v = {
-      {"listen", "127.0.0.1:7070"}, {"workers", "2"}, {"worker-binary", ""}, {"worker-threads", "0"},
+      {"listen", "127.0.0.1:7070"}, {"workers", "2"}, {"cuda-workers", "0"}, {"worker-binary", ""}, {"worker-threads", "0"},
       {"worker-max-buffer-bytes", ""}, {"cache-dir", "<default>"}, {"disk-cache-bytes", "4294967296"},
       {"memory-cache-bytes", "536870912"}, {"redis", ""}, {"redis-timeout-ms", "200"},
       {"metrics-listen", "127.0.0.1:9464"}, {"compile-threads", "2"}, {"max-nodes", "1000000"},
@@ -86,7 +88,7 @@ bool parse(int argc, char** argv, Flags* f, std::string* err) {
     if (!f->v.count(name)) { *err = cat("unknown flag --", name); return false; }
     f->v[name] = value;
   }
-  for (const char* k : {"workers", "worker-threads", "disk-cache-bytes", "memory-cache-bytes", "redis-timeout-ms",
+  for (const char* k : {"workers", "cuda-workers", "worker-threads", "disk-cache-bytes", "memory-cache-bytes", "redis-timeout-ms",
                         "compile-threads", "max-nodes", "max-request-bytes", "session-bytes",
                         "session-idle-timeout-s", "request-deadline-s"}) {
     try {
@@ -188,9 +190,10 @@ int run(int argc, char** argv) {
   WorkerOptions wo;
   wo.worker_binary = find_worker(f.v["worker-binary"]);
   wo.embedded_cpu_workers = static_cast<int>(f.num("workers"));
+  wo.embedded_cuda_workers = static_cast<int>(f.num("cuda-workers"));
   wo.threads_per_worker = static_cast<int>(f.num("worker-threads"));
   if (!f.v["worker-max-buffer-bytes"].empty()) wo.extra_args.push_back(cat("--max-buffer-bytes=", f.v["worker-max-buffer-bytes"]));
-  if (wo.embedded_cpu_workers > 0) {
+  if (wo.embedded_cpu_workers > 0 || wo.embedded_cuda_workers > 0) {
     if (absl::Status s = pool.start_embedded(wo); !s.ok()) { std::cerr << "uopd: " << s.message() << "\n"; return 1; }
   }
 

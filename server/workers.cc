@@ -30,6 +30,10 @@ constexpr absl::Duration kRemoteProbeEvery = absl::Seconds(2);
 constexpr absl::Duration kStableUptime = absl::Seconds(10);  // a worker up this long resets its backoff
 constexpr absl::Duration kDeathGrace = absl::Seconds(2);     // a closed socket before a reapable exit
 constexpr size_t kMaxStartupLine = 1024;
+// uop-worker's answer when its device cannot be used: this line instead of LISTENING, then
+// this exit status (worker/main.cc).
+constexpr std::string_view kUnavailablePrefix = "UNAVAILABLE ";
+constexpr int kExitDeviceUnavailable = 3;
 
 template <typename... Args>
 void log(const Args&... args) {
@@ -97,6 +101,7 @@ std::string WorkerHandle::address() const {
 
 std::string WorkerHandle::state() const {
   absl::MutexLock lock(&mu_);
+  if (state_ != State::Up && !unavailable_.empty()) return "unavailable";
   switch (state_) {
     case State::Up: return "up";
     case State::Starting: return "starting";
@@ -184,20 +189,24 @@ void WorkerPool::ensure_supervisor_locked() {
 
 absl::Status WorkerPool::start_embedded(const WorkerOptions& options) {
   if (options.worker_binary.empty()) return absl::InvalidArgumentError("no uop-worker binary given");
-  if (options.embedded_cpu_workers < 0) return absl::InvalidArgumentError("a negative number of embedded workers");
+  if (options.embedded_cpu_workers < 0 || options.embedded_cuda_workers < 0)
+    return absl::InvalidArgumentError("a negative number of embedded workers");
+  // (device, handle id) of every embedded slot; CPU ids stay "embedded-<i>".
+  std::vector<std::pair<std::string, std::string>> slots;
+  for (int i = 0; i < options.embedded_cpu_workers; ++i) slots.emplace_back(cat("CPU:", i), cat("embedded-", i));
+  for (int i = 0; i < options.embedded_cuda_workers; ++i) slots.emplace_back(cat("CUDA:", i), cat("embedded-cuda-", i));
   std::vector<std::shared_ptr<WorkerHandle>> started;
   {
     absl::MutexLock lock(&mu_);
     if (started_ || stopping()) return absl::FailedPreconditionError("the embedded workers were started already");
     for (const auto& h : handles_)
-      for (int i = 0; i < options.embedded_cpu_workers; ++i)
-        if (h->device() == cat("CPU:", i))
+      for (const auto& [device, id] : slots)
+        if (h->device() == device)
           return absl::AlreadyExistsError(cat("a remote worker serves ", h->device(), " already"));
     started_ = true;
     options_ = options;
-    for (int i = 0; i < options.embedded_cpu_workers; ++i) {
-      std::string device = cat("CPU:", i);
-      auto h = std::make_shared<WorkerHandle>(cat("embedded-", i), device, true);
+    for (const auto& [device, id] : slots) {
+      auto h = std::make_shared<WorkerHandle>(id, device, true);
       absl::MutexLock hl(&h->mu_);
       h->backoff_ = options.restart_backoff_min;
       h->restart_at_ = absl::InfinitePast();  // the supervisor starts it on its first round
@@ -215,9 +224,10 @@ absl::Status WorkerPool::start_embedded(const WorkerOptions& options) {
   for (const auto& h : started) {
     absl::MutexLock lock(&h->mu_);
     auto settled = [&h]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      return h->state_ == WorkerHandle::State::Up || h->failed_starts_ > 0;
+      return h->state_ == WorkerHandle::State::Up || h->failed_starts_ > 0 || !h->unavailable_.empty();
     };
     h->mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
+    if (!h->unavailable_.empty()) continue;  // logged when it exited; the others serve
     if (h->state_ != WorkerHandle::State::Up)
       errors.push_back(h->last_error_.empty() ? cat("worker ", h->device_, " did not start in time") : h->last_error_);
   }
@@ -247,6 +257,19 @@ bool WorkerPool::spawn_locked(WorkerHandle& h) {
   return true;
 }
 
+bool WorkerPool::read_startup_output_locked(WorkerHandle& h) {
+  char buf[512];
+  for (;;) {
+    ssize_t n = read(h.stdout_fd_, buf, sizeof buf);
+    if (n > 0) {
+      h.stdout_buf_.append(buf, static_cast<size_t>(n));
+      if (h.stdout_buf_.size() > kMaxStartupLine) return false;  // the caller gives up on it
+      continue;
+    }
+    return n == 0;  // EAGAIN: nothing more for now
+  }
+}
+
 bool WorkerPool::reap_locked(WorkerHandle& h, bool block) {
   if (h.reaped_ || h.pid_ <= 0) return false;
   std::optional<std::string> how = reap_child(static_cast<pid_t>(h.pid_), block);
@@ -254,6 +277,15 @@ bool WorkerPool::reap_locked(WorkerHandle& h, bool block) {
   h.reaped_ = true;
   bool starting = h.state_ == WorkerHandle::State::Starting;
   std::string why = cat("worker ", h.device_, " (pid ", h.pid_, ") ", *how, starting ? " while starting" : "");
+  if (starting && h.unavailable_.empty()) {
+    // Its last words may still sit in the pipe: an UNAVAILABLE line, read before the exit.
+    if (h.stdout_fd_ >= 0) read_startup_output_locked(h);
+    std::string_view out = h.stdout_buf_;
+    if (out.rfind(kUnavailablePrefix, 0) == 0 && out.find('\n') != std::string_view::npos)
+      h.unavailable_ = std::string(out.substr(kUnavailablePrefix.size(), out.find('\n') - kUnavailablePrefix.size()));
+    else if (*how == cat("exited with status ", kExitDeviceUnavailable))
+      h.unavailable_ = cat(why, ": its device is unavailable (see the worker's log)");
+  }
   if (h.stdout_fd_ >= 0) {
     close(h.stdout_fd_);
     h.stdout_fd_ = -1;
@@ -267,6 +299,13 @@ bool WorkerPool::reap_locked(WorkerHandle& h, bool block) {
 void WorkerPool::schedule_restart_locked(WorkerHandle& h, const std::string& why) {
   bool was_up = h.state_ == WorkerHandle::State::Up;
   absl::Time now = absl::Now();
+  if (!h.unavailable_.empty()) {
+    // Starting it again would only say the same: the slot stays down, with its message.
+    h.lose_process_locked(h.unavailable_);
+    h.restart_at_ = absl::InfiniteFuture();
+    log(why, ": ", h.unavailable_, "; not restarting it");
+    return;
+  }
   h.lose_process_locked(why);
   if (stopping()) {
     h.restart_at_ = absl::InfiniteFuture();
@@ -318,24 +357,18 @@ void WorkerPool::supervise_one(const std::shared_ptr<WorkerHandle>& hp, absl::Ti
   absl::MutexLock lock(&h.mu_);
   reap_locked(h, false);
   if (h.state_ == WorkerHandle::State::Starting && h.stdout_fd_ >= 0 && readable) {
-    char buf[512];
-    bool eof = false;
-    for (;;) {
-      ssize_t n = read(h.stdout_fd_, buf, sizeof buf);
-      if (n > 0) {
-        h.stdout_buf_.append(buf, static_cast<size_t>(n));
-        continue;
-      }
-      eof = n == 0;
-      break;  // EAGAIN: nothing more for now
-    }
+    bool eof = read_startup_output_locked(h);
     auto nl = h.stdout_buf_.find('\n');
     if (nl != std::string::npos) {
       std::string line = h.stdout_buf_.substr(0, nl);
       close(h.stdout_fd_);  // the worker prints nothing else on stdout
       h.stdout_fd_ = -1;
       constexpr std::string_view kPrefix = "LISTENING ";
-      if (line.rfind(kPrefix, 0) == 0 && line.size() > kPrefix.size()) {
+      if (line.rfind(kUnavailablePrefix, 0) == 0) {
+        // It exits at once; reaping it (now or on a later round) settles the slot.
+        h.unavailable_ = line.substr(kUnavailablePrefix.size());
+        reap_locked(h, false);
+      } else if (line.rfind(kPrefix, 0) == 0 && line.size() > kPrefix.size()) {
         h.connect_locked(line.substr(kPrefix.size()));
         if (h.starts_ > 1) ++h.restarts_;
         log(h.describe_locked(), " is up at ", h.address_);
@@ -356,7 +389,8 @@ void WorkerPool::supervise_one(const std::shared_ptr<WorkerHandle>& hp, absl::Ti
     int64_t pid = h.pid_;
     kill(static_cast<pid_t>(pid), SIGKILL);
     reap_locked(h, true);
-    h.last_error_ = cat("worker ", h.device_, " (pid ", pid, ") did not report LISTENING within ",
+    if (h.unavailable_.empty())
+      h.last_error_ = cat("worker ", h.device_, " (pid ", pid, ") did not report LISTENING within ",
                         absl::FormatDuration(options_.start_timeout), "; killed it");
     log(h.last_error_);
   }
@@ -437,12 +471,12 @@ absl::StatusOr<std::shared_ptr<WorkerHandle>> WorkerPool::worker_for(const std::
                                                                           : cat(" (devices: ", join(known, ", "), ")")));
   absl::MutexLock lock(&h->mu_);
   auto ready = [&h, this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return h->state_ == WorkerHandle::State::Up || stopping();
+    return h->state_ == WorkerHandle::State::Up || stopping() || !h->unavailable_.empty();
   };
   h->mu_.AwaitWithTimeout(absl::Condition(&ready), wait);
   if (h->state_ == WorkerHandle::State::Up) return h;
-  return absl::UnavailableError(cat("no worker for device ", device, " is up",
-                                    h->last_error_.empty() ? std::string() : cat(": ", h->last_error_)));
+  const std::string& why = h->unavailable_.empty() ? h->last_error_ : h->unavailable_;
+  return absl::UnavailableError(cat("no worker for device ", device, " is up", why.empty() ? std::string() : cat(": ", why)));
 }
 
 absl::Status WorkerPool::on_failure(const std::shared_ptr<WorkerHandle>& w, const absl::Status& rpc_status,

@@ -1,10 +1,14 @@
 // The scheduler's workers (DESIGN §4): uop-worker processes it starts itself (embedded
-// mode, one per CPU device slot) and workers started elsewhere that registered by address.
+// mode, one per CPU or CUDA device slot) and workers started elsewhere that registered by
+// address.
 // A WorkerHandle is one device slot; the process behind it may change: every time it dies
 // the handle's generation goes up (the buffers and programs it held are gone) and an
 // embedded worker is started again in the background, with backoff. A supervisor thread
 // reaps dead embedded workers even when no RPC is in flight, and it is the only thread
 // that forks them (PR_SET_PDEATHSIG follows the forking *thread*, so it must outlive them).
+// A worker that finds its device unusable at start (no CUDA driver, no GPU: it prints
+// `UNAVAILABLE <why>` and exits with status 3) makes its slot unavailable for good: it is
+// not restarted, and worker_for answers UNAVAILABLE with the worker's message at once.
 #pragma once
 
 #include <atomic>
@@ -27,6 +31,7 @@ namespace uop {
 struct WorkerOptions {
   std::string worker_binary;  // path to uop-worker
   int embedded_cpu_workers = 2;
+  int embedded_cuda_workers = 0;  // CUDA:0 .. CUDA:N-1, each started with --device=CUDA:i
   int threads_per_worker = 0;  // 0: the worker's default (hardware threads)
   std::vector<std::string> extra_args;  // passed to every embedded worker, e.g. --max-buffer-bytes=N
   absl::Duration start_timeout = absl::Seconds(15);  // until the LISTENING line
@@ -50,7 +55,7 @@ class WorkerHandle {
   const std::string& device() const { return device_; }
   bool embedded() const { return embedded_; }
   std::string address() const;
-  std::string state() const;  // "up", "starting" or "down"
+  std::string state() const;  // "up", "starting", "down" or "unavailable"
   int64_t pid() const;        // 0 when no process is known
   uint64_t restarts() const;
   std::string last_error() const;
@@ -88,6 +93,9 @@ class WorkerHandle {
   uint64_t restarts_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 1;
   std::string last_error_ ABSL_GUARDED_BY(mu_);
+  // Set when the worker said at start that its device cannot be used: its message. The
+  // slot stays down from then on.
+  std::string unavailable_ ABSL_GUARDED_BY(mu_);
   absl::Time last_death_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::shared_ptr<uopd::worker::v1::Worker::Stub> stub_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> programs_ ABSL_GUARDED_BY(mu_);
@@ -113,9 +121,11 @@ class WorkerPool {
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
-  // Starts options.embedded_cpu_workers uop-worker processes, "CPU:0", "CPU:1", ..., and
-  // waits until each is up. If one cannot start (no binary, no LISTENING line within
-  // start_timeout) every worker it started is stopped again and the error names it.
+  // Starts options.embedded_cpu_workers uop-worker processes, "CPU:0", "CPU:1", ..., then
+  // options.embedded_cuda_workers, "CUDA:0", ..., and waits until each is up. If one cannot
+  // start (no binary, no LISTENING line within start_timeout) every worker it started is
+  // stopped again and the error names it. A CUDA worker whose device is unavailable is no
+  // such failure: its slot is marked unavailable and the others serve.
   absl::Status start_embedded(const WorkerOptions& options);
 
   // Registry.Register: reaches the worker at `address` (Info) and serves `device` with it.
@@ -125,8 +135,9 @@ class WorkerPool {
   // if the worker says it serves another device. Returns the worker id.
   absl::StatusOr<std::string> register_remote(const std::string& address, const std::string& device);
 
-  // The worker for `device` (names are exact: "CPU:0"), waiting up to `wait` while it
-  // (re)starts. UNAVAILABLE naming the device and the last error if none is up.
+  // The worker for `device` (names are exact: "CPU:0", "CUDA:0"), waiting up to `wait`
+  // while it (re)starts. UNAVAILABLE naming the device and the last error if none is up,
+  // at once for an unavailable device (with the worker's message).
   absl::StatusOr<std::shared_ptr<WorkerHandle>> worker_for(const std::string& device,
                                                            absl::Duration wait = absl::Seconds(10));
 
@@ -153,6 +164,8 @@ class WorkerPool {
   void supervise_one(const std::shared_ptr<WorkerHandle>& h, absl::Time now, bool readable);
   bool spawn_locked(WorkerHandle& h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu_);
   bool reap_locked(WorkerHandle& h, bool block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu_);
+  // Reads what a starting worker has printed so far; true at end of file.
+  bool read_startup_output_locked(WorkerHandle& h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu_);
   void schedule_restart_locked(WorkerHandle& h, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu_);
   void probe_remote(const std::shared_ptr<WorkerHandle>& h);
   std::vector<std::shared_ptr<WorkerHandle>> handles() const;

@@ -1,12 +1,16 @@
 // uop-worker: one process per device (DESIGN §4). Serves the Worker service over the CPU
-// runtime; announces its bound address as one `LISTENING host:port` line on stdout (the
-// embedded scheduler waits for it); with --scheduler it registers itself with a remote
-// scheduler's Registry. SIGTERM / SIGINT drain: stop accepting, let in-flight calls finish,
-// exit 0. Logs go to stderr.
+// runtime or, with --device=cuda:N, over GPU N through the CUDA driver loaded at run time;
+// announces its bound address as one `LISTENING host:port` line on stdout (the embedded
+// scheduler waits for it), or, when its device cannot be used (no driver, no GPU), one
+// `UNAVAILABLE <why>` line and exit status 3, so that the scheduler marks the device
+// unavailable instead of restarting it. With --scheduler it registers itself with a
+// remote scheduler's Registry. SIGTERM / SIGINT drain: stop accepting, let in-flight calls
+// finish, exit 0. Logs go to stderr.
 #include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <variant>
 
 #include <grpcpp/grpcpp.h>
 
@@ -24,6 +29,8 @@
 #include "compiler/codegen/llvm_cpu.h"
 #include "compiler/support/strings.h"
 #include "proto/worker.grpc.pb.h"
+#include "worker/cpu/cpu_backend.h"
+#include "worker/cuda/cuda_device.h"
 #include "worker/worker_service.h"
 
 namespace uop {
@@ -33,10 +40,11 @@ constexpr const char* kUsage = R"(usage: uop-worker [options]
 
 Serves one device to a uopd scheduler (proto/worker.proto).
 
-  --device=cpu:N            the device this worker serves (default cpu:0)
+  --device=cpu:N|cuda:N     the device this worker serves (default cpu:0)
   --listen=HOST:PORT        where to listen (default 127.0.0.1:0, an ephemeral port)
-  --threads=N               kernel threads (default: the machine's hardware threads)
-  --max-buffer-bytes=N      budget for all buffers together (default: 3/4 of RAM; 0: none)
+  --threads=N               cpu: kernel threads (default: the machine's hardware threads)
+  --max-buffer-bytes=N      budget for all buffers together (default: cpu 3/4 of RAM,
+                            cuda 15/16 of the GPU's free memory; 0: none)
   --scheduler=HOST:PORT     register with this scheduler's Registry (retries until it works)
   --advertise=HOST[:PORT]   the address to register (default: the listen address, or this
                             host's name when listening on a wildcard address)
@@ -44,9 +52,14 @@ Serves one device to a uopd scheduler (proto/worker.proto).
   --embedded                started by uopd itself: exit when the parent dies
   --help                    this text
 
-Prints `LISTENING HOST:PORT` on stdout once serving. Exit status: 0 after a clean
-shutdown, 1 on a startup failure or a drain that ran out of time, 2 for bad usage.
+Prints `LISTENING HOST:PORT` on stdout once serving, or `UNAVAILABLE <why>` when the
+device cannot be used. Exit status: 0 after a clean shutdown, 1 on a startup failure or
+a drain that ran out of time, 2 for bad usage, 3 when the device is unavailable (no CUDA
+driver, no such GPU), 4 after a kernel fault lost the CUDA context (start it again).
 )";
+
+constexpr int kExitDeviceUnavailable = 3;
+constexpr int kExitContextLost = 4;
 
 struct Flags {
   std::string device = "CPU:0";
@@ -76,14 +89,17 @@ bool parse_uint(const std::string& s, uint64_t* out) {
   return true;
 }
 
-// "cpu:0" / "CPU:0" -> "CPU:0": device names are exact, so spell them one way.
-std::optional<std::string> canonical_cpu_device(const std::string& d) {
+// "cpu:0" / "CPU:0" -> "CPU:0", "cuda:1" -> "CUDA:1": device names are exact, so spell
+// them one way.
+std::optional<std::string> canonical_device(const std::string& d) {
   auto colon = d.find(':');
   if (colon == std::string::npos) return std::nullopt;
   std::string kind = d.substr(0, colon);
   uint64_t n = 0;
-  if ((kind != "cpu" && kind != "CPU") || !parse_uint(d.substr(colon + 1), &n)) return std::nullopt;
-  return cat("CPU:", n);
+  if (!parse_uint(d.substr(colon + 1), &n) || n > 4096) return std::nullopt;
+  if (kind == "cpu" || kind == "CPU") return cat("CPU:", n);
+  if (kind == "cuda" || kind == "CUDA") return cat("CUDA:", n);
+  return std::nullopt;
 }
 
 // Returns an exit code to stop with, or nullopt to run.
@@ -111,8 +127,8 @@ std::optional<int> parse(int argc, char** argv, Flags* f) {
     }
     uint64_t n = 0;
     if (name == "device") {
-      auto d = canonical_cpu_device(value);
-      if (!d) return usage_error(cat("--device: '", value, "' is not a CPU device (cpu:N); this worker runs CPU kernels"));
+      auto d = canonical_device(value);
+      if (!d) return usage_error(cat("--device: '", value, "' is not a device (cpu:N or cuda:N)"));
       f->device = *d;
     } else if (name == "listen") {
       f->listen = value;
@@ -221,6 +237,36 @@ void Registrar::loop() {
   }
 }
 
+// Set when a kernel fault lost the CUDA context: the worker drains and exits for a restart.
+std::atomic<bool> context_lost{false};
+
+// The device is unusable: say so on stderr for people and on stdout for the scheduler,
+// which reads this line where it waits for LISTENING and then stops restarting us.
+int device_unavailable(const std::string& device, std::string_view why) {
+  std::string msg = cat(device, " is unavailable: ", why);
+  std::fprintf(stderr, "uop-worker: %s\n", msg.c_str());
+  std::printf("UNAVAILABLE %s\n", msg.c_str());
+  std::fflush(stdout);
+  return kExitDeviceUnavailable;
+}
+
+// The CUDA backend for "CUDA:<n>", or an exit status (the device is unavailable).
+std::variant<std::unique_ptr<CudaDevice>, int> open_cuda(const std::string& device) {
+  auto driver = CudaDriver::load();
+  if (!driver.ok()) return device_unavailable(device, std::string(driver.status().message()));
+  CudaDeviceOptions o;
+  o.ordinal = std::stoi(device.substr(device.find(':') + 1));
+  o.on_context_lost = [](const absl::Status& why) {
+    log("the CUDA context is lost: ", why.message(), "; draining and exiting so that the worker starts again");
+    context_lost.store(true);
+    kill(getpid(), SIGTERM);  // taken by the main thread's sigwait, like any stop request
+  };
+  auto dev = CudaDevice::open(*driver, std::move(o));
+  if (!dev.ok()) return device_unavailable(device, std::string(dev.status().message()));
+  log(device, " is ", (*dev)->name(), " (", (*dev)->arch(), "), CUDA driver ", (*driver)->version());
+  return *std::move(dev);
+}
+
 uint64_t default_buffer_budget() {
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   if (pages <= 0 || page <= 0) return 0;
@@ -252,10 +298,23 @@ int run(int argc, char** argv) {
 
   WorkerRuntimeOptions opts;
   opts.device = f.device;
-  opts.target = CpuTarget::host().id();
   opts.threads = f.threads;
-  opts.max_buffer_bytes = f.max_buffer_bytes ? *f.max_buffer_bytes : default_buffer_budget();
-  WorkerRuntime runtime(opts);
+  std::unique_ptr<DeviceBackend> backend;
+  if (f.device.rfind("CUDA:", 0) == 0) {
+    // After the signal mask: the driver starts threads of its own.
+    auto cuda = open_cuda(f.device);
+    if (auto* rc = std::get_if<int>(&cuda)) return *rc;
+    auto& dev = std::get<std::unique_ptr<CudaDevice>>(cuda);
+    uint64_t budget = 0;
+    if (auto mem = dev->memory_info(); mem.ok()) budget = mem->first / 16 * 15;
+    opts.max_buffer_bytes = f.max_buffer_bytes ? *f.max_buffer_bytes : budget;
+    backend = std::move(dev);
+  } else {
+    opts.target = CpuTarget::host().id();
+    opts.max_buffer_bytes = f.max_buffer_bytes ? *f.max_buffer_bytes : default_buffer_budget();
+  }
+  if (!backend) backend = std::make_unique<CpuBackend>(opts.target, opts.threads);
+  WorkerRuntime runtime(opts, std::move(backend));
   WorkerService service(&runtime);
 
   int port = 0;
@@ -271,7 +330,9 @@ int run(int argc, char** argv) {
   std::string listening = cat(host_of(f.listen), ":", port);
   std::printf("LISTENING %s\n", listening.c_str());
   std::fflush(stdout);
-  log("serving ", f.device, " on ", listening, " with ", runtime.info().threads, " threads, buffer budget ",
+  WorkerInfo info = runtime.info();
+  log("serving ", f.device, " (", info.backend, " ", info.target, ") on ", listening,
+      info.threads ? cat(" with ", info.threads, " threads") : std::string(), ", buffer budget ",
       opts.max_buffer_bytes ? cat(opts.max_buffer_bytes, " bytes") : std::string("unlimited"));
 
   std::unique_ptr<Registrar> registrar;
@@ -310,10 +371,11 @@ int run(int argc, char** argv) {
     if (shut.WaitForNotificationWithTimeout(absl::Milliseconds(300)) || service.in_flight() == 0) break;
   }
   log("drained, exiting");
-  if (!shut.HasBeenNotified()) std::_Exit(0);  // the closer is still waiting on idle clients
+  // The closer may still be waiting on idle clients.
+  if (!shut.HasBeenNotified()) std::_Exit(context_lost.load() ? kExitContextLost : 0);
   closer.join();
   server->Wait();
-  return 0;
+  return context_lost.load() ? kExitContextLost : 0;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The worker's buffers, programs and launches (WorkerRuntime) and the Worker gRPC
 // adapter. Every size the network hands us is checked for overflow before it is used, and
-// every buffer a kernel sees is checked against the kernel's ABI before it runs.
+// every buffer a kernel sees is checked against the kernel's ABI before it runs, whatever
+// the device.
 #include "worker/worker_service.h"
 
 #include <unistd.h>
@@ -14,14 +15,13 @@
 
 #include "compiler/codegen/abi.h"
 #include "compiler/support/strings.h"
+#include "worker/cpu/cpu_backend.h"
 
 namespace uop {
 
 namespace wv1 = uopd::worker::v1;
 
 namespace {
-
-constexpr uint64_t kAlign = 64;  // a cache line, and enough for any vector load
 
 absl::Status out_of_range(uint64_t id, uint64_t offset, uint64_t size, uint64_t have) {
   return absl::OutOfRangeError(
@@ -38,22 +38,11 @@ grpc::Status to_grpc(const absl::Status& st) {
   return grpc::Status(static_cast<grpc::StatusCode>(st.code()), std::string(st.message()));
 }
 
-absl::StatusOr<std::shared_ptr<HostMemory>> HostMemory::allocate(uint64_t bytes) {
-  if (bytes > UINT64_MAX - kAlign) return absl::ResourceExhaustedError(cat("cannot allocate ", bytes, " bytes"));
-  // At least one line, so that even an empty buffer has a real, aligned address.
-  uint64_t padded = std::max<uint64_t>(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
-  void* p = std::aligned_alloc(kAlign, padded);
-  if (!p) return absl::ResourceExhaustedError(cat("cannot allocate ", bytes, " bytes: out of memory"));
-  // Zeroed: a buffer never shows what an earlier buffer (maybe another session's) held.
-  std::memset(p, 0, padded);
-  return std::shared_ptr<HostMemory>(new HostMemory(static_cast<uint8_t*>(p), bytes));
-}
-
-HostMemory::~HostMemory() { std::free(data_); }
-
 WorkerRuntime::WorkerRuntime(WorkerRuntimeOptions options)
-    : options_(std::move(options)),
-      pool_(options_.threads > 0 ? options_.threads : std::max(1u, std::thread::hardware_concurrency())) {}
+    : WorkerRuntime(options, std::make_unique<CpuBackend>(options.target, options.threads)) {}
+
+WorkerRuntime::WorkerRuntime(WorkerRuntimeOptions options, std::unique_ptr<DeviceBackend> backend)
+    : options_(std::move(options)), backend_(std::move(backend)) {}
 
 absl::Status WorkerRuntime::alloc_buffer(uint64_t id, uint64_t bytes) {
   if (id == 0) return absl::InvalidArgumentError("buffer id 0 is reserved (it means no buffer in a launch)");
@@ -70,7 +59,7 @@ absl::Status WorkerRuntime::alloc_buffer(uint64_t id, uint64_t bytes) {
     buffers_.emplace(id, BufferEntry{nullptr, bytes, serial});
     buffer_bytes_ += bytes;
   }
-  auto mem = HostMemory::allocate(bytes);
+  auto mem = backend_->allocate(bytes);
   std::lock_guard lock(mu_);
   // FreeBuffers may have dropped the reservation meanwhile (and given its bytes back), and
   // another alloc_buffer may even have reserved the id again: the serial tells.
@@ -81,7 +70,7 @@ absl::Status WorkerRuntime::alloc_buffer(uint64_t id, uint64_t bytes) {
       buffer_bytes_ -= bytes;
       buffers_.erase(it);
     }
-    return absl::ResourceExhaustedError(cat("buffer ", id, ": ", mem.status().message()));
+    return absl::Status(mem.status().code(), cat("buffer ", id, ": ", mem.status().message()));
   }
   if (still_reserved) it->second.memory = *std::move(mem);
   return absl::OkStatus();
@@ -102,7 +91,7 @@ uint64_t WorkerRuntime::free_buffers(std::span<const uint64_t> ids) {
   return freed;
 }
 
-absl::StatusOr<std::shared_ptr<HostMemory>> WorkerRuntime::find_buffer(uint64_t id) const {
+absl::StatusOr<std::shared_ptr<DeviceMemory>> WorkerRuntime::find_buffer(uint64_t id) const {
   std::lock_guard lock(mu_);
   auto it = buffers_.find(id);
   if (it == buffers_.end() || !it->second.memory) return absl::NotFoundError(cat("buffer ", id, " not found"));
@@ -113,7 +102,9 @@ absl::Status WorkerRuntime::write_buffer(uint64_t id, uint64_t offset, std::stri
   auto mem = find_buffer(id);
   if (!mem.ok()) return mem.status();
   if (!inside(offset, data.size(), (*mem)->size())) return out_of_range(id, offset, data.size(), (*mem)->size());
-  if (!data.empty()) std::memcpy((*mem)->data() + offset, data.data(), data.size());
+  if (data.empty()) return absl::OkStatus();
+  if (absl::Status st = backend_->write(**mem, offset, data); !st.ok())
+    return absl::Status(st.code(), cat("buffer ", id, ": ", st.message()));
   return absl::OkStatus();
 }
 
@@ -123,7 +114,9 @@ absl::StatusOr<BufferSlice> WorkerRuntime::read_buffer(uint64_t id, uint64_t off
   uint64_t have = (*mem)->size();
   if (length == 0 && offset <= have) length = have - offset;
   if (!inside(offset, length, have)) return out_of_range(id, offset, length, have);
-  return BufferSlice{*std::move(mem), offset, length};
+  auto slice = backend_->read(*mem, offset, length);
+  if (!slice.ok()) return absl::Status(slice.status().code(), cat("buffer ", id, ": ", slice.status().message()));
+  return slice;
 }
 
 absl::Status WorkerRuntime::load_program(const std::string& key, std::string_view object, std::string_view abi_text) {
@@ -132,10 +125,10 @@ absl::Status WorkerRuntime::load_program(const std::string& key, std::string_vie
   auto abi = parse_abi(abi_text);
   if (!abi.ok()) return absl::InvalidArgumentError(cat("program ", key, ": bad ABI: ", abi.status().message()));
   // Linking takes a while; two loads of one key may race, and the first to finish wins.
-  auto prog = CpuProgram::load(object, *abi);
+  auto prog = backend_->load_program(key, object, *abi);
   if (!prog.ok()) return absl::Status(prog.status().code(), cat("program ", key, ": ", prog.status().message()));
   std::lock_guard lock(mu_);
-  programs_.try_emplace(key, std::shared_ptr<const CpuProgram>(*std::move(prog)));
+  programs_.try_emplace(key, *std::move(prog));
   return absl::OkStatus();
 }
 
@@ -146,7 +139,7 @@ bool WorkerRuntime::has_program(const std::string& key) const {
 
 absl::Status WorkerRuntime::run_launch(size_t index, const LaunchSpec& launch) const {
   auto where = [&] { return cat("launch ", index, " (program ", launch.key, "): "); };
-  std::shared_ptr<const CpuProgram> prog;
+  std::shared_ptr<const DeviceProgram> prog;
   {
     std::lock_guard lock(mu_);
     auto it = programs_.find(launch.key);
@@ -159,15 +152,15 @@ absl::Status WorkerRuntime::run_launch(size_t index, const LaunchSpec& launch) c
         cat(where(), "the kernel takes ", abi.num_buffers(), " buffers, the launch names ", launch.buffer_ids.size()));
 
   // The references keep every buffer alive until the kernel returns, even if freed meanwhile.
-  std::vector<std::shared_ptr<HostMemory>> held(launch.buffer_ids.size());
-  std::vector<void*> ptrs(launch.buffer_ids.size(), nullptr);
+  std::vector<std::shared_ptr<DeviceMemory>> held(launch.buffer_ids.size());
+  std::vector<DeviceMemory*> ptrs(launch.buffer_ids.size(), nullptr);
   for (size_t slot = 0; slot < launch.buffer_ids.size(); ++slot) {
     uint64_t id = launch.buffer_ids[slot];
     if (id == 0) continue;
     auto mem = find_buffer(id);
     if (!mem.ok()) return absl::NotFoundError(cat(where(), "slot ", slot, ": ", mem.status().message()));
     held[slot] = *std::move(mem);
-    ptrs[slot] = held[slot]->data();
+    ptrs[slot] = held[slot].get();
   }
   // The kernel indexes each param within [0, size) elements (the bounds stage proved it);
   // what makes that safe here is that each buffer really is that large.
@@ -184,7 +177,7 @@ absl::Status WorkerRuntime::run_launch(size_t index, const LaunchSpec& launch) c
                                             held[p.slot]->size(), " bytes, the kernel needs ", need, " (", p.size,
                                             " x ", p.dtype.str(), ")"));
   }
-  absl::Status st = prog->run(ptrs, launch.vars, &pool_);
+  absl::Status st = backend_->run(*prog, ptrs, launch.vars);
   if (!st.ok()) return absl::Status(st.code(), cat(where(), st.message()));
   return absl::OkStatus();
 }
@@ -201,12 +194,13 @@ absl::StatusOr<double> WorkerRuntime::execute(std::span<const LaunchSpec> launch
 }
 
 WorkerInfo WorkerRuntime::info() const {
+  BackendInfo b = backend_->info();
   WorkerInfo i;
   i.device = options_.device;
-  i.backend = "cpu";
-  i.target = options_.target;
+  i.backend = b.backend;
+  i.target = b.target;
   i.pid = getpid();
-  i.threads = pool_.size();
+  i.threads = b.threads;
   std::lock_guard lock(mu_);
   i.buffers = buffers_.size();
   i.buffer_bytes = buffer_bytes_;

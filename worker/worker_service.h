@@ -1,9 +1,10 @@
 // The worker's state and the Worker gRPC service over it (proto/worker.proto, DESIGN §4).
-// WorkerRuntime is a plain class: buffers by id (64-byte aligned host memory under a byte
-// budget), compiled programs by cache key, and Execute, which checks that every buffer a
-// launch passes is at least as large as the kernel's ABI says before running it on the
-// thread pool, so a launch can never make a kernel touch memory outside its buffers.
-// WorkerService only decodes requests, calls the runtime and encodes the answers.
+// WorkerRuntime is a plain class over one device backend (worker/device_backend.h: cpu or
+// cuda): buffers by id under a byte budget, loaded programs by cache key, and Execute,
+// which checks that every buffer a launch passes is at least as large as the kernel's ABI
+// says before the backend runs it, so a launch can never make a kernel touch memory
+// outside its buffers. WorkerService only decodes requests, calls the runtime and encodes
+// the answers.
 #pragma once
 
 #include <atomic>
@@ -20,43 +21,15 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/worker.grpc.pb.h"
-#include "worker/cpu/cpu_program.h"
-#include "worker/cpu/thread_pool.h"
+#include "worker/device_backend.h"
 
 namespace uop {
 
 struct WorkerRuntimeOptions {
   std::string device = "CPU:0";
-  std::string target;             // what Info reports as the CPU target id
-  int threads = 0;                // <= 0: the machine's hardware threads
+  std::string target;             // cpu: what Info reports as the CPU target id
+  int threads = 0;                // cpu: <= 0, the machine's hardware threads
   uint64_t max_buffer_bytes = 0;  // 0: no budget
-};
-
-// One buffer's memory. Shared so that a buffer freed while a launch or a read still uses
-// it stays alive until they finish.
-class HostMemory {
- public:
-  static absl::StatusOr<std::shared_ptr<HostMemory>> allocate(uint64_t bytes);
-  ~HostMemory();
-  HostMemory(const HostMemory&) = delete;
-  HostMemory& operator=(const HostMemory&) = delete;
-  uint8_t* data() const { return data_; }
-  uint64_t size() const { return size_; }
-
- private:
-  HostMemory(uint8_t* d, uint64_t n) : data_(d), size_(n) {}
-  uint8_t* data_;
-  uint64_t size_;
-};
-
-// A range of a buffer, holding the buffer alive while it is read.
-struct BufferSlice {
-  std::shared_ptr<HostMemory> memory;
-  uint64_t offset = 0;
-  uint64_t length = 0;
-  std::string_view bytes() const {
-    return {reinterpret_cast<const char*>(memory->data()) + offset, static_cast<size_t>(length)};
-  }
 };
 
 struct LaunchSpec {
@@ -74,7 +47,10 @@ struct WorkerInfo {
 
 class WorkerRuntime {
  public:
+  // On the CPU (a CpuBackend from options.target and options.threads).
   explicit WorkerRuntime(WorkerRuntimeOptions options);
+  // On another device (worker/cuda/cuda_device.h).
+  WorkerRuntime(WorkerRuntimeOptions options, std::unique_ptr<DeviceBackend> backend);
 
   // ALREADY_EXISTS for an id in use, INVALID_ARGUMENT for id 0 (it means "no buffer" in
   // a launch), RESOURCE_EXHAUSTED past the byte budget or when memory runs out.
@@ -101,20 +77,21 @@ class WorkerRuntime {
   const WorkerRuntimeOptions& options() const { return options_; }
 
  private:
-  absl::StatusOr<std::shared_ptr<HostMemory>> find_buffer(uint64_t id) const;
+  absl::StatusOr<std::shared_ptr<DeviceMemory>> find_buffer(uint64_t id) const;
   absl::Status run_launch(size_t index, const LaunchSpec& launch) const;
 
   WorkerRuntimeOptions options_;
-  mutable ThreadPool pool_;
+  // First, so it goes last: buffers and programs are the backend's.
+  std::unique_ptr<DeviceBackend> backend_;
   mutable std::mutex mu_;  // guards the two tables and the byte count, never held while running
   struct BufferEntry {
-    std::shared_ptr<HostMemory> memory;  // null while alloc_buffer allocates it
-    uint64_t bytes = 0;                  // counted against the budget from the start
-    uint64_t serial = 0;                 // which alloc_buffer call made the entry
+    std::shared_ptr<DeviceMemory> memory;  // null while alloc_buffer allocates it
+    uint64_t bytes = 0;                    // counted against the budget from the start
+    uint64_t serial = 0;                   // which alloc_buffer call made the entry
   };
   absl::flat_hash_map<uint64_t, BufferEntry> buffers_;
   uint64_t next_serial_ = 0;
-  absl::flat_hash_map<std::string, std::shared_ptr<const CpuProgram>> programs_;
+  absl::flat_hash_map<std::string, std::shared_ptr<const DeviceProgram>> programs_;
   uint64_t buffer_bytes_ = 0;
 };
 

@@ -1,5 +1,7 @@
 // Derives a kernel's ABI from its LINEAR and gives the ABI a stable text form. The text
 // form is a cache artifact: parse_abi treats it as untrusted and never crashes on it.
+// Version 1 is the CPU form; version 2 appends the GPU launch dims, so every version-1
+// text (and every CPU kernel's text) stays what it was.
 #include "compiler/codegen/abi.h"
 
 #include <algorithm>
@@ -15,7 +17,8 @@ namespace uop {
 namespace {
 
 constexpr std::string_view kMagic = "uopd-abi";
-constexpr int kVersion = 1;
+constexpr int kVersion = 1;     // without GPU launch dims
+constexpr int kGpuVersion = 2;  // with them
 constexpr int kMaxExprDepth = 256;
 
 bool is_launch_op(Op op) {
@@ -47,17 +50,19 @@ const UOp* index_of(const UOp* u) {
   return u->is(Op::INDEX) ? u : nullptr;
 }
 
-// Postfix terms of a Thread range's end, or INVALID_ARGUMENT.
+// Postfix terms of a launch extent (a Thread range's or a SPECIAL's end), or
+// INVALID_ARGUMENT; `what` names it in messages.
 absl::Status to_launch_terms(const UOp* u, const KernelAbi& abi, int depth,
-                             std::vector<LaunchExpr::Term>& out, const NodeIndex& ix) {
+                             std::vector<LaunchExpr::Term>& out, const NodeIndex& ix,
+                             std::string_view what = "Thread range extent") {
   using Kind = LaunchExpr::Term::Kind;
   auto bad = [&](std::string_view why) {
     return absl::InvalidArgumentError(cat("node ", ix.contains(u) ? ix.at(u) : 0u, " (",
-                                          op_name(u->op()), "): ", why, " [abi.launch_expr]"));
+                                          op_name(u->op()), "): ", what, why, " [abi.launch_expr]"));
   };
-  if (depth > kMaxExprDepth) return bad("Thread range extent is nested too deeply");
+  if (depth > kMaxExprDepth) return bad(" is nested too deeply");
   if (u->dtype().is_vector() || !(u->dtype().is_int() || u->dtype().is_index()))
-    return bad("Thread range extent must be an integer scalar");
+    return bad(" must be an integer scalar");
   if (const ConstValue* c = u->const_value()) {
     out.push_back({Kind::Const, cast_value(*c, Scalar::Int64).as_int(), Op::ADD});
     return absl::OkStatus();
@@ -69,9 +74,9 @@ absl::Status to_launch_terms(const UOp* u, const KernelAbi& abi, int depth,
     return absl::OkStatus();
   }
   if (!is_launch_op(u->op()) || u->num_src() != 2)
-    return bad("Thread range extent must use only constants, DEFINE_VAR and ADD SUB MUL IDIV MAX MIN");
+    return bad(" must use only constants, DEFINE_VAR and ADD SUB MUL IDIV MAX MIN");
   for (const UOp* s : u->src())
-    if (auto st = to_launch_terms(s, abi, depth + 1, out, ix); !st.ok()) return st;
+    if (auto st = to_launch_terms(s, abi, depth + 1, out, ix, what); !st.ok()) return st;
   out.push_back({Kind::Op, 0, u->op()});
   return absl::OkStatus();
 }
@@ -122,7 +127,61 @@ class Reader {
   size_t pos_ = 0;
 };
 
+void write_terms(std::string& out, const LaunchExpr& e) {
+  out += cat(e.terms().size());
+  for (const LaunchExpr::Term& t : e.terms()) {
+    if (t.kind == LaunchExpr::Term::Kind::Const) out += cat(" c", t.value);
+    else if (t.kind == LaunchExpr::Term::Kind::Var) out += cat(" v", t.value);
+    else out += cat(" ", op_symbol(t.op));
+  }
+}
+
+// `<count> <term>...` as written by write_terms; false on anything malformed.
+bool read_terms(Reader& r, size_t num_vars, LaunchExpr& out) {
+  int64_t n = 0;
+  if (!r.integer(n) || n < 1 || n > (1 << 16)) return false;
+  std::vector<LaunchExpr::Term> terms;
+  for (int64_t i = 0; i < n; ++i) {
+    std::string_view t;
+    if (!r.token(t)) return false;
+    LaunchExpr::Term term;
+    if (t[0] == 'c' || t[0] == 'v') {
+      term.kind = t[0] == 'c' ? LaunchExpr::Term::Kind::Const : LaunchExpr::Term::Kind::Var;
+      auto [p, ec] = std::from_chars(t.data() + 1, t.data() + t.size(), term.value);
+      if (ec != std::errc() || p != t.data() + t.size()) return false;
+    } else {
+      term.kind = LaunchExpr::Term::Kind::Op;
+      bool found = false;
+      for (Op op : {Op::ADD, Op::SUB, Op::MUL, Op::IDIV, Op::MAX, Op::MIN})
+        if (op_symbol(op) == t) term.op = op, found = true;
+      if (!found) return false;
+    }
+    terms.push_back(term);
+  }
+  auto expr = LaunchExpr::from_terms(std::move(terms), num_vars);
+  if (!expr.ok()) return false;
+  out = *std::move(expr);
+  return true;
+}
+
+// "blockIdx.y" -> (false, 1); "threadIdx.z" -> (true, 2); nullopt for other names.
+std::optional<std::pair<bool, int>> special_dim(std::string_view name) {
+  bool thread = name.starts_with("threadIdx.");
+  if (!thread && !name.starts_with("blockIdx.")) return std::nullopt;
+  std::string_view axis = name.substr(thread ? 10 : 9);
+  if (axis == "x") return std::make_pair(thread, 0);
+  if (axis == "y") return std::make_pair(thread, 1);
+  if (axis == "z") return std::make_pair(thread, 2);
+  return std::nullopt;
+}
+
 }  // namespace
+
+bool GpuDims::empty() const {
+  for (int i = 0; i < 3; ++i)
+    if (grid[i] <= 0 || block[i] <= 0) return true;
+  return false;
+}
 
 LaunchExpr LaunchExpr::constant(int64_t v) { return LaunchExpr({{Term::Kind::Const, v, Op::ADD}}); }
 
@@ -186,6 +245,16 @@ int64_t KernelAbi::eval_tasks(std::span<const int64_t> var_values) const {
   return std::max<int64_t>(tasks_extent.eval(var_values), 0);
 }
 
+GpuDims KernelAbi::eval_gpu(std::span<const int64_t> var_values) const {
+  GpuDims d;
+  if (!gpu) return d;
+  for (int i = 0; i < 3; ++i) {
+    d.grid[i] = gpu->grid[i].eval(var_values);
+    d.block[i] = gpu->block[i].eval(var_values);
+  }
+  return d;
+}
+
 int KernelAbi::var_position(std::string_view name) const {
   for (size_t i = 0; i < vars.size(); ++i)
     if (vars[i].name == name) return static_cast<int>(i);
@@ -193,7 +262,7 @@ int KernelAbi::var_position(std::string_view name) const {
 }
 
 std::string KernelAbi::serialize() const {
-  std::string out = cat(kMagic, " ", kVersion, "\nparams ", params.size(), "\n");
+  std::string out = cat(kMagic, " ", gpu ? kGpuVersion : kVersion, "\nparams ", params.size(), "\n");
   for (const KernelParam& p : params)
     out += cat(p.slot, " ", scalar_name(p.dtype.scalar), " ", p.dtype.count, " ", p.size, " ",
                p.read ? "r" : "-", p.written ? "w" : "-", "\n");
@@ -205,7 +274,21 @@ std::string KernelAbi::serialize() const {
     else if (t.kind == LaunchExpr::Term::Kind::Var) out += cat(" v", t.value);
     else out += cat(" ", op_symbol(t.op));
   }
-  return out + "\n";
+  out += "\n";
+  if (gpu) {
+    out += cat("gpu shared ", gpu->dynamic_shared_bytes, "\n");
+    for (int i = 0; i < 3; ++i) {
+      out += cat("grid ", i, " ");
+      write_terms(out, gpu->grid[i]);
+      out += "\n";
+    }
+    for (int i = 0; i < 3; ++i) {
+      out += cat("block ", i, " ");
+      write_terms(out, gpu->block[i]);
+      out += "\n";
+    }
+  }
+  return out;
 }
 
 absl::StatusOr<KernelAbi> parse_abi(std::string_view text) {
@@ -215,7 +298,7 @@ absl::StatusOr<KernelAbi> parse_abi(std::string_view text) {
   Reader r(text);
   int64_t version = 0, n = 0;
   if (!r.expect(kMagic) || !r.integer(version)) return bad("header");
-  if (version != kVersion) return bad(cat("version ", version));
+  if (version != kVersion && version != kGpuVersion) return bad(cat("version ", version));
   KernelAbi abi;
   if (!r.expect("params") || !r.integer(n) || n < 0 || n > (1 << 20)) return bad("params");
   for (int64_t i = 0; i < n; ++i) {
@@ -261,10 +344,24 @@ absl::StatusOr<KernelAbi> parse_abi(std::string_view text) {
     }
     terms.push_back(term);
   }
-  if (!r.at_end()) return bad("trailing bytes");
   auto expr = LaunchExpr::from_terms(std::move(terms), abi.vars.size());
   if (!expr.ok()) return bad(cat(expr.status().message()));
   abi.tasks_extent = *std::move(expr);
+  if (version == kGpuVersion) {
+    GpuLaunch gl;
+    if (!r.expect("gpu") || !r.expect("shared") || !r.integer(gl.dynamic_shared_bytes) || gl.dynamic_shared_bytes < 0)
+      return bad("gpu");
+    for (auto* dims : {&gl.grid, &gl.block}) {
+      for (int i = 0; i < 3; ++i) {
+        int64_t axis = -1;
+        if (!r.expect(dims == &gl.grid ? "grid" : "block") || !r.integer(axis) || axis != i ||
+            !read_terms(r, abi.vars.size(), (*dims)[i]))
+          return bad(dims == &gl.grid ? "grid" : "block");
+      }
+    }
+    abi.gpu = std::move(gl);
+  }
+  if (!r.at_end()) return bad("trailing bytes");
   return abi;
 }
 
@@ -342,6 +439,26 @@ absl::StatusOr<KernelAbi> abi_of(const UOp* linear) {
       if (buf && buf->is(Op::PARAM))
         return bad(u, "a buffer store outside the Thread range would run once per task [abi.thread]");
     }
+  }
+  // GPU launch dims: one extent per SPECIAL name, the same wherever the name appears.
+  absl::flat_hash_map<std::string, const UOp*> specials;
+  for (const UOp* u : toposort(linear)) {
+    if (!u->is(Op::SPECIAL)) continue;
+    const std::string& name = u->arg_as<StrArg>().value;
+    auto dim = special_dim(name);
+    if (!dim) return bad(u, cat("SPECIAL '", name, "' is not blockIdx.{x,y,z} or threadIdx.{x,y,z} [abi.special]"));
+    if (u->num_src() != 1) return bad(u, "SPECIAL needs its extent as its one source [abi.special]");
+    auto [it, fresh] = specials.try_emplace(name, u->src(0));
+    if (!fresh && it->second != u->src(0))
+      return bad(u, cat("SPECIAL '", name, "' appears with two different extents [abi.special]"));
+    if (!fresh) continue;
+    if (thread) return bad(u, "a kernel has SPECIALs or a Thread range, not both [abi.special]");
+    if (!abi.gpu) abi.gpu.emplace();
+    std::vector<LaunchExpr::Term> terms;
+    if (auto st = to_launch_terms(u->src(0), abi, 0, terms, ix, cat(name, " extent")); !st.ok()) return st;
+    auto expr = LaunchExpr::from_terms(std::move(terms), abi.vars.size());
+    if (!expr.ok()) return bad(u, cat(expr.status().message()));
+    (dim->first ? abi.gpu->block : abi.gpu->grid)[dim->second] = *std::move(expr);
   }
   if (thread) {
     std::vector<LaunchExpr::Term> terms;

@@ -4,11 +4,33 @@
 // over those variables that the runtime evaluates before a launch, never reading memory
 // (PIPELINE.md "The kernel ABI", the LaunchExpr of the shared GPU IR note).
 //
+// GPU kernels (CUDA, codegen/cuda.h) also carry their launch dims: grid x/y/z and block
+// x/y/z, each a LaunchExpr over the same variables (GpuLaunch below). The CUDA contract,
+// for whoever launches a cubin of codegen/cuda.h (worker/cuda):
+//
+//   extern "C" __global__ void <entry>(T0* b0, T1* b1, ..., long long v0, long long v1, ...)
+//
+//   * one pointer per slot 0 .. num_buffers()-1 (a slot no op uses is an unused `const
+//     void*`: pass anything, null included), then one int64 per variable in `vars` order;
+//     so cuLaunchKernel's kernelParams is {&ptr0, ..., &var0, ...};
+//   * every pointer is 16-byte aligned (cuMemAlloc gives 256): vector loads rely on it;
+//     written buffers do not overlap any other buffer of the launch;
+//   * the runtime checks each variable against [min, max], evaluates gpu->grid and
+//     gpu->block with them, and launches once with those dims and
+//     gpu->dynamic_shared_bytes of dynamic shared memory (static shared memory is in the
+//     cubin). A grid dim <= 0 means there is nothing to do: the launch is skipped, never
+//     clamped up. Block dims are constants today; their product is at most 1024.
+//   * one kernel is one launch: no second launch, no device-side sync beyond the block.
+//
 // The ABI travels with every cached artifact, so it has a stable text form
-// (serialize / parse_abi). LLVM-free: the server and the workers use it.
+// (serialize / parse_abi): version 1 for kernels without GPU dims (byte for byte what
+// it always was), version 2 adds the `gpu` section; parse_abi reads both. LLVM-free: the
+// server and the workers use it.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -66,12 +88,31 @@ class LaunchExpr {
   std::vector<Term> terms_;
 };
 
+// Where and how a GPU kernel launches: the extents of its SPECIAL nodes
+// ("blockIdx.x" .. "threadIdx.z"); a dim the kernel does not use is the constant 1.
+struct GpuLaunch {
+  std::array<LaunchExpr, 3> grid;   // blocks along x, y, z
+  std::array<LaunchExpr, 3> block;  // threads per block along x, y, z
+  int64_t dynamic_shared_bytes = 0;
+  bool operator==(const GpuLaunch&) const = default;
+};
+
+// GpuLaunch evaluated for one launch.
+struct GpuDims {
+  std::array<int64_t, 3> grid{1, 1, 1}, block{1, 1, 1};
+  // Nothing to launch: some grid or block dim is <= 0.
+  bool empty() const;
+  int64_t threads_per_block() const { return block[0] * block[1] * block[2]; }
+};
+
 struct KernelAbi {
   std::vector<KernelParam> params;  // sorted by slot
   std::vector<KernelVar> vars;      // argument order: sorted by name
   // Trip count of the Thread range (before clamping at 0); 1 without one.
   LaunchExpr tasks_extent;
   bool has_thread_range = false;
+  // GPU kernels only (a LINEAR with SPECIAL nodes); nullopt for CPU kernels.
+  std::optional<GpuLaunch> gpu;
 
   // How many buffer pointers a launch passes: max slot + 1 (a slot no op uses is a
   // null-tolerant hole), 0 without params.
@@ -80,6 +121,8 @@ struct KernelAbi {
   int64_t eval_tasks(std::span<const int64_t> var_values) const;
   // Position of the variable `name` in the argument order, -1 if none.
   int var_position(std::string_view name) const;
+  // The launch dims for these variable values (all 1 without `gpu`).
+  GpuDims eval_gpu(std::span<const int64_t> var_values) const;
 
   // Stable text form (versioned, line based). parse_abi(serialize()) == *this.
   std::string serialize() const;
@@ -90,10 +133,13 @@ absl::StatusOr<KernelAbi> parse_abi(std::string_view text);
 
 // The ABI of a LINEAR: params from PARAM (read / written from the LOADs and STOREs that
 // reach them through INDEX), vars from DEFINE_VAR, the launch extent from the Thread
-// RANGE. INVALID_ARGUMENT when the LINEAR breaks the ABI's rules: conflicting PARAMs for
-// one slot or DEFINE_VARs for one name, more than one Thread range, a Thread range that
-// is not outermost, a Thread extent that is not a LaunchExpr, or a buffer store outside
-// the Thread range (each task would repeat it).
+// RANGE, GPU launch dims from SPECIAL (its end is the dim's extent). INVALID_ARGUMENT
+// when the LINEAR breaks the ABI's rules: conflicting PARAMs for one slot or DEFINE_VARs
+// for one name, more than one Thread range, a Thread range that is not outermost, a
+// Thread extent that is not a LaunchExpr, a buffer store outside the Thread range (each
+// task would repeat it), a SPECIAL with an unknown name or an end that is not a
+// LaunchExpr, two SPECIALs of one name with different ends, or SPECIAL and Thread ranges
+// in one kernel.
 absl::StatusOr<KernelAbi> abi_of(const UOp* linear);
 
 }  // namespace uop

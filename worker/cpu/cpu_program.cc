@@ -14,8 +14,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <vector>
 
 #include "compiler/support/strings.h"
+#include "worker/device_backend.h"
 
 namespace uop {
 namespace {
@@ -83,35 +85,9 @@ absl::StatusOr<std::unique_ptr<CpuProgram>> CpuProgram::load(std::string_view ob
 }
 
 absl::Status CpuProgram::check(std::span<void* const> buffers, std::span<const int64_t> vars) const {
-  if (static_cast<int64_t>(buffers.size()) != abi_.num_buffers())
-    return absl::InvalidArgumentError(cat("kernel takes ", abi_.num_buffers(), " buffers, got ", buffers.size()));
-  if (vars.size() != abi_.vars.size())
-    return absl::InvalidArgumentError(cat("kernel takes ", abi_.vars.size(), " variables, got ", vars.size()));
-  for (size_t k = 0; k < vars.size(); ++k) {
-    const KernelVar& v = abi_.vars[k];
-    if (vars[k] < v.min || vars[k] > v.max)
-      return absl::InvalidArgumentError(cat("variable '", v.name, "' = ", vars[k], " is outside [", v.min, ", ", v.max, "]"));
-  }
-  auto extent = [&](const KernelParam& p) {
-    auto lo = reinterpret_cast<uintptr_t>(buffers[p.slot]);
-    return std::pair<uintptr_t, uintptr_t>(lo, lo + static_cast<uintptr_t>(p.size * p.dtype.bytes()));
-  };
-  for (const KernelParam& p : abi_.params) {
-    if (p.size > 0 && !buffers[p.slot])
-      return absl::InvalidArgumentError(cat("buffer ", p.slot, " is null"));
-    // The code assumes element alignment (and may use it for vector loads).
-    if (reinterpret_cast<uintptr_t>(buffers[p.slot]) % std::max(1, p.dtype.itemsize()) != 0)
-      return absl::InvalidArgumentError(cat("buffer ", p.slot, " is not aligned to its ", p.dtype.itemsize(), "-byte elements"));
-    if (!p.written) continue;
-    auto [lo, hi] = extent(p);
-    for (const KernelParam& q : abi_.params) {
-      if (q.slot == p.slot) continue;
-      auto [qlo, qhi] = extent(q);
-      if (lo < qhi && qlo < hi)
-        return absl::InvalidArgumentError(cat("buffer ", p.slot, " is written and overlaps buffer ", q.slot));
-    }
-  }
-  return absl::OkStatus();
+  std::vector<uintptr_t> addresses(buffers.size());
+  for (size_t i = 0; i < buffers.size(); ++i) addresses[i] = reinterpret_cast<uintptr_t>(buffers[i]);
+  return check_launch_args(abi_, addresses, vars);
 }
 
 absl::Status CpuProgram::run(std::span<void* const> buffers, std::span<const int64_t> vars, ThreadPool* pool) const {

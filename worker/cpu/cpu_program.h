@@ -14,15 +14,16 @@
 #include "absl/status/statusor.h"
 #include "compiler/codegen/abi.h"
 #include "worker/cpu/thread_pool.h"
+#include "worker/device_backend.h"
 
 namespace uop {
 
-class CpuProgram {
+class CpuProgram final : public DeviceProgram {
  public:
   // INVALID_ARGUMENT if the object does not link (not an object, undefined symbols, no
   // `uop_kernel`); INTERNAL if the JIT itself cannot start. Thread-safe.
   static absl::StatusOr<std::unique_ptr<CpuProgram>> load(std::string_view object, const KernelAbi& abi);
-  ~CpuProgram();
+  ~CpuProgram() override;
   CpuProgram(const CpuProgram&) = delete;
   CpuProgram& operator=(const CpuProgram&) = delete;
 
@@ -34,7 +35,7 @@ class CpuProgram {
   // (or one task on the calling thread without a pool). Thread-safe.
   absl::Status run(std::span<void* const> buffers, std::span<const int64_t> vars, ThreadPool* pool) const;
 
-  const KernelAbi& abi() const { return abi_; }
+  const KernelAbi& abi() const override { return abi_; }
 
  private:
   using KernelFn = void (*)(void* const* buffers, const int64_t* vars, int64_t task, int64_t ntasks);

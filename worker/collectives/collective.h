@@ -1,0 +1,41 @@
+// A worker's part of one collective (proto/worker.proto, CollectiveRequest): checks the
+// request against the buffer and dispatches by transport. The Worker service's handler
+// only finds the buffer and calls run_collective; everything here is reachable from
+// tests without a socket.
+//
+//   "shm"   workers on one host: the shared-memory ring (shm_ring.h)
+//   "gloo"  workers on different hosts: Gloo over TCP, the scheduler's Rendezvous (gloo_allreduce.h)
+//   "nccl"  CUDA workers: UNIMPLEMENTED until the CUDA runtime lands (the unique id would
+//           come through the same rendezvous)
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace uop {
+
+struct CollectiveSpec {
+  std::string group;  // unique per collective instance
+  int rank = 0;
+  int size = 1;
+  std::string op;         // "add", "mul", "max", "min"
+  std::string dtype;      // dtype.h's scalar name: "float32", "int64", ...
+  uint64_t elements = 0;
+  std::string transport;  // "shm", "gloo", "nccl"
+  std::string rendezvous; // gloo: host:port of the scheduler's Rendezvous service
+  uint32_t timeout_ms = 0;  // 0: kDefaultCollectiveTimeoutMs
+};
+
+inline constexpr uint32_t kDefaultCollectiveTimeoutMs = 30000;
+
+// Reduces spec.elements values at `data` (a buffer of `data_bytes`) in place with the
+// other members. INVALID_ARGUMENT for a bad op / dtype / rank / size / transport or a
+// buffer smaller than elements x dtype; UNIMPLEMENTED for nccl; the transports' own
+// errors otherwise (UNAVAILABLE / DEADLINE_EXCEEDED naming the group and the peer).
+absl::Status run_collective(const CollectiveSpec& spec, void* data, uint64_t data_bytes,
+                            const std::function<bool()>& cancelled = {});
+
+}  // namespace uop

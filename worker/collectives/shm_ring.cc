@@ -1,0 +1,468 @@
+// The segment: a header (layout, the join count, the abort record), one control block per
+// member (its pid, its allreduce descriptors and three counters) and the members' outboxes.
+// Counters only grow (mod 2^32), so one segment serves any number of allreduce calls.
+//
+// A member sends message `seq` into outbox slot seq % slots once its successor has
+// consumed message seq - slots, and bumps `produced`; it receives message `seq` from its
+// predecessor once that one's `produced` passed seq, and bumps `consumed`. Each of the
+// 2 (n - 1) ring steps sends the same number of messages (some empty), so the sequence
+// numbers of all members line up without any per-step handshake.
+#include "worker/collectives/shm_ring.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cctype>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <thread>
+
+#include "compiler/support/strings.h"
+#include "worker/collectives/reduce.h"
+
+namespace uop {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kMagic = 0x676e6972646f7075ull;  // "uopdring"
+constexpr uint32_t kVersion = 1;
+constexpr size_t kGroupChars = 192;
+constexpr size_t kReasonChars = 512;
+constexpr int kSpins = 256;                                // pause-loop checks before yielding
+constexpr int kYields = 32;                                // then sched_yield rounds before sleeping
+constexpr auto kFutexSlice = std::chrono::milliseconds(1);  // a sleeping waiter re-checks this often
+constexpr auto kPeerCheckEvery = std::chrono::milliseconds(5);
+
+uint64_t round_up(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+struct OpDesc {
+  uint64_t elements;
+  uint32_t op, dtype;
+};
+
+}  // namespace
+
+struct ShmRing::Counter {
+  std::atomic<uint32_t> value{0};
+  std::atomic<uint32_t> waiters{0};  // sleepers in futex_wait: only then does a bump wake
+};
+
+namespace {
+
+using Counter = ShmRing::Counter;
+static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<int32_t>::is_always_lock_free,
+              "counters in shared memory must be lock-free (address-free)");
+
+struct alignas(64) Member {
+  std::atomic<int32_t> pid{0};  // 0 until the rank is claimed
+  OpDesc desc[2];               // allreduce #k's, at k % 2: a peer is never two calls ahead
+  alignas(64) Counter ops;      // allreduce calls started; desc is written before the bump
+  alignas(64) Counter produced;
+  alignas(64) Counter consumed;
+};
+
+}  // namespace
+
+struct ShmRing::Segment {
+  std::atomic<uint64_t> magic{0};  // kMagic once the creator has filled the header in
+  uint32_t version = 0, size = 0, slots = 0, pad = 0;
+  uint64_t slot_bytes = 0, total_bytes = 0, members_offset = 0, data_offset = 0;
+  char group[kGroupChars] = {};
+  alignas(64) Counter joined;
+  alignas(64) std::atomic<uint32_t> abort_owner{0};  // 1 + the rank that failed first
+  std::atomic<uint32_t> abort_ready{0};              // its code and reason are written
+  int32_t abort_code = 0;
+  char abort_reason[kReasonChars] = {};
+};
+
+namespace {
+
+struct Layout {
+  uint64_t members_offset, data_offset, total;
+};
+Layout layout_for(int size, int slots, uint64_t slot_bytes) {
+  Layout l;
+  l.members_offset = round_up(sizeof(ShmRing::Segment), 64);
+  l.data_offset = round_up(l.members_offset + uint64_t(size) * sizeof(Member), 4096);
+  l.total = l.data_offset + uint64_t(size) * uint64_t(slots) * slot_bytes;
+  return l;
+}
+
+Member& member_at(ShmRing::Segment* seg, int i) {
+  return reinterpret_cast<Member*>(reinterpret_cast<uint8_t*>(seg) + seg->members_offset)[i];
+}
+
+// futex on a word of a MAP_SHARED mapping: not FUTEX_PRIVATE, the waker is another process.
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::nanoseconds slice) {
+  timespec ts{0, static_cast<long>(slice.count())};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+void futex_wake_all(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+// seq_cst on both sides (here and in wait_for) so that a waiter that registered before
+// the bump is always seen: either it sees the new value or we see it waiting.
+void publish(Counter& c, uint32_t v) {
+  c.value.store(v, std::memory_order_seq_cst);
+  if (c.waiters.load(std::memory_order_seq_cst) != 0) futex_wake_all(&c.value);
+}
+
+bool reached(uint32_t value, uint32_t target) { return static_cast<int32_t>(value - target) >= 0; }
+
+int pidfd_open(int pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+
+std::string errno_text(const char* call) { return cat(call, ": ", std::strerror(errno)); }
+
+std::string describe_op(const OpDesc& d) {
+  return cat(d.elements, " ", scalar_name(static_cast<Scalar>(d.dtype)), " elements (",
+             reduce_op_wire_name(static_cast<ReduceOp>(d.op)), ")");
+}
+
+}  // namespace
+
+RingPart ring_part(uint64_t elements, int parts, int i) {
+  uint64_t base = elements / parts, extra = elements % parts, ui = static_cast<uint64_t>(i);
+  return {ui * base + std::min(ui, extra), base + (ui < extra ? 1 : 0)};
+}
+
+std::string shm_ring_segment_name(const std::string& group) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a: the readable prefix alone may collide
+  for (unsigned char c : group) h = (h ^ c) * 1099511628211ull;
+  std::string readable;
+  for (char c : group.substr(0, 48)) readable += (isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.') ? c : '_';
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return cat("/uopd-coll-", hex, "-", readable);
+}
+
+ShmRing::ShmRing(const ShmRingOptions& options) : opts_(options) {
+  opts_.slot_bytes = std::max<uint64_t>(64, opts_.slot_bytes / 64 * 64);
+  opts_.slots = std::max(1, opts_.slots);
+  name_ = shm_ring_segment_name(opts_.group);
+}
+
+ShmRing::~ShmRing() {
+  for (int fd : pidfds_)
+    if (fd >= 0) close(fd);
+  if (seg_) munmap(seg_, mapped_bytes_);
+  // Never all there (a failed join): take the name away so that nothing leaks.
+  if (!unlinked_) shm_unlink(name_.c_str());
+}
+
+std::string ShmRing::where() const {
+  return cat("shm allreduce in group '", opts_.group, "' (rank ", opts_.rank, " of ", opts_.size, "): ");
+}
+
+uint8_t* ShmRing::outbox(int m, uint32_t seq) const {
+  uint64_t slot = uint64_t(m) * opts_.slots + seq % static_cast<uint32_t>(opts_.slots);
+  return reinterpret_cast<uint8_t*>(seg_) + seg_->data_offset + slot * opts_.slot_bytes;
+}
+
+absl::StatusOr<std::unique_ptr<ShmRing>> ShmRing::join(const ShmRingOptions& options) {
+  std::unique_ptr<ShmRing> ring(new ShmRing(options));
+  if (options.group.empty() || options.size < 1 || options.rank < 0 || options.rank >= options.size)
+    return absl::InvalidArgumentError(cat(ring->where(), "needs a group name and 0 <= rank < size"));
+  if (absl::Status st = ring->attach(); !st.ok()) return st;
+  if (absl::Status st = ring->await_members(); !st.ok()) return st;
+  return ring;
+}
+
+// Creates the segment, or opens the one a faster member created and waits until its
+// creator has laid it out.
+absl::Status ShmRing::attach() {
+  const Layout want = layout_for(opts_.size, opts_.slots, opts_.slot_bytes);
+  const Clock::time_point deadline = Clock::now() + opts_.timeout;
+  auto past_deadline = [&] { return Clock::now() >= deadline; };
+  auto unavailable = [&](const std::string& what) {
+    return absl::UnavailableError(cat(where(), "segment ", name_, ": ", what));
+  };
+  int fd = -1;
+  bool creator = false;
+  while (fd < 0) {
+    fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      creator = true;
+      break;
+    }
+    if (errno != EEXIST) return unavailable(errno_text("shm_open"));
+    fd = shm_open(name_.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0 && errno != ENOENT) return unavailable(errno_text("shm_open"));
+    if (fd < 0 && past_deadline()) return unavailable("it keeps disappearing");  // unlinked under us: retry
+  }
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { close(fd); }
+  } closer{fd};
+
+  if (creator) {
+    // fallocate, not ftruncate: tmpfs pages are reserved now, so a full /dev/shm is an
+    // error here instead of a SIGBUS in the middle of the allreduce.
+    if (int err = posix_fallocate(fd, 0, static_cast<off_t>(want.total)); err != 0) {
+      shm_unlink(name_.c_str());
+      unlinked_ = true;
+      return absl::ResourceExhaustedError(
+          cat(where(), "cannot reserve ", want.total, " bytes of shared memory: ", std::strerror(err)));
+    }
+  } else {
+    struct stat st {};
+    for (;;) {  // the creator reserves the memory right after creating the name
+      if (fstat(fd, &st) != 0) return unavailable(errno_text("fstat"));
+      if (st.st_size > 0) break;
+      if (past_deadline()) return absl::DeadlineExceededError(cat(where(), "segment ", name_, " was never laid out"));
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    if (static_cast<uint64_t>(st.st_size) != want.total)
+      return absl::InvalidArgumentError(cat(where(), "the members disagree on the group: its segment has ",
+                                            st.st_size, " bytes, this member expects ", want.total,
+                                            " (another size, slot count or slot size)"));
+  }
+  void* p = mmap(nullptr, want.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return unavailable(errno_text("mmap"));
+  mapped_bytes_ = want.total;
+  seg_ = static_cast<Segment*>(p);
+
+  if (creator) {
+    Segment* s = new (p) Segment();
+    s->version = kVersion;
+    s->size = opts_.size;
+    s->slots = opts_.slots;
+    s->slot_bytes = opts_.slot_bytes;
+    s->total_bytes = want.total;
+    s->members_offset = want.members_offset;
+    s->data_offset = want.data_offset;
+    std::strncpy(s->group, opts_.group.c_str(), kGroupChars - 1);
+    for (int i = 0; i < opts_.size; ++i) new (&member_at(s, i)) Member();
+    s->magic.store(kMagic, std::memory_order_release);
+  } else {
+    while (seg_->magic.load(std::memory_order_acquire) != kMagic) {
+      if (past_deadline()) return absl::DeadlineExceededError(cat(where(), "segment ", name_, " was never initialized"));
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    if (seg_->version != kVersion || seg_->size != uint32_t(opts_.size) || seg_->slots != uint32_t(opts_.slots) ||
+        seg_->slot_bytes != opts_.slot_bytes || opts_.group.compare(0, kGroupChars - 1, seg_->group) != 0)
+      return fail(absl::StatusCode::kInvalidArgument,
+                  cat("the members disagree on the group: rank ", opts_.rank, " joins with size ", opts_.size,
+                      ", the segment was made for size ", seg_->size));
+  }
+
+  int32_t none = 0;
+  Member& me = member_at(seg_, opts_.rank);
+  if (!me.pid.compare_exchange_strong(none, static_cast<int32_t>(getpid())))
+    return fail(absl::StatusCode::kInvalidArgument, cat("rank ", opts_.rank, " is taken twice (pids ", none, " and ", getpid(), ")"));
+  publish(seg_->joined, seg_->joined.value.fetch_add(1) + 1);
+  pidfds_.assign(opts_.size, -2);  // -2: not opened yet
+  pids_.assign(opts_.size, 0);
+  return absl::OkStatus();
+}
+
+absl::Status ShmRing::await_members() {
+  absl::Status st = wait_for(seg_->joined, static_cast<uint32_t>(opts_.size), -1, "join");
+  if (!st.ok()) return st;
+  // Everyone has the segment mapped: the name is no longer needed, and without it a
+  // crash from here on leaks nothing. Every member unlinks; all but one get ENOENT.
+  shm_unlink(name_.c_str());
+  unlinked_ = true;
+  return check_peers();
+}
+
+// Dead peers: a pidfd polls readable once its process has exited (even before it is
+// reaped); kill(pid, 0) is the fallback where pidfd_open is missing.
+absl::Status ShmRing::check_peers() {
+  for (int q = 0; q < opts_.size; ++q) {
+    if (q == opts_.rank) continue;
+    if (pids_[q] == 0) pids_[q] = member_at(seg_, q).pid.load(std::memory_order_acquire);
+    if (pids_[q] == 0) continue;  // not joined yet
+    if (pidfds_[q] == -2) {
+      pidfds_[q] = pidfd_open(pids_[q]);
+      if (pidfds_[q] < 0 && errno == ESRCH)
+        return fail(absl::StatusCode::kUnavailable, cat("rank ", q, " (pid ", pids_[q], ") died"));
+    }
+    bool dead = false;
+    if (pidfds_[q] >= 0) {
+      pollfd pfd{pidfds_[q], POLLIN, 0};
+      dead = poll(&pfd, 1, 0) > 0;
+    } else {
+      dead = kill(pids_[q], 0) != 0 && errno == ESRCH;
+    }
+    if (dead) return fail(absl::StatusCode::kUnavailable, cat("rank ", q, " (pid ", pids_[q], ") died"));
+  }
+  if (opts_.cancelled && opts_.cancelled())
+    return fail(absl::StatusCode::kCancelled, cat("rank ", opts_.rank, " was cancelled by its caller"));
+  return absl::OkStatus();
+}
+
+// Records the first failure in the segment for everyone (a later one only adopts it) and
+// wakes every sleeper so that the others fail now, not at their timeout.
+absl::Status ShmRing::fail(absl::StatusCode code, const std::string& reason) {
+  if (!failure_.ok()) return failure_;
+  uint32_t none = 0;
+  if (!seg_->abort_owner.compare_exchange_strong(none, opts_.rank + 1)) return failure_from_abort();
+  seg_->abort_code = static_cast<int32_t>(code);
+  std::strncpy(seg_->abort_reason, reason.c_str(), kReasonChars - 1);
+  seg_->abort_ready.store(1, std::memory_order_release);
+  futex_wake_all(&seg_->joined.value);
+  for (uint32_t i = 0; i < seg_->size; ++i) {
+    Member& m = member_at(seg_, i);
+    futex_wake_all(&m.ops.value);
+    futex_wake_all(&m.produced.value);
+    futex_wake_all(&m.consumed.value);
+  }
+  failure_ = absl::Status(code, cat(where(), reason));
+  return failure_;
+}
+
+absl::Status ShmRing::failure_from_abort() {
+  if (!failure_.ok()) return failure_;
+  uint32_t owner = seg_->abort_owner.load(std::memory_order_acquire);
+  Clock::time_point until = Clock::now() + std::chrono::milliseconds(100);
+  while (!seg_->abort_ready.load(std::memory_order_acquire) && Clock::now() < until) std::this_thread::yield();
+  if (!seg_->abort_ready.load(std::memory_order_acquire)) {
+    failure_ = absl::UnavailableError(cat(where(), "rank ", owner - 1, " aborted the group"));
+    return failure_;
+  }
+  auto code = static_cast<absl::StatusCode>(seg_->abort_code);
+  // A peer's cancellation is, for everyone else, a peer that went away.
+  if (code == absl::StatusCode::kCancelled) code = absl::StatusCode::kUnavailable;
+  failure_ = absl::Status(code, cat(where(), std::string(seg_->abort_reason, strnlen(seg_->abort_reason, kReasonChars)),
+                                    " (seen by rank ", owner - 1, ")"));
+  return failure_;
+}
+
+// Waits until c >= target (mod 2^32). `peer` is whom we wait for (-1: the join), `what`
+// says for what, both for the message if it never comes.
+absl::Status ShmRing::wait_for(Counter& c, uint32_t target, int peer, const std::string& what) {
+  for (int i = 0; i < kSpins; ++i) {
+    if (reached(c.value.load(std::memory_order_acquire), target)) return absl::OkStatus();
+    cpu_relax();
+  }
+  const Clock::time_point start = Clock::now(), deadline = start + opts_.timeout;
+  Clock::time_point next_check = start;
+  for (int round = 0;; ++round) {
+    if (reached(c.value.load(std::memory_order_acquire), target)) return absl::OkStatus();
+    if (seg_->abort_owner.load(std::memory_order_acquire) != 0) return failure_from_abort();
+    Clock::time_point now = Clock::now();
+    if (now >= next_check) {
+      if (absl::Status st = check_peers(); !st.ok()) return st;
+      next_check = now + kPeerCheckEvery;
+    }
+    if (now >= deadline) {
+      std::string whom;
+      if (peer >= 0) {
+        whom = cat("rank ", peer, " (pid ", member_at(seg_, peer).pid.load(), ")");
+      } else {
+        std::vector<int> missing;
+        for (int q = 0; q < opts_.size; ++q)
+          if (member_at(seg_, q).pid.load() == 0) missing.push_back(q);
+        whom = cat(missing.size() == 1 ? "rank " : "ranks ", uop::join(missing, ", "));
+      }
+      return fail(absl::StatusCode::kDeadlineExceeded,
+                  cat("timed out after ", static_cast<int64_t>(opts_.timeout.count()), " ms waiting for ", whom, " to ", what));
+    }
+    if (round < kYields) {
+      sched_yield();
+      continue;
+    }
+    c.waiters.fetch_add(1, std::memory_order_seq_cst);
+    uint32_t v = c.value.load(std::memory_order_seq_cst);
+    if (!reached(v, target)) futex_wait(&c.value, v, kFutexSlice);
+    c.waiters.fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+absl::Status ShmRing::allreduce(void* data, uint64_t elements, ReduceOp op, Scalar dtype) {
+  if (!failure_.ok()) return failure_;
+  const int n = opts_.size, r = opts_.rank;
+  auto combine = combine_function(op, dtype);
+  if (!combine.ok()) return fail(absl::StatusCode::kInvalidArgument, cat("rank ", r, ": ", combine.status().message()));
+  const uint64_t esize = static_cast<uint64_t>(scalar_bytes(dtype));
+  if (elements > UINT64_MAX / esize)
+    return fail(absl::StatusCode::kInvalidArgument, cat("rank ", r, ": ", elements, " elements overflow"));
+  if (n == 1) return absl::OkStatus();
+
+  // Every member publishes what it is about to do and checks that the others agree.
+  const uint32_t k = ops_++;
+  const OpDesc mine{elements, static_cast<uint32_t>(op), static_cast<uint32_t>(dtype)};
+  Member& me = member_at(seg_, r);
+  me.desc[k % 2] = mine;
+  publish(me.ops, k + 1);
+  for (int q = 0; q < n; ++q) {
+    if (q == r) continue;
+    Member& m = member_at(seg_, q);
+    if (absl::Status st = wait_for(m.ops, k + 1, q, cat("start allreduce #", k)); !st.ok()) return st;
+    const OpDesc theirs = m.desc[k % 2];
+    if (std::memcmp(&theirs, &mine, sizeof mine) != 0)
+      return fail(absl::StatusCode::kInvalidArgument, cat("the members disagree: rank ", q, " reduces ",
+                                                          describe_op(theirs), ", rank ", r, " ", describe_op(mine)));
+  }
+
+  uint8_t* local = static_cast<uint8_t*>(data);
+  const int succ = (r + 1) % n, pred = (r + n - 1) % n;
+  Member& next = member_at(seg_, succ);
+  Member& prev = member_at(seg_, pred);
+  const uint64_t chunk = std::max<uint64_t>(1, opts_.slot_bytes / esize);
+  const uint64_t messages = (ring_part(elements, n, 0).count + chunk - 1) / chunk;  // part 0 is the largest
+  auto mod = [n](int x) { return ((x % n) + n) % n; };
+  auto piece = [&](RingPart p, uint64_t m) -> RingPart {
+    uint64_t begin = std::min(p.count, m * chunk);
+    return {p.offset + begin, std::min(chunk, p.count - begin)};
+  };
+
+  for (int step = 0; step < 2 * (n - 1); ++step) {
+    const bool scatter = step < n - 1;
+    const int t = scatter ? step : step - (n - 1);
+    const RingPart send_part = ring_part(elements, n, scatter ? mod(r - t) : mod(r + 1 - t));
+    const RingPart recv_part = ring_part(elements, n, scatter ? mod(r - t - 1) : mod(r - t));
+    for (uint64_t m = 0; m < messages; ++m) {
+      const uint32_t seq = sent_;
+      if (absl::Status st = wait_for(next.consumed, seq + 1 - static_cast<uint32_t>(opts_.slots), succ,
+                                     cat("free an outbox slot (message ", seq, ")"));
+          !st.ok())
+        return st;
+      RingPart out = piece(send_part, m);
+      if (out.count) std::memcpy(outbox(r, seq), local + out.offset * esize, out.count * esize);
+      publish(me.produced, sent_ = seq + 1);
+
+      const uint32_t rseq = received_;
+      if (absl::Status st = wait_for(prev.produced, rseq + 1, pred, cat("send message ", rseq)); !st.ok()) return st;
+      RingPart in = piece(recv_part, m);
+      uint8_t* dst = local + in.offset * esize;
+      if (in.count) {
+        if (scatter) {
+          (*combine)(dst, dst, outbox(pred, rseq), in.count);
+        } else {
+          std::memcpy(dst, outbox(pred, rseq), in.count * esize);
+        }
+      }
+      publish(me.consumed, received_ = rseq + 1);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status shm_allreduce(const ShmRingOptions& options, void* data, uint64_t elements, ReduceOp op, Scalar dtype) {
+  auto ring = ShmRing::join(options);
+  if (!ring.ok()) return ring.status();
+  return (*ring)->allreduce(data, elements, op, dtype);
+}
+
+}  // namespace uop
