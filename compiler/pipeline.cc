@@ -7,11 +7,14 @@
 #include "compiler/ir/verifier.h"
 #include "compiler/passes/bounds.h"
 #include "compiler/passes/expand.h"
+#include "compiler/passes/gpu_dims.h"
+#include "compiler/passes/group_reduce.h"
 #include "compiler/passes/linearize.h"
 #include "compiler/passes/lower_reduce.h"
 #include "compiler/passes/multi.h"
 #include "compiler/passes/normalize.h"
 #include "compiler/passes/optimize.h"
+#include "compiler/passes/optimize_gpu.h"
 #include "compiler/passes/rangeify.h"
 #include "compiler/passes/split_kernels.h"
 #include "compiler/passes/symbolic.h"
@@ -32,9 +35,10 @@ const std::vector<StageInfo>& pipeline_stages() {
       {"expand", "per kernel: Upcast ranges -> vector lanes (vector loads / stores, vector accumulators)"},
       {"lower_reduce", "per kernel: REDUCE -> accumulator (DEFINE_REG); closed ranges -> ENDs"},
       {"bounds", "per kernel: every INDEX proven inside its buffer, or the kernel is refused"},
+      {"gpu_dims", "per kernel, GPU: Global / Local ranges -> SPECIAL blockIdx / threadIdx (launch dims)"},
       {"linearize", "per kernel: LINEAR, the flat op list in execution order"},
-      {"render", "per kernel: LLVM IR (CPU)"},
-      {"compile", "per kernel: relocatable ELF object"},
+      {"render", "per kernel: LLVM IR (CPU) or CUDA C (GPU)"},
+      {"compile", "per kernel: relocatable ELF object (CPU) or cubin (GPU)"},
   };
   return kStages;
 }
@@ -189,6 +193,36 @@ absl::StatusOr<const UOp*> lower_for_cpu(Graph& g, const UOp* kernel, const Pipe
   trace(opts, "lower_reduce", name, *k);
   if (absl::Status s = check_bounds(g, *k); !s.ok()) return s;
   trace(opts, "bounds", name, *k);
+  k = linearize(g, *k);
+  if (!k.ok()) return k.status();
+  trace(opts, "linearize", name, *k);
+  return k;
+}
+
+absl::StatusOr<const UOp*> lower_for_cuda(Graph& g, const UOp* kernel, const PipelineOptions& opts,
+                                          std::string_view name, const GpuLowerOptions& gpu) {
+  GpuOptimizeOptions oo;
+  oo.sm = gpu.sm;
+  oo.tensor_cores = gpu.tensor_cores;
+  oo.max_threads = gpu.max_threads;
+  auto k = optimize_gpu(g, kernel, oo);
+  if (!k.ok()) return k.status();
+  trace(opts, "optimize", name, *k);
+  k = group_reduce(g, *k);
+  if (!k.ok()) return k.status();
+  k = expand_upcasts(g, *k);
+  if (!k.ok()) return k.status();
+  trace(opts, "expand", name, *k);
+  k = lower_reduce(g, *k);
+  if (k.ok()) k = simplify(g, *k);
+  if (!k.ok()) return k.status();
+  trace(opts, "lower_reduce", name, *k);
+  if (absl::Status s = check_bounds(g, *k); !s.ok()) return s;
+  trace(opts, "bounds", name, *k);
+  k = map_gpu_dims(g, *k, gpu.max_threads);
+  if (k.ok()) k = simplify(g, *k);
+  if (!k.ok()) return k.status();
+  trace(opts, "gpu_dims", name, *k);
   k = linearize(g, *k);
   if (!k.ok()) return k.status();
   trace(opts, "linearize", name, *k);

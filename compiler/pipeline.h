@@ -86,4 +86,17 @@ absl::StatusOr<Plan> plan_graph(Graph& g, const UOp* root, const PipelineOptions
 absl::StatusOr<const UOp*> lower_for_cpu(Graph& g, const UOp* kernel, const PipelineOptions& opts = {},
                                          std::string_view name = {});
 
+// Stages optimize .. linearize for a GPU: optimize_gpu (tensor cores, group reduce,
+// upcast, grid), group_reduce (shared memory), expand, lower_reduce, bounds, gpu_dims
+// (parallel ranges -> SPECIAL blockIdx / threadIdx), linearize: a LINEAR for the CUDA
+// backend (codegen/cuda.h). `sm` is the compute capability (80 for sm_80): tensor cores
+// from 80 on.
+struct GpuLowerOptions {
+  int sm = 80;
+  bool tensor_cores = true;
+  int max_threads = 256;
+};
+absl::StatusOr<const UOp*> lower_for_cuda(Graph& g, const UOp* kernel, const PipelineOptions& opts = {},
+                                          std::string_view name = {}, const GpuLowerOptions& gpu = {});
+
 }  // namespace uop

@@ -38,6 +38,8 @@ class CudaMemory final : public DeviceMemory {
   uint64_t size() const override { return size_; }
   uintptr_t address() const override { return static_cast<uintptr_t>(ptr_); }
   cu::DevicePtr ptr() const { return ptr_; }
+  // The context the memory lives in (NCCL binds it and reduces in place).
+  const std::shared_ptr<const CudaContext>& context() const { return ctx_; }
 
  private:
   std::shared_ptr<const CudaContext> ctx_;

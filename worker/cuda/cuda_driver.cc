@@ -36,6 +36,7 @@ std::string_view known_name(cu::Result r) {
     case cu::kErrorUnsupportedPtxVersion: return "CUDA_ERROR_UNSUPPORTED_PTX_VERSION";
     case cu::kErrorInvalidHandle: return "CUDA_ERROR_INVALID_HANDLE";
     case cu::kErrorNotFound: return "CUDA_ERROR_NOT_FOUND";
+    case cu::kErrorNotReady: return "CUDA_ERROR_NOT_READY";
     case cu::kErrorIllegalAddress: return "CUDA_ERROR_ILLEGAL_ADDRESS";
     case cu::kErrorLaunchOutOfResources: return "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES";
     case cu::kErrorLaunchTimeout: return "CUDA_ERROR_LAUNCH_TIMEOUT";
@@ -98,6 +99,7 @@ absl::Status resolve_all(void* lib, const std::string& library, CudaApi& api) {
   UOP_RESOLVE(cuLaunchKernel);
   UOP_RESOLVE(cuStreamCreate);
   UOP_RESOLVE(cuStreamSynchronize);
+  UOP_RESOLVE(cuStreamQuery);
   UOP_RESOLVE(cuStreamDestroy);
   UOP_RESOLVE(cuGetErrorName);
   UOP_RESOLVE(cuGetErrorString);

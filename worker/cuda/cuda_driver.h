@@ -51,6 +51,7 @@ inline constexpr Result kErrorInvalidPtx = 218;
 inline constexpr Result kErrorUnsupportedPtxVersion = 222;
 inline constexpr Result kErrorInvalidHandle = 400;
 inline constexpr Result kErrorNotFound = 500;
+inline constexpr Result kErrorNotReady = 600;
 inline constexpr Result kErrorIllegalAddress = 700;
 inline constexpr Result kErrorLaunchOutOfResources = 701;
 inline constexpr Result kErrorLaunchTimeout = 702;
@@ -107,6 +108,7 @@ struct CudaApi {
                                cu::Stream stream, void** params, void** extra) = nullptr;
   cu::Result (*cuStreamCreate)(cu::Stream* stream, unsigned flags) = nullptr;
   cu::Result (*cuStreamSynchronize)(cu::Stream stream) = nullptr;
+  cu::Result (*cuStreamQuery)(cu::Stream stream) = nullptr;  // kSuccess when done, kErrorNotReady while busy
   cu::Result (*cuStreamDestroy)(cu::Stream stream) = nullptr;  // _v2
   cu::Result (*cuGetErrorName)(cu::Result error, const char** name) = nullptr;
   cu::Result (*cuGetErrorString)(cu::Result error, const char** text) = nullptr;

@@ -28,10 +28,29 @@ std::string LaunchDims::str() const {
 }
 
 absl::StatusOr<GpuLaunchShape> gpu_launch_shape(const KernelAbi& abi) {
-  // The compiler half extends KernelAbi with the GPU launch dims; until an ABI carries
-  // them this runtime has nothing it could launch with.
-  (void)abi;
-  return absl::FailedPreconditionError("the kernel's ABI has no GPU launch dims (grid / block): not a CUDA kernel");
+  if (!abi.gpu)
+    return absl::FailedPreconditionError("the kernel's ABI has no GPU launch dims (grid / block): not a CUDA kernel");
+  const GpuLaunch& g = *abi.gpu;
+  // The expressions may only name the ABI's variables (parse_abi checks this for the
+  // text form; an ABI built in memory is checked here, before any launch evaluates it).
+  auto check = [&](const LaunchExpr& e, std::string_view what, int axis) -> absl::Status {
+    for (const LaunchExpr::Term& t : e.terms())
+      if (t.kind == LaunchExpr::Term::Kind::Var && (t.value < 0 || static_cast<size_t>(t.value) >= abi.vars.size()))
+        return absl::InvalidArgumentError(cat("the kernel's ", what, " ", kAxes[axis], " extent names variable ", t.value,
+                                              "; the ABI has ", abi.vars.size()));
+    return absl::OkStatus();
+  };
+  for (int i = 0; i < 3; ++i) {
+    if (absl::Status st = check(g.grid[i], "grid", i); !st.ok()) return st;
+    if (absl::Status st = check(g.block[i], "block", i); !st.ok()) return st;
+  }
+  if (g.dynamic_shared_bytes < 0)
+    return absl::InvalidArgumentError(cat("the kernel asks for ", g.dynamic_shared_bytes, " bytes of dynamic shared memory"));
+  GpuLaunchShape s;
+  s.grid = g.grid;
+  s.block = g.block;
+  s.dynamic_shared_bytes = g.dynamic_shared_bytes;
+  return s;
 }
 
 absl::StatusOr<LaunchDims> eval_launch_dims(const GpuLaunchShape& shape, std::span<const KernelVar> vars,

@@ -288,6 +288,78 @@ TEST_F(CudaDeviceFake, LaunchesWithDimsFromTheShapeAndArgumentsBySlot) {
   EXPECT_EQ(fake_.unloads, 1);
 }
 
+// What the compiler hands the worker: the scale kernel's ABI with its launch dims in
+// abi.gpu, through the text form the cache and LoadProgram carry.
+KernelAbi scale_gpu_abi(int64_t shared_bytes = 0) {
+  KernelAbi abi = scale_abi();
+  GpuLaunchShape s = scale_shape();
+  abi.gpu = GpuLaunch{s.grid, s.block, shared_bytes};
+  auto parsed = parse_abi(abi.serialize());
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed.ok() && *parsed == abi);
+  return parsed.ok() ? *parsed : abi;
+}
+
+TEST(GpuLaunchShape, ComesFromTheAbisGpuLaunchDims) {
+  EXPECT_EQ(gpu_launch_shape(scale_abi()).status().code(), absl::StatusCode::kFailedPrecondition);
+  auto shape = gpu_launch_shape(scale_gpu_abi(4096));
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  EXPECT_EQ(shape->grid[0], scale_shape().grid[0]);
+  EXPECT_EQ(shape->block[0], LaunchExpr::constant(256));
+  EXPECT_EQ(shape->grid[1], LaunchExpr::constant(1));
+  EXPECT_EQ(shape->block[2], LaunchExpr::constant(1));
+  EXPECT_EQ(shape->dynamic_shared_bytes, 4096);
+  EXPECT_EQ(shape->str(scale_abi().vars), "grid (((n + 255) / 256), 1, 1) block (256, 1, 1)") << shape->str(scale_abi().vars);
+  auto dims = eval_launch_dims(*shape, scale_abi().vars, std::vector<int64_t>{1000}, GpuLimits{});
+  ASSERT_TRUE(dims.ok()) << dims.status();
+  EXPECT_EQ(dims->str(), "grid (4, 1, 1) block (256, 1, 1) shared 4096");
+
+  // An ABI built in memory whose dims name a variable it does not have.
+  KernelAbi bad = scale_gpu_abi();
+  bad.vars.clear();
+  auto refused = gpu_launch_shape(bad);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(std::string(refused.status().message()), "grid x extent names variable 0")) << refused.status();
+  KernelAbi negative = scale_gpu_abi();
+  negative.gpu->dynamic_shared_bytes = -1;
+  EXPECT_EQ(gpu_launch_shape(negative).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CudaDeviceFake, ACompiledKernelsAbiLaunchesWithItsOwnDims) {
+  auto dev = open();
+  ASSERT_TRUE(dev);
+  // The DeviceBackend path LoadProgram takes: no shape given, the ABI's is used.
+  auto prog = dev->load_program("abi-key", "image", scale_gpu_abi());
+  ASSERT_TRUE(prog.ok()) << prog.status();
+  auto out = dev->allocate(N * 4), in = dev->allocate(N * 4);
+  ASSERT_TRUE(out.ok() && in.ok());
+  std::vector<int32_t> input(N, 7);
+  ASSERT_TRUE(dev->write(**in, 0, std::string_view(reinterpret_cast<const char*>(input.data()), N * 4)).ok());
+  fake_.nargs = 3;
+  fake_.kernel = scale_kernel;
+  std::vector<DeviceMemory*> buffers = {out->get(), in->get()};
+  ASSERT_TRUE(dev->run(**prog, buffers, std::vector<int64_t>{513}).ok());
+  EXPECT_EQ(fake_.grid, (std::array<unsigned, 3>{3, 1, 1}));
+  EXPECT_EQ(fake_.block, (std::array<unsigned, 3>{256, 1, 1}));
+  auto got = dev->read(*out, 0, N * 4);
+  ASSERT_TRUE(got.ok());
+  const auto* r = reinterpret_cast<const int32_t*>(got->data);
+  for (int i = 0; i < N; ++i) ASSERT_EQ(r[i], i < 513 ? 21 + i : 0) << i;
+
+  // More dynamic shared memory than the device has is refused at load.
+  auto big = dev->load_program("big", "image", scale_gpu_abi(int64_t{228} << 10));
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument) << big.status();
+  // A block past the device's limit is refused at launch, naming the expressions.
+  KernelAbi wide = scale_gpu_abi();
+  wide.gpu->block[0] = LaunchExpr::constant(2048);
+  auto wprog = dev->load_program("wide", "image", wide);
+  ASSERT_TRUE(wprog.ok()) << wprog.status();
+  absl::Status st = dev->run(**wprog, buffers, std::vector<int64_t>{N});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(std::string(st.message()), "block x is past the device's 1024")) << st;
+  EXPECT_EQ(fake_.launches, 1);
+}
+
 TEST_F(CudaDeviceFake, AKernelFaultLosesTheContextOnce) {
   std::vector<std::string> told;
   auto dev = open({.ordinal = 0, .on_context_lost = [&](const absl::Status& why) { told.emplace_back(why.message()); }});

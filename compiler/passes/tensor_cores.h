@@ -1,0 +1,35 @@
+// tensor_cores (optimize_gpu's first rule): a matmul on float16 / bfloat16 inputs runs on
+// the tensor cores with WMMA, the PTX instruction mma.sync.aligned.m16n8k16 (sm_80+).
+//
+// It applies to a kernel STORE(C[...], f(REDUCE(Add, a * b, k)), ..., m, ..., n) where a
+// and b are float16 (or both bfloat16) values, or such values widened exactly to
+// float32, a depends on m and not n, b on n and not m, and M % 16, N % 8, K % 16 are 0
+// (constant extents); f is anything of the reduction and the loops. The kernel becomes
+//
+//   blockIdx.y = gm (M / 16), blockIdx.x = gn (N / (8 W)), threadIdx.y = w (W warps),
+//   threadIdx.x = lane (32), other output loops: blockIdx.z (one) or serial loops;
+//   acc = REDUCE(Add, WMMA(A, B, 0), kk over K / 16)     (<4 x float32> per lane)
+//   A = VECTORIZE(a at m = 16 gm + g + 8 i, k = 16 kk + 2 t + j + 8 h)   8 lanes
+//   B = VECTORIZE(b at k = 16 kk + 2 t + j + 8 h, n = 8 (W gn + w) + g)  4 lanes
+//   C[m = 16 gm + g + 8 i, n = 8 (W gn + w) + 2 t + j] = f(acc lane 2 i + j)
+//
+// with g = lane / 4, t = lane % 4 (PTX's fragment layout for m16n8k16: lane l holds A
+// rows g, g+8 at columns 2t, 2t+1, 2t+8, 2t+9, B's transpose likewise, and C rows g, g+8
+// at columns 2t, 2t+1). The accumulation is float32 (a reassociated REDUCE, which the
+// contract allows); a float16 / bfloat16 result is rounded once at the end.
+// gpu_dims.h folds `acc + WMMA(A, B, 0)` into WMMA(A, B, acc) once the accumulator exists.
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "compiler/ir/uop.h"
+
+namespace uop {
+
+// The kernel for the tensor cores, or `kernel` itself when the rule does not apply.
+absl::StatusOr<const UOp*> use_tensor_cores(Graph& g, const UOp* kernel);
+
+// The WMMA instruction names this backend knows (WmmaArg::name).
+inline constexpr const char* kWmmaF16 = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32";
+inline constexpr const char* kWmmaBF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32";
+
+}  // namespace uop

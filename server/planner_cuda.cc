@@ -1,0 +1,129 @@
+// The planner's CUDA compile step (planner.h): each distinct kernel of a plan lowered for
+// the GPU (lower_for_cuda), rendered to CUDA C and compiled by NVRTC for one arch, once
+// per cache key through the same tiered cache and compile pool as the CPU kernels.
+#include <chrono>
+#include <future>
+
+#include "compiler/codegen/cuda.h"
+#include "compiler/ir/digest.h"
+#include "compiler/pipeline.h"
+#include "compiler/support/strings.h"
+#include "proto/artifact.pb.h"
+#include "server/planner.h"
+
+namespace uop::server {
+
+std::string Planner::cuda_cache_key(const Digest& kernel, const std::string& arch,
+                                    std::string_view cache_namespace) const {
+  std::string material = cat("uopd-kernel-key/1\n", kernel.hex(), "\ncuda/", arch, "\n", cuda_build_id(),
+                             "\nkeep_source=", opts_.keep_source);
+  if (!cache_namespace.empty()) material = cat(material, "\nnamespace=", cache_namespace);
+  return sha256(material).hex();
+}
+
+absl::StatusOr<CompiledKernel> Planner::compile_one_cuda(const PlannedKernel& k, const std::string& arch,
+                                                         std::string_view cache_namespace) {
+  auto target = CudaTarget::parse(arch);
+  if (!target.ok()) return target.status();
+  const std::string key = cuda_cache_key(k.digest, arch, cache_namespace);
+  bool compiled_here = false;
+  double compile_ms = 0;
+  auto result = cache_->get_or_compute(key, [&]() -> absl::StatusOr<std::string> {
+    auto t0 = std::chrono::steady_clock::now();
+    auto g = decode_binary(k.encoded);  // a private Graph: compiles run on several threads
+    if (!g.ok()) return absl::InternalError(cat("planner: cannot decode kernel ", k.name, ": ", g.status().message()));
+    GpuLowerOptions go;
+    go.sm = target->sm();
+    auto linear = lower_for_cuda(*g->graph, g->root, {}, k.name, go);
+    if (!linear.ok()) return linear.status();
+    auto art = uop::compile_cuda(*linear, *target, CudaCompileOptions{.emit_ptx = false});
+    if (!art.ok()) return art.status();
+    uopd::v1::Artifact a;
+    a.set_key(key);
+    a.set_kernel_digest(k.digest.hex());
+    a.set_name(k.name);
+    a.set_target(target->id());
+    a.set_build_id(cuda_build_id());
+    a.set_abi(art->abi.serialize());
+    a.set_object(art->cubin);
+    if (opts_.keep_source) a.set_source(art->source);
+    compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    a.set_compile_ms(compile_ms);
+    compiled_here = true;
+    return a.SerializeAsString();
+  });
+  if (!result.ok()) return result.status();
+  uopd::v1::Artifact a;
+  if (!a.ParseFromString(result->value) || a.key() != key || a.kernel_digest() != k.digest.hex() ||
+      a.target() != target->id())
+    return absl::DataLossError(cat("compile cache: the entry for kernel ", k.name, " (key ", key.substr(0, 12),
+                                   ") is not a ", target->id(), " artifact of that kernel"));
+  auto abi = parse_abi(a.abi());
+  if (!abi.ok()) return abi.status();
+  CompiledKernel ck;
+  ck.key = key;
+  ck.name = k.name;
+  ck.digest = k.digest;
+  ck.object = a.object();
+  ck.source = a.source();
+  ck.abi = std::move(*abi);
+  ck.outcome = result->outcome;
+  ck.tier = result->tier;
+  ck.compile_ms = compiled_here ? compile_ms : a.compile_ms();
+  return ck;
+}
+
+absl::StatusOr<std::vector<CompiledKernel>> Planner::compile_cuda(const Plan& plan, const std::string& arch,
+                                                                  std::string_view cache_namespace) {
+  if (auto t = CudaTarget::parse(arch); !t.ok()) return t.status();
+  absl::flat_hash_map<Digest, size_t> first;
+  std::vector<std::future<absl::StatusOr<CompiledKernel>>> futures;
+  for (const PlannedKernel& k : plan.kernels) {
+    if (!first.emplace(k.digest, futures.size()).second) continue;
+    futures.push_back(compiles_.submit([this, &k, &arch, cache_namespace] { return compile_one_cuda(k, arch, cache_namespace); }));
+  }
+  std::vector<absl::StatusOr<CompiledKernel>> done;
+  for (auto& f : futures) done.push_back(f.get());
+  std::vector<CompiledKernel> out;
+  for (const PlannedKernel& k : plan.kernels) {
+    auto& r = done[first.at(k.digest)];
+    if (!r.ok()) return r.status();
+    out.push_back(*r);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<CompiledKernel>> Planner::compile_per_kernel(const Plan& plan,
+                                                                        const std::vector<std::string>& arch_per_kernel,
+                                                                        std::string_view cache_namespace) {
+  if (arch_per_kernel.size() != plan.kernels.size())
+    return absl::InternalError(cat("planner: ", arch_per_kernel.size(), " targets for ", plan.kernels.size(), " kernels"));
+  for (const std::string& arch : arch_per_kernel)
+    if (!arch.empty())
+      if (auto t = CudaTarget::parse(arch); !t.ok()) return t.status();
+  // One compile per (kernel, target), all queued at once.
+  absl::flat_hash_map<std::pair<Digest, std::string>, size_t> first;
+  std::vector<size_t> which(plan.kernels.size());
+  std::vector<std::future<absl::StatusOr<CompiledKernel>>> futures;
+  for (size_t i = 0; i < plan.kernels.size(); ++i) {
+    const PlannedKernel& k = plan.kernels[i];
+    const std::string& arch = arch_per_kernel[i];
+    auto [it, fresh] = first.emplace(std::make_pair(k.digest, arch), futures.size());
+    which[i] = it->second;
+    if (!fresh) continue;
+    futures.push_back(compiles_.submit([this, &k, &arch, cache_namespace] {
+      return arch.empty() ? compile_one(k, cache_namespace) : compile_one_cuda(k, arch, cache_namespace);
+    }));
+  }
+  std::vector<absl::StatusOr<CompiledKernel>> done;
+  for (auto& f : futures) done.push_back(f.get());
+  std::vector<CompiledKernel> out;
+  for (size_t i = 0; i < plan.kernels.size(); ++i) {
+    auto& r = done[which[i]];
+    if (!r.ok()) return r.status();
+    out.push_back(*r);
+  }
+  return out;
+}
+
+}  // namespace uop::server

@@ -1,0 +1,47 @@
+// The CUDA backend on a GPU: every case of the corpus (cuda_corpus.h) compiled for the
+// device's arch, run through the worker's CUDA runtime and compared with the reference
+// interpreter under the backend's documented tolerances (exact but for transcendentals
+// and reassociated reductions). Skips, saying why, where there is no driver or no GPU.
+#include <gtest/gtest.h>
+
+#include "compiler/interp/interp.h"
+#include "tests/gpu/cuda_corpus.h"
+#include "tests/gpu/cuda_runner.h"
+
+namespace uop {
+namespace {
+
+cudatest::CudaRunner* runner(std::string* why) {
+  static absl::StatusOr<std::unique_ptr<cudatest::CudaRunner>>* r =
+      new absl::StatusOr<std::unique_ptr<cudatest::CudaRunner>>(cudatest::CudaRunner::open());
+  if (!r->ok()) {
+    *why = std::string(r->status().message());
+    return nullptr;
+  }
+  return r->value().get();
+}
+
+TEST(CudaGpu, EveryCorpusCaseMatchesTheInterpreter) {
+  std::string why;
+  cudatest::CudaRunner* gpu = runner(&why);
+  if (!gpu) GTEST_SKIP() << "needs a GPU: " << why;
+  if (absl::Status s = nvrtc_status(); !s.ok()) GTEST_SKIP() << "needs NVRTC: " << std::string(s.message());
+  int cases = 0;
+  for (cudatest::Case& c : cudatest::corpus()) {
+    SCOPED_TRACE(c.name);
+    auto want = interpret(*c.g, c.sink, c.inputs);
+    ASSERT_TRUE(want.ok()) << want.status();
+    auto got = gpu->run(*c.g, c.sink, c.inputs);
+    ASSERT_TRUE(got.ok()) << c.name << ": " << got.status();
+    ASSERT_EQ(got->size(), want->size());
+    for (size_t i = 0; i < want->size(); ++i) {
+      Tolerance tol = i < c.tols.size() ? c.tols[i] : Tolerance::for_dtype((*want)[i].dtype);
+      EXPECT_EQ(difftest::compare_output((*want)[i], (*got)[i], tol), "") << c.name << " output " << i;
+    }
+    ++cases;
+  }
+  EXPECT_GT(cases, 60);
+}
+
+}  // namespace
+}  // namespace uop
