@@ -13,15 +13,8 @@ absl::StatusOr<std::vector<LeafStorage>> LocalRealizer::run(Graph&, const Canoni
   last_.clear();
   auto outs = runner_.run(g, sink, inputs, &last_);
   if (!outs.ok()) return outs.status();
-  std::vector<LeafStorage> out;
-  for (HostTensor& h : *outs) {
-    LeafStorage s;
-    s.dtype = h.dtype;
-    s.shape = h.shape;
-    s.host = std::move(h);
-    out.push_back(std::move(s));
-  }
-  return out;
+  // LocalRunner assembles multi-device outputs; Realizer::run gives one result per shard.
+  return detail::host_results(graph, *std::move(outs));
 }
 
 }  // namespace uop::client

@@ -227,6 +227,36 @@ const UOp* clone_graph(Graph& dst, const CanonicalGraph& graph, std::vector<cons
   return sink;
 }
 
+absl::StatusOr<std::vector<LeafStorage>> host_results(const CanonicalGraph& graph, std::vector<HostTensor> logical) {
+  if (logical.size() != graph.outputs.size())
+    return absl::InternalError(cat("the run gave ", logical.size(), " values for ", graph.outputs.size(), " outputs"));
+  std::vector<LeafStorage> out;
+  auto push = [&](HostTensor h) {
+    LeafStorage s;
+    s.dtype = h.dtype;
+    s.shape = h.shape;
+    s.host = std::move(h);
+    out.push_back(std::move(s));
+  };
+  for (size_t k = 0; k < logical.size(); ++k) {
+    const Placement& p = graph.outputs[k].placement();
+    HostTensor& h = logical[k];
+    if (!p.multi()) {
+      push(std::move(h));
+      continue;
+    }
+    if (!p.sharded()) {
+      for (size_t i = 0; i < p.devices.size(); ++i) push(h);
+      continue;
+    }
+    if (h.shape.size() <= static_cast<size_t>(p.axis) || h.shape[p.axis] != p.offset(p.devices.size()))
+      return absl::InternalError(cat("output ", k, " of shape ", shape_str(h.shape), " does not match its placement ",
+                                     p.str()));
+    for (size_t i = 0; i < p.devices.size(); ++i) push(host_slice(h, p.axis, p.offset(i), p.splits[i]));
+  }
+  return out;
+}
+
 }  // namespace detail
 
 absl::StatusOr<std::vector<LeafStorage>> InterpRealizer::run(Graph&, const CanonicalGraph& graph, const RealizeOptions&) {
@@ -239,15 +269,7 @@ absl::StatusOr<std::vector<LeafStorage>> InterpRealizer::run(Graph&, const Canon
   for (size_t k = 0; k < buffers.size(); ++k) inputs.emplace(buffers[k], std::move((*hosts)[k]));
   auto outs = interpret(g, sink, inputs);
   if (!outs.ok()) return outs.status();
-  std::vector<LeafStorage> out;
-  for (HostTensor& h : *outs) {
-    LeafStorage s;
-    s.dtype = h.dtype;
-    s.shape = h.shape;
-    s.host = std::move(h);
-    out.push_back(std::move(s));
-  }
-  return out;
+  return detail::host_results(graph, *std::move(outs));
 }
 
 }  // namespace uop::client

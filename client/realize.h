@@ -134,6 +134,10 @@ absl::StatusOr<std::vector<HostTensor>> host_inputs(const CanonicalGraph& graph)
 // graph.sink rebuilt in `dst` with each input's BUFFER found again: for realizers that
 // lower in a Graph of their own, so the context's arena does not grow with every run.
 const UOp* clone_graph(Graph& dst, const CanonicalGraph& graph, std::vector<const UOp*>& buffers);
+// Results for Realizer::run from one logical value per output (what the interpreter and
+// LocalRunner return: a MULTI assembled): a multi-device output is cut back into its
+// shards by its placement (a replicated one repeated per device).
+absl::StatusOr<std::vector<LeafStorage>> host_results(const CanonicalGraph& graph, std::vector<HostTensor> logical);
 }  // namespace detail
 
 }  // namespace uop::client

@@ -47,6 +47,8 @@ Tensor leaf(const ContextPtr& ctx, LeafSet data, const Placement& placement, std
 const UOp* shape_operand(Graph& g, const std::vector<int64_t>& dims);
 int64_t normalize_axis(int64_t axis, int64_t rank);
 std::vector<int64_t> shard_shape(const std::vector<int64_t>& shape, const Placement& p, size_t i);
+// `size` entries of h along `axis` from `begin` (a shard of host data).
+HostTensor host_slice(const HostTensor& h, int64_t axis, int64_t begin, int64_t size);
 
 // ---- tensor_placement.cc
 // Movement ops as nodes, no placement check (callers made sure they are legal).

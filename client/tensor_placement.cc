@@ -45,6 +45,8 @@ Tensor relayout(const Tensor& y, const Tensor& of) {
   return make(y.context(), y.node(), NodeInfo{y.shape(), y.placement(), of.node()}, y.impl()->leaves);
 }
 
+}  // namespace
+
 HostTensor host_slice(const HostTensor& h, int64_t axis, int64_t begin, int64_t size) {
   std::vector<int64_t> shape = h.shape;
   const int64_t dim = shape[axis];
@@ -57,8 +59,6 @@ HostTensor host_slice(const HostTensor& h, int64_t axis, int64_t begin, int64_t 
     out.data.replace(o * size * inner, size * inner, h.data, (o * dim + begin) * inner, size * inner);
   return out;
 }
-
-}  // namespace
 
 Tensor raw_reshape(const Tensor& x, std::vector<int64_t> shape) {
   if (shape == x.shape()) return x;
@@ -155,16 +155,12 @@ Tensor Tensor::to(const std::string& device) const {
     if (it != p.devices.end()) return relayout(mselect(*this, it - p.devices.begin()), *this);
     return relayout(copy_to(mselect(*this, 0), device), *this);
   }
-  // Gather: each shard copied over and zero-padded to the whole, then summed.
-  Tensor sum;
-  for (size_t i = 0; i < p.devices.size(); ++i) {
-    std::vector<int64_t> begins(ndim(), 0), ends(ndim(), 0);
-    begins[p.axis] = p.offset(i);
-    ends[p.axis] = shape()[p.axis] - begins[p.axis] - p.splits[i];
-    Tensor part = raw_pad(copy_to(mselect(*this, i), device), begins, ends);
-    sum = sum.defined() ? sum + part : part;
-  }
-  return relayout(sum, *this);
+  // Gather: one COPY of the whole multi-device value, which the multi pass turns into
+  // per-shard copies stitched together on `device` (passes/multi.cc, "copy.gather").
+  // (Building it here from MSELECTs of the shards would need shape inference to know a
+  // lazy sharded value's shard shapes, and a sum of zero-padded parts loses -0.0.)
+  const UOp* u = context()->graph().make(Op::COPY, node()->dtype(), {node(), context()->device_node(device)});
+  return make(context(), u, NodeInfo{shape(), Placement::on(device), node()}, impl_->leaves);
 }
 
 Tensor Tensor::shard(std::vector<std::string> devices, int64_t axis) const {

@@ -66,7 +66,7 @@ class TensorInterp {
   absl::StatusOr<HostTensor> eval(const UOp* u);
   absl::StatusOr<HostTensor> eval_reduce(const UOp* u, const HostTensor& in, std::vector<int64_t> shape);
   std::span<const UOp* const> tensor_sources(const UOp* u) const {
-    if (u->is(Op::SINK) || is_alu(u->op())) return u->src();
+    if (u->is(Op::SINK) || u->is(Op::MULTI) || is_alu(u->op())) return u->src();
     if (u->num_src() == 0 || u->is(Op::BUFFER) || u->is(Op::CONST) || u->is(Op::BIND) || u->is(Op::DEFINE_VAR))
       return {};
     return u->src().subspan(0, 1);
@@ -81,6 +81,21 @@ class TensorInterp {
   absl::flat_hash_map<const UOp*, int64_t> bound_;     // DEFINE_VAR -> value of its BIND
   absl::flat_hash_map<const UOp*, ConstValue> dims_;   // index-expression node -> value
   absl::flat_hash_map<const UOp*, HostTensor> values_;
+
+  // Multi-device values (README "Multi-device"). values_ holds every node's logical value;
+  // a MULTI also keeps its shards as given (parts_), since a replicated MULTI's logical
+  // value is only shard 0 and an ALLREDUCE under it reads every part. layouts_ says how a
+  // multi-device node's logical value splits into per-device shards.
+  struct Layout {
+    size_t devices = 0;
+    int64_t axis = -1;            // -1 replicated
+    std::vector<int64_t> splits;  // sharded: each device's size along axis
+  };
+  absl::StatusOr<HostTensor> eval_multi(const UOp* u, HostTensor out);
+  void note_layout(const UOp* u);
+  absl::StatusOr<std::vector<HostTensor>> shards_of(const UOp* user, const UOp* m);
+  absl::flat_hash_map<const UOp*, std::vector<HostTensor>> parts_;
+  absl::flat_hash_map<const UOp*, Layout> layouts_;
 };
 
 absl::Status TensorInterp::collect_binds() {
@@ -180,8 +195,13 @@ absl::StatusOr<std::vector<HostTensor>> TensorInterp::run() {
     auto t = eval(u);
     if (!t.ok()) return t.status();
     values_.emplace(u, *std::move(t));
+    note_layout(u);
     for (const UOp* s : tensor_sources(u))
-      if (--uses[s] == 0) values_.erase(s);
+      if (--uses[s] == 0) {
+        values_.erase(s);
+        parts_.erase(s);
+        layouts_.erase(s);
+      }
   }
   std::vector<HostTensor> outs;
   if (!sink_->is(Op::SINK)) outs.push_back(std::move(values_.at(sink_)));
@@ -296,6 +316,9 @@ absl::StatusOr<HostTensor> TensorInterp::eval(const UOp* u) {
       if (absl::Status st = same_dtype(); !st.ok()) return st;
       return eval_reduce(u, *x, *shape);
     }
+    case Op::MULTI: case Op::MSELECT: case Op::ALLREDUCE:
+      if (absl::Status st = same_dtype(); !st.ok()) return st;
+      return eval_multi(u, *std::move(out));
     default: break;
   }
   if (!is_scalar_op(u->op())) return namer_.error(u, "is not supported by the interpreter");
@@ -345,6 +368,159 @@ absl::StatusOr<HostTensor> TensorInterp::eval_reduce(const UOp* u, const HostTen
     args[0] = out->get(j);
     args[1] = in.get(i);
     out->set(j, *eval_alu(op, t, args));
+  }
+  return out;
+}
+
+
+// How a node's logical value is spread over devices, from its sources' layouts (README
+// "Multi-device"): a MULTI says it; element-wise ops take a sharded operand's layout (else
+// a replicated one's); movement ops and markers keep their source's, the shard axis
+// following a PERMUTE; a REDUCE_AXIS over the shard axis, like an ALLREDUCE, leaves the
+// value replicated. MSELECT and COPY give single-device values. Only MSELECT and
+// ALLREDUCE of something other than a MULTI need this.
+void TensorInterp::note_layout(const UOp* u) {
+  auto of = [&](const UOp* s) -> const Layout* {
+    auto it = layouts_.find(s);
+    return it == layouts_.end() ? nullptr : &it->second;
+  };
+  std::optional<Layout> l;
+  if (u->is(Op::MULTI)) {
+    l = Layout{u->num_src(), u->arg_as<IntArg>().value, {}};
+    if (l->axis >= 0)
+      for (const HostTensor& p : parts_.at(u)) l->splits.push_back(p.shape.at(l->axis));
+  } else if (u->is(Op::ALLREDUCE)) {
+    if (const Layout* s = of(u->src(0))) l = Layout{s->devices, -1, {}};
+    else if (u->src(0)->is(Op::MULTI)) l = Layout{u->src(0)->num_src(), -1, {}};
+  } else if (is_scalar_op(u->op())) {
+    for (const UOp* s : u->src())
+      if (const Layout* ls = of(s); ls && (!l || (l->axis < 0 && ls->axis >= 0))) l = *ls;
+  } else if (u->is(Op::REDUCE_AXIS)) {
+    if (const Layout* s = of(u->src(0))) {
+      l = *s;
+      const auto& axes = u->arg_as<ReduceAxisArg>().axes;
+      if (l->axis >= 0 && std::find(axes.begin(), axes.end(), l->axis) != axes.end()) l = Layout{s->devices, -1, {}};
+    }
+  } else if (u->is(Op::PERMUTE)) {
+    if (const Layout* s = of(u->src(0))) {
+      l = *s;
+      const auto& perm = u->arg_as<IntsArg>().values;
+      if (l->axis >= 0) l->axis = std::find(perm.begin(), perm.end(), l->axis) - perm.begin();
+    }
+  } else if (is_movement(u->op()) || u->is(Op::CONTIGUOUS) || u->is(Op::CONTIGUOUS_BACKWARD) || u->is(Op::DETACH) ||
+             u->is(Op::PRECAST) || u->is(Op::AFTER)) {
+    if (const Layout* s = of(u->src(0))) l = *s;
+  }
+  if (l) layouts_.emplace(u, std::move(*l));
+}
+
+// The per-device values of multi-device node m: a MULTI's shards as given, else m's
+// logical value cut (sharded) or repeated (replicated) by its layout.
+absl::StatusOr<std::vector<HostTensor>> TensorInterp::shards_of(const UOp* user, const UOp* m) {
+  if (auto it = parts_.find(m); it != parts_.end()) return it->second;
+  auto l = layouts_.find(m);
+  if (l == layouts_.end()) return namer_.error(user, cat("its source ", op_name(m->op()), " is not a multi-device value"));
+  const HostTensor& whole = values_.at(m);
+  std::vector<HostTensor> out;
+  if (l->second.axis < 0) {
+    out.assign(l->second.devices, whole);
+    return out;
+  }
+  const int64_t axis = l->second.axis;
+  int64_t begin = 0;
+  for (int64_t size : l->second.splits) {
+    std::vector<int64_t> shape = whole.shape;
+    shape[axis] = size;
+    auto part = alloc(user, whole.dtype, shape);
+    if (!part.ok()) return part.status();
+    gather(whole, *part, [&](const auto& o, auto& ic) {
+      for (size_t k = 0; k < o.size(); ++k) ic[k] = o[k] + (static_cast<int64_t>(k) == axis ? begin : 0);
+    });
+    begin += size;
+    out.push_back(*std::move(part));
+  }
+  return out;
+}
+
+// MULTI, MSELECT, ALLREDUCE (README "Multi-device"); `out` is zeros of u's shape.
+absl::StatusOr<HostTensor> TensorInterp::eval_multi(const UOp* u, HostTensor out) {
+  auto check_shape = [&](const HostTensor& t, std::string_view what) -> absl::Status {
+    if (t.shape == out.shape && t.dtype == out.dtype) return absl::OkStatus();
+    return namer_.error(u, cat(what, " is ", t.str(0), " for a result of ", shape_str(out.shape), " x ",
+                               scalar_name(out.dtype)));
+  };
+  if (u->is(Op::MULTI)) {
+    // The logical value: the shards concatenated along the axis, or (replicated) shard 0.
+    const int64_t axis = u->arg_as<IntArg>().value;
+    std::vector<HostTensor> parts;
+    for (const UOp* s : u->src()) parts.push_back(values_.at(s));
+    if (axis < 0) {
+      if (absl::Status st = check_shape(parts[0], "shard 0"); !st.ok()) return st;
+      out = parts[0];
+    } else {
+      int64_t begin = 0;
+      for (size_t i = 0; i < parts.size(); ++i) {
+        const HostTensor& p = parts[i];
+        if (p.shape.size() != out.shape.size() || axis >= static_cast<int64_t>(p.shape.size()) ||
+            begin + p.shape[axis] > out.shape[axis])
+          return namer_.error(u, cat("shard ", i, " ", shape_str(p.shape), " does not fit ", shape_str(out.shape)));
+        // out[.., begin + j, ..] = p[.., j, ..]: scatter by gathering each shard into its rows.
+        std::vector<int64_t> c(p.shape.size(), 0);
+        for (int64_t k = 0; k < p.numel(); ++k, next_coords(c, p.shape)) {
+          std::vector<int64_t> oc = c;
+          oc[axis] += begin;
+          out.set_bits(flat_of(oc, out.shape), p.get_bits(k));
+        }
+        begin += p.shape[axis];
+      }
+      if (begin != out.shape[axis]) return namer_.error(u, "the shards do not add up to the whole");
+    }
+    parts_.emplace(u, std::move(parts));
+    return out;
+  }
+  const UOp* m = u->src(0);
+  if (u->is(Op::MSELECT)) {
+    const int64_t i = u->arg_as<IntArg>().value;
+    // Every device holds a collective's whole result.
+    if (m->is(Op::ALLREDUCE)) {
+      auto l = layouts_.find(m);
+      if (i < 0 || (l != layouts_.end() && i >= static_cast<int64_t>(l->second.devices)))
+        return namer_.error(u, cat("device ", i, " is not a member of the collective"));
+      const HostTensor& v = values_.at(m);
+      if (absl::Status st = check_shape(v, "the collective's result"); !st.ok()) return st;
+      return v;
+    }
+    auto shards = shards_of(u, m);
+    if (!shards.ok()) return shards.status();
+    if (i < 0 || i >= static_cast<int64_t>(shards->size()))
+      return namer_.error(u, cat("shard ", i, " of a value on ", shards->size(), " devices"));
+    if (absl::Status st = check_shape((*shards)[i], cat("shard ", i)); !st.ok()) return st;
+    return std::move((*shards)[i]);
+  }
+  // ALLREDUCE: every device ends with the fold of all parts in device order, element by
+  // element, with the reduce op's combine (as eval.h defines it).
+  auto shards = shards_of(u, m);
+  if (!shards.ok()) return shards.status();
+  const auto* dev = u->src(1)->arg_if<DeviceArg>();
+  if (!u->src(1)->is(Op::DEVICE) || !dev || dev->devices.size() != shards->size())
+    return namer_.error(u, cat("an ALLREDUCE over ", shards->size(), " parts needs a DEVICE of as many devices"));
+  const ReduceOp rop = u->arg_as<ReduceOpArg>().op;
+  const Op combine = reduce_combine_op(rop);
+  const Scalar t = out.dtype;
+  const ConstValue id = reduce_identity(rop, t);
+  const ConstValue probe[2] = {id, id};
+  if (!eval_alu(combine, t, probe)) return namer_.error(u, cat(reduce_op_name(rop), " is not defined on ", scalar_name(t)));
+  for (size_t k = 0; k < shards->size(); ++k)
+    if (absl::Status st = check_shape((*shards)[k], cat("part ", k)); !st.ok()) return st;
+  out = (*shards)[0];
+  ConstValue args[2];
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    args[0] = out.get(i);
+    for (size_t k = 1; k < shards->size(); ++k) {
+      args[1] = (*shards)[k].get(i);
+      args[0] = *eval_alu(combine, t, args);
+    }
+    out.set(i, args[0]);
   }
   return out;
 }

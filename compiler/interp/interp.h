@@ -50,6 +50,15 @@ struct InterpOptions {
 //   CONST is a scalar; BIND(DEFINE_VAR, CONST v) is v; a DEFINE_VAR is the value a BIND of
 //     it in the graph gives, and an error when there is none; BUFFER_VIEW a slice;
 //   CONTIGUOUS, CONTIGUOUS_BACKWARD, DETACH, COPY (one process), AFTER are identity.
+// Multi-device graphs (README "Multi-device") evaluate to their logical values: a MULTI is
+//   its shards concatenated along its axis (replicated, axis -1: shard 0), and every op
+//   on it computes on that whole value, so an output that is a MULTI comes back unsharded;
+//   MSELECT(m, i) is device i's part of m (a MULTI's shard i as given; for another
+//   multi-device value, its slice along the shard axis, or the whole when replicated; for
+//   an ALLREDUCE, its result); ALLREDUCE(m, DEVICE(d0..dn-1)) folds the n parts of m
+//   element by element in device order with the reduce op's combine from eval.h
+//   (p0 op p1 op ... op pn-1), the replicated result having a part's shape. MSTACK is not
+//   evaluated (it has no shape in shape.h).
 absl::StatusOr<std::vector<HostTensor>> interpret(Graph& g, const UOp* sink,
                                                   const absl::flat_hash_map<const UOp*, HostTensor>& inputs,
                                                   const InterpOptions& options = {});

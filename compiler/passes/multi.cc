@@ -243,6 +243,52 @@ const rw::RuleSet& rules() {
       for (const UOp* p : sh->parts) out.push_back(m.g.make(m.root->op(), m.root->dtype(), {p}, m.root->arg()));
       return multi(m.g, out, sh->axis, m.root->dtype());
     }, "passthrough.shards");
+    // COPY of a multi-device value to one device: its logical value there. Replicated:
+    // the replica already on that device, else shard 0's copied. Sharded: a gather, each
+    // shard copied over and zero-padded to the whole, stitched with WHERE over a padded
+    // "this shard" mask (not a sum of the padded parts, which would turn -0.0 into +0.0
+    // and has no bool).
+    rs.add(op(Op::COPY), [](const Match& m) -> const UOp* {
+      Graph& g = m.g;
+      Ctx& c = *m.ctx<Ctx>();
+      const UOp* x = m.root;
+      auto sh = as_multi(g, x->src(0));
+      if (!sh) return nullptr;
+      const UOp* dev = x->src(1);
+      auto to_dev = [&](const UOp* p) {
+        return device_of(p) == dev ? p : g.make(Op::COPY, x->dtype(), {p, dev}, x->arg());
+      };
+      if (sh->axis < 0) {
+        for (const UOp* p : sh->parts)
+          if (device_of(p) == dev) return p;
+        return to_dev(sh->parts[0]);
+      }
+      auto whole = c.shape(x->src(0));
+      auto off = offsets(c, *sh);
+      if (!whole || !off) return nullptr;
+      const int64_t a = sh->axis;
+      const UOp* acc = nullptr;
+      for (size_t i = 0; i < sh->parts.size(); ++i) {
+        auto part = c.shape(sh->parts[i]);
+        if (!part) return nullptr;
+        std::vector<int64_t> b(whole->size(), 0), e(whole->size(), 0);
+        b[a] = (*off)[i];
+        e[a] = (*whole)[a] - (*off)[i + 1];
+        const UOp* pb = shape_node(g, b);
+        const UOp* pe = shape_node(g, e);
+        const UOp* padded = g.make(Op::PAD, x->dtype(), {to_dev(sh->parts[i]), pb, pe});
+        if (!acc) {
+          acc = padded;
+          continue;
+        }
+        std::vector<int64_t> ones(part->size(), 1);
+        const UOp* t = g.make(Op::RESHAPE, dtypes::bool_, {g.cnst_bool(true), shape_node(g, ones)});
+        t = g.make(Op::EXPAND, dtypes::bool_, {t, shape_node(g, *part)});
+        const UOp* mine = g.make(Op::PAD, dtypes::bool_, {t, pb, pe});
+        acc = g.make(Op::WHERE, x->dtype(), {mine, padded, acc});
+      }
+      return acc;
+    }, "copy.gather");
     rs.add(op(Op::MSELECT, {op(Op::MULTI)}), [](const Match& m) -> const UOp* {
       return m.root->src(0)->src(m.root->arg_as<IntArg>().value);
     }, "mselect.multi");

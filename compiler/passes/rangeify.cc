@@ -19,6 +19,10 @@ struct Ctx {
   absl::flat_hash_map<const UOp*, int64_t> var_values;     // DEFINE_VAR -> bound value
   int64_t next_axis = 0;
   absl::Status error;
+  // How many distinct nodes use each node of the tensor graph (the SINK counts), and the
+  // partial buffers of each collective (mselect.allreduce).
+  absl::flat_hash_map<const UOp*, int64_t> users;
+  absl::flat_hash_map<const UOp*, std::vector<const UOp*>> collective_parts;
 
   const Shape& shape(const UOp* u) {
     static const Shape kEmpty;
@@ -84,12 +88,17 @@ const UOp* new_range(Ctx& c, const UOp* end, AxisType type) {
   return c.g.make(Op::RANGE, dtypes::index, {kernel_dim(c, end)}, RangeArg{c.next_axis++, type, false});
 }
 
-const UOp* bufferize(Ctx& c, const UOp* x) {
-  if (auto it = c.bufferized.find(x); it != c.bufferized.end()) return it->second;
+// A BUFFERIZE of x with fresh ranges: a buffer of its own (not the shared one).
+const UOp* fresh_bufferize(Ctx& c, const UOp* x) {
   std::vector<const UOp*> src{nullptr};
   for (const UOp* d : c.shape(x)) src.push_back(new_range(c, d, AxisType::Loop));
   src[0] = read(c, x, std::span<const UOp* const>(src).subspan(1), nullptr);
-  const UOp* b = c.g.make(Op::BUFFERIZE, x->dtype(), src, BufferizeArg{});
+  return c.g.make(Op::BUFFERIZE, x->dtype(), src, BufferizeArg{});
+}
+
+const UOp* bufferize(Ctx& c, const UOp* x) {
+  if (auto it = c.bufferized.find(x); it != c.bufferized.end()) return it->second;
+  const UOp* b = fresh_bufferize(c, x);
   c.bufferized.emplace(x, b);
   return b;
 }
@@ -267,8 +276,18 @@ rw::RuleSet make_rules() {
     }
     const UOp* parts = all->src(0);
     if (parts->src(0)->op() == Op::BUFFERIZE) return nullptr;  // done
-    std::vector<const UOp*> bz;
-    for (const UOp* p : parts->src()) bz.push_back(bufferize(c, p));
+    // The collective reduces its partials' buffers in place. It may use a partial's shared
+    // buffer only when nothing else reads it: one user of the partial (this MULTI) and one
+    // of the MULTI (this ALLREDUCE). Otherwise (another collective over the same partials,
+    // a partial that is also an output or read by a kernel) each collective gets buffers
+    // of its own, filled from the partials, so no reader sees another's in-place result.
+    auto [it, fresh] = c.collective_parts.try_emplace(all);
+    if (fresh) {
+      const bool exclusive = c.users[parts] == 1;
+      for (const UOp* p : parts->src())
+        it->second.push_back(exclusive && c.users[p] == 1 ? bufferize(c, p) : fresh_bufferize(c, p));
+    }
+    const std::vector<const UOp*>& bz = it->second;
     const UOp* done = m.g.make(Op::ALLREDUCE, all->dtype(), {m.g.make(Op::MULTI, parts->dtype(), bz, parts->arg()), all->src(1)}, all->arg());
     std::vector<const UOp*> src{m.g.make(Op::MSELECT, a.x->dtype(), {done}, a.x->arg())};
     src.insert(src.end(), a.idx.begin(), a.idx.end());
@@ -322,6 +341,10 @@ absl::StatusOr<Rangeified> rangeify(Graph& g, const UOp* tensor_sink, ShapeInfer
   auto realize = plan_realize(tensor_sink, shapes);
   if (!realize.ok()) return realize.status();
   Ctx ctx{g, shapes, std::move(*realize)};
+  for (const UOp* u : toposort(tensor_sink)) {
+    absl::flat_hash_set<const UOp*> distinct(u->src().begin(), u->src().end());
+    for (const UOp* s : distinct) ++ctx.users[s];
+  }
   std::vector<const UOp*> outs;
   for (const UOp* o : tensor_sink->src()) outs.push_back(bufferize(ctx, o));
   if (!ctx.error.ok()) return ctx.error;
