@@ -5,17 +5,20 @@
 //
 //   "shm"   workers on one host: the shared-memory ring (shm_ring.h)
 //   "gloo"  workers on different hosts: Gloo over TCP, the scheduler's Rendezvous (gloo_allreduce.h)
-//   "nccl"  CUDA workers: UNIMPLEMENTED until the CUDA runtime lands (the unique id would
-//           come through the same rendezvous)
+//   "nccl"  CUDA workers: NCCL in device memory, its unique id handed out through the same
+//           rendezvous (nccl_allreduce.h)
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 
 namespace uop {
+
+class CudaContext;
 
 struct CollectiveSpec {
   std::string group;  // unique per collective instance
@@ -25,7 +28,7 @@ struct CollectiveSpec {
   std::string dtype;      // dtype.h's scalar name: "float32", "int64", ...
   uint64_t elements = 0;
   std::string transport;  // "shm", "gloo", "nccl"
-  std::string rendezvous; // gloo: host:port of the scheduler's Rendezvous service
+  std::string rendezvous; // gloo, nccl: host:port of the scheduler's Rendezvous service
   uint32_t timeout_ms = 0;  // 0: kDefaultCollectiveTimeoutMs
 };
 
@@ -33,9 +36,24 @@ inline constexpr uint32_t kDefaultCollectiveTimeoutMs = 30000;
 
 // Reduces spec.elements values at `data` (a buffer of `data_bytes`) in place with the
 // other members. INVALID_ARGUMENT for a bad op / dtype / rank / size / transport or a
-// buffer smaller than elements x dtype; UNIMPLEMENTED for nccl; the transports' own
-// errors otherwise (UNAVAILABLE / DEADLINE_EXCEEDED naming the group and the peer).
+// buffer smaller than elements x dtype, and for nccl (host memory: NCCL reduces device
+// memory); the transports' own errors otherwise (UNAVAILABLE / DEADLINE_EXCEEDED naming
+// the group and the peer).
 absl::Status run_collective(const CollectiveSpec& spec, void* data, uint64_t data_bytes,
+                            const std::function<bool()>& cancelled = {});
+
+// A buffer in a GPU's memory (worker/cuda/cuda_device.h's CudaMemory).
+struct DeviceBufferRef {
+  std::shared_ptr<const CudaContext> context;  // bound on the calling thread before NCCL runs
+  uint64_t address = 0;                        // the device pointer
+  uint64_t bytes = 0;
+};
+
+// The same on device memory, in place, for transport "nccl" (nccl_allreduce.h): the same
+// checks, then UNAVAILABLE "no NCCL: ..." where libnccl.so.2 cannot be loaded and
+// INVALID_ARGUMENT naming the dtype for one NCCL does not have. Other transports work on
+// host memory: INVALID_ARGUMENT (the caller stages the buffer through the host for them).
+absl::Status run_collective(const CollectiveSpec& spec, const DeviceBufferRef& buffer,
                             const std::function<bool()>& cancelled = {});
 
 }  // namespace uop

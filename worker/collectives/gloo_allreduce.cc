@@ -26,6 +26,7 @@
 #include "compiler/support/strings.h"
 #include "proto/worker.grpc.pb.h"
 #include "worker/collectives/reduce.h"
+#include "worker/collectives/rendezvous_client.h"
 
 namespace uop {
 namespace {
@@ -33,7 +34,6 @@ namespace {
 namespace wv1 = uopd::worker::v1;
 using Millis = std::chrono::milliseconds;
 
-constexpr Millis kRpcMargin{5000};      // a Get's gRPC deadline is its wait plus this
 constexpr Millis kPostMortem{3000};     // how long survivors wait for each other's reports
 constexpr Millis kMinConnectStep{1000};
 
@@ -45,43 +45,6 @@ struct RendezvousError : std::runtime_error {
       : std::runtime_error(m), code(c), missing(std::move(keys)) {}
   absl::StatusCode code;
   std::vector<std::string> missing;
-};
-
-std::chrono::system_clock::time_point after(Millis d) { return std::chrono::system_clock::now() + d; }
-
-absl::Status from_grpc(const grpc::Status& st) {
-  return st.ok() ? absl::OkStatus()
-                 : absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
-}
-
-class RendezvousClient {
- public:
-  explicit RendezvousClient(const std::string& address)
-      : stub_(wv1::Rendezvous::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
-
-  absl::Status set(const std::string& key, const std::string& value, Millis timeout) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(after(timeout));
-    wv1::RendezvousSetRequest req;
-    req.set_key(key);
-    req.set_value(value);
-    wv1::RendezvousSetResponse resp;
-    return from_grpc(stub_->Set(&ctx, req, &resp));
-  }
-
-  absl::StatusOr<std::vector<std::string>> get(const std::vector<std::string>& keys, Millis wait) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(after(wait + kRpcMargin));
-    wv1::RendezvousGetRequest req;
-    for (const std::string& k : keys) req.add_keys(k);
-    req.set_timeout_ms(static_cast<uint32_t>(std::max<int64_t>(0, wait.count())));
-    wv1::RendezvousGetResponse resp;
-    if (absl::Status st = from_grpc(stub_->Get(&ctx, req, &resp)); !st.ok()) return st;
-    return std::vector<std::string>(resp.values().begin(), resp.values().end());
-  }
-
- private:
-  std::unique_ptr<wv1::Rendezvous::Stub> stub_;
 };
 
 // gloo's Store over the Rendezvous service, keys under "<group>/". Gloo's get() waits
@@ -279,14 +242,16 @@ absl::Status GlooGroup::allreduce(void* data, uint64_t elements, ReduceOp op, Sc
   } catch (const std::exception& e) {
     return g.lost(e.what());
   }
-  for (int q = 0; q < g.opts.size; ++q) {
-    if (std::equal(mine, mine + 3, all.begin() + 3 * q)) continue;
+  // Every member names the same pair (rank 0 and the first rank unlike it), whichever
+  // of them it is itself.
+  for (int q = 1; q < g.opts.size; ++q) {
+    if (std::equal(all.begin(), all.begin() + 3, all.begin() + 3 * q)) continue;
     auto describe = [&](const uint64_t* d) {
-      return cat(d[0], " ", scalar_name(static_cast<Scalar>(d[2])), " elements (",
+      return cat(d[0], " ", scalar_name(static_cast<Scalar>(d[2] & 0xff)), " elements (",
                  reduce_op_wire_name(static_cast<ReduceOp>(d[1] & 3)), ")");
     };
-    return absl::InvalidArgumentError(cat(g.where(), "the members disagree: rank ", q, " reduces ",
-                                          describe(all.data() + 3 * q), ", rank ", g.opts.rank, " ", describe(mine)));
+    return absl::InvalidArgumentError(cat(g.where(), "the members disagree: rank 0 reduces ", describe(all.data()),
+                                          ", rank ", q, " reduces ", describe(all.data() + 3 * q)));
   }
   if (!combine.ok()) return absl::InvalidArgumentError(cat(g.where(), combine.status().message()));
   if (elements == 0) return absl::OkStatus();

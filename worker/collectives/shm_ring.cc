@@ -4,9 +4,10 @@
 //
 // A member sends message `seq` into outbox slot seq % slots once its successor has
 // consumed message seq - slots, and bumps `produced`; it receives message `seq` from its
-// predecessor once that one's `produced` passed seq, and bumps `consumed`. Each of the
-// 2 (n - 1) ring steps sends the same number of messages (some empty), so the sequence
-// numbers of all members line up without any per-step handshake.
+// predecessor once that one's `produced` passed seq, and bumps `consumed`. Every part
+// is cut into the same number of chunks (some empty), and each chunk passes through the
+// 2 (n - 1) ring steps in turn, so the sequence numbers of all members line up without
+// any per-step handshake.
 #include "worker/collectives/shm_ring.h"
 
 #include <fcntl.h>
@@ -38,7 +39,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kMagic = 0x676e6972646f7075ull;  // "uopdring"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr size_t kGroupChars = 192;
 constexpr size_t kReasonChars = 512;
 constexpr int kSpins = 256;                                // pause-loop checks before yielding
@@ -78,6 +79,10 @@ struct alignas(64) Member {
   alignas(64) Counter ops;      // allreduce calls started; desc is written before the bump
   alignas(64) Counter produced;
   alignas(64) Counter consumed;
+  // allreduce calls finished: bumped after the last message of a call is sent and the
+  // last one received, so a member that is done and then exits (its worker stopped, a
+  // test's child returned) is no loss to a peer still reading its final message.
+  alignas(64) Counter finished;
 };
 
 }  // namespace
@@ -127,6 +132,13 @@ void publish(Counter& c, uint32_t v) {
   if (c.waiters.load(std::memory_order_seq_cst) != 0) futex_wake_all(&c.value);
 }
 
+// For a counter that several members bump at once (the join count): publish()'s store of
+// a value computed before could overwrite a concurrent bump.
+void bump(Counter& c) {
+  c.value.fetch_add(1, std::memory_order_seq_cst);
+  if (c.waiters.load(std::memory_order_seq_cst) != 0) futex_wake_all(&c.value);
+}
+
 bool reached(uint32_t value, uint32_t target) { return static_cast<int32_t>(value - target) >= 0; }
 
 int pidfd_open(int pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
@@ -157,7 +169,9 @@ std::string shm_ring_segment_name(const std::string& group) {
 
 ShmRing::ShmRing(const ShmRingOptions& options) : opts_(options) {
   opts_.slot_bytes = std::max<uint64_t>(64, opts_.slot_bytes / 64 * 64);
-  opts_.slots = std::max(1, opts_.slots);
+  // Two at least: a member frees message k of its predecessor only after writing its
+  // own message k + 1, so with one slot each the ring would wait on itself.
+  opts_.slots = std::max(2, opts_.slots);
   name_ = shm_ring_segment_name(opts_.group);
 }
 
@@ -269,7 +283,7 @@ absl::Status ShmRing::attach() {
   Member& me = member_at(seg_, opts_.rank);
   if (!me.pid.compare_exchange_strong(none, static_cast<int32_t>(getpid())))
     return fail(absl::StatusCode::kInvalidArgument, cat("rank ", opts_.rank, " is taken twice (pids ", none, " and ", getpid(), ")"));
-  publish(seg_->joined, seg_->joined.value.fetch_add(1) + 1);
+  bump(seg_->joined);
   pidfds_.assign(opts_.size, -2);  // -2: not opened yet
   pids_.assign(opts_.size, 0);
   return absl::OkStatus();
@@ -286,17 +300,16 @@ absl::Status ShmRing::await_members() {
 }
 
 // Dead peers: a pidfd polls readable once its process has exited (even before it is
-// reaped); kill(pid, 0) is the fallback where pidfd_open is missing.
+// reaped); kill(pid, 0) is the fallback where pidfd_open is missing. A peer that died
+// after finishing the allreduce in progress owes us nothing more (its outbox is in the
+// segment, which outlives it), so only one that had not finished fails the group; its
+// absence from the next call is caught there.
 absl::Status ShmRing::check_peers() {
   for (int q = 0; q < opts_.size; ++q) {
     if (q == opts_.rank) continue;
     if (pids_[q] == 0) pids_[q] = member_at(seg_, q).pid.load(std::memory_order_acquire);
     if (pids_[q] == 0) continue;  // not joined yet
-    if (pidfds_[q] == -2) {
-      pidfds_[q] = pidfd_open(pids_[q]);
-      if (pidfds_[q] < 0 && errno == ESRCH)
-        return fail(absl::StatusCode::kUnavailable, cat("rank ", q, " (pid ", pids_[q], ") died"));
-    }
+    if (pidfds_[q] == -2) pidfds_[q] = pidfd_open(pids_[q]);  // -1 (gone already, or no pidfd): kill(pid, 0)
     bool dead = false;
     if (pidfds_[q] >= 0) {
       pollfd pfd{pidfds_[q], POLLIN, 0};
@@ -304,6 +317,7 @@ absl::Status ShmRing::check_peers() {
     } else {
       dead = kill(pids_[q], 0) != 0 && errno == ESRCH;
     }
+    if (dead && ops_ > 0 && reached(member_at(seg_, q).finished.value.load(std::memory_order_acquire), ops_)) dead = false;
     if (dead) return fail(absl::StatusCode::kUnavailable, cat("rank ", q, " (pid ", pids_[q], ") died"));
   }
   if (opts_.cancelled && opts_.cancelled())
@@ -373,7 +387,8 @@ absl::Status ShmRing::wait_for(Counter& c, uint32_t target, int peer, const std:
         std::vector<int> missing;
         for (int q = 0; q < opts_.size; ++q)
           if (member_at(seg_, q).pid.load() == 0) missing.push_back(q);
-        whom = cat(missing.size() == 1 ? "rank " : "ranks ", uop::join(missing, ", "));
+        whom = missing.empty() ? std::string("the group")
+                               : cat(missing.size() == 1 ? "rank " : "ranks ", uop::join(missing, ", "));
       }
       return fail(absl::StatusCode::kDeadlineExceeded,
                   cat("timed out after ", static_cast<int64_t>(opts_.timeout.count()), " ms waiting for ", whom, " to ", what));
@@ -427,35 +442,56 @@ absl::Status ShmRing::allreduce(void* data, uint64_t elements, ReduceOp op, Scal
     return {p.offset + begin, std::min(chunk, p.count - begin)};
   };
 
-  for (int step = 0; step < 2 * (n - 1); ++step) {
+  // Chunk m goes through all 2 (n - 1) steps before chunk m + 1 starts, so what arrives
+  // at step s is combined (or copied) straight into the outbox slot of step s + 1 while
+  // it is in cache: a reduce-scatter step that is not the last never writes the local
+  // buffer, and no part is read back from memory to be sent on. Message (step s, chunk m)
+  // is sequence number m * steps + s for every member.
+  const int steps = 2 * (n - 1);
+  auto part_at = [&](int step, bool receiving) {
     const bool scatter = step < n - 1;
     const int t = scatter ? step : step - (n - 1);
-    const RingPart send_part = ring_part(elements, n, scatter ? mod(r - t) : mod(r + 1 - t));
-    const RingPart recv_part = ring_part(elements, n, scatter ? mod(r - t - 1) : mod(r - t));
-    for (uint64_t m = 0; m < messages; ++m) {
+    if (scatter) return ring_part(elements, n, receiving ? mod(r - t - 1) : mod(r - t));
+    return ring_part(elements, n, receiving ? mod(r - t) : mod(r + 1 - t));
+  };
+  auto free_slot = [&](uint32_t seq) {
+    return wait_for(next.consumed, seq + 1 - static_cast<uint32_t>(opts_.slots), succ,
+                    cat("free an outbox slot (message ", seq, ")"));
+  };
+  for (uint64_t m = 0; m < messages; ++m) {
+    {  // step 0 sends a piece of our own input
       const uint32_t seq = sent_;
-      if (absl::Status st = wait_for(next.consumed, seq + 1 - static_cast<uint32_t>(opts_.slots), succ,
-                                     cat("free an outbox slot (message ", seq, ")"));
-          !st.ok())
-        return st;
-      RingPart out = piece(send_part, m);
+      if (absl::Status st = free_slot(seq); !st.ok()) return st;
+      RingPart out = piece(part_at(0, false), m);
       if (out.count) std::memcpy(outbox(r, seq), local + out.offset * esize, out.count * esize);
       publish(me.produced, sent_ = seq + 1);
-
+    }
+    for (int step = 0; step < steps; ++step) {
       const uint32_t rseq = received_;
       if (absl::Status st = wait_for(prev.produced, rseq + 1, pred, cat("send message ", rseq)); !st.ok()) return st;
-      RingPart in = piece(recv_part, m);
+      const bool forward = step + 1 < steps;  // what arrives is what step + 1 sends
+      const uint32_t seq = sent_;
+      if (forward)
+        if (absl::Status st = free_slot(seq); !st.ok()) return st;
+      const RingPart in = piece(part_at(step, true), m);
+      const uint8_t* from = outbox(pred, rseq);
       uint8_t* dst = local + in.offset * esize;
+      uint8_t* fwd = forward ? outbox(r, seq) : nullptr;
       if (in.count) {
-        if (scatter) {
-          (*combine)(dst, dst, outbox(pred, rseq), in.count);
-        } else {
-          std::memcpy(dst, outbox(pred, rseq), in.count * esize);
+        const uint64_t bytes = in.count * esize;
+        if (step < n - 1) {  // reduce-scatter: our value op the running one (steps < 2 (n - 1), so fwd is set)
+          (*combine)(fwd, dst, from, in.count);
+          if (step == n - 2) std::memcpy(dst, fwd, bytes);  // the part is final here: keep it
+        } else {             // all-gather: a final part, kept and passed on
+          std::memcpy(dst, from, bytes);
+          if (fwd) std::memcpy(fwd, dst, bytes);
         }
       }
+      if (forward) publish(me.produced, sent_ = seq + 1);
       publish(me.consumed, received_ = rseq + 1);
     }
   }
+  publish(me.finished, k + 1);
   return absl::OkStatus();
 }
 

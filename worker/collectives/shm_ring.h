@@ -4,7 +4,10 @@
 // in (so a crash later cannot leak it). Each member has an outbox of a few slots there;
 // the allreduce is a ring: a reduce-scatter then an all-gather, 2 (n - 1) steps, each part
 // of the buffer cut into slot-sized messages so that a member copies one message in while
-// its successor reduces the previous one (chunked and pipelined).
+// its successor reduces the previous one (chunked and pipelined). A chunk goes through
+// every step before the next one starts, and what a step receives is reduced straight
+// into the outbox of the next step, so it is sent on from cache, not read back from the
+// buffer.
 //
 // Synchronization is by atomic counters in the segment (spin, then yield, then futex).
 // Every wait is bounded by the timeout and watches the peers' processes (pidfd), so a
@@ -40,7 +43,7 @@ struct ShmRingOptions {
   // Asked while waiting; true makes the call fail with CANCELLED (and the group abort).
   std::function<bool()> cancelled;
   uint64_t slot_bytes = 256 << 10;  // one message; rounded down to a multiple of 64
-  int slots = 4;                    // messages a member may be ahead of its successor
+  int slots = 4;                    // messages a member may be ahead of its successor (>= 2)
 };
 
 // Part i of `elements` cut into `parts`: the first elements % parts parts have one more.
