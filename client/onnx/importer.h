@@ -1,0 +1,62 @@
+// The ONNX importer: a model (ModelProto bytes) and the data of its inputs -> a tensor-level
+// UOp graph (compiler/ir/README.md "Tensor level") whose outputs are the model's outputs,
+// plus the data every BUFFER of it must be bound to (initializers, large Constants, the
+// inputs themselves).
+//
+// Shapes are static: a model is imported for one set of input shapes, and the small
+// subgraphs that compute shapes, axes or pads are evaluated here with the reference
+// interpreter. An operator the importer does not handle exactly is refused with
+// UNIMPLEMENTED naming it ("unsupported operator(s): Foo, Bar" or "Op: why"); a malformed
+// model gets INVALID_ARGUMENT. Nothing is guessed.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/interp/host_tensor.h"
+#include "compiler/ir/codec.h"
+#include "compiler/ir/uop.h"
+
+namespace uop::onnx_import {
+
+struct ImportedModel {
+  std::unique_ptr<Graph> graph;
+  const UOp* root = nullptr;  // SINK of the outputs, in the model's order
+  Names names;                // the graph inputs' BUFFERs, by their ONNX names
+  // Every BUFFER under root with the data it is bound to, in toposort order.
+  std::vector<std::pair<const UOp*, HostTensor>> bindings;
+  struct Output {
+    std::string name;
+    Scalar dtype = Scalar::Float32;
+    std::vector<int64_t> shape;
+  };
+  std::vector<Output> outputs;
+  std::vector<std::string> op_types;  // the operators the model uses, sorted, once each
+};
+
+// `inputs` gives every graph input that is not also an initializer (an initializer given
+// here overrides its default). INVALID_ARGUMENT for a missing input or a dtype that is not
+// the declared one.
+absl::StatusOr<ImportedModel> import_model(std::string_view model_bytes,
+                                           const std::map<std::string, HostTensor>& inputs);
+
+// The model's graph inputs that are not initializers: name, and the declared element type
+// when it has a Scalar. For `uop run` and the test runner's messages.
+struct ModelInput {
+  std::string name;
+  std::optional<Scalar> dtype;
+};
+absl::StatusOr<std::vector<ModelInput>> model_inputs(std::string_view model_bytes);
+// The operator types a model uses, sorted, once each ("domain:Op" outside the default
+// domain).
+absl::StatusOr<std::vector<std::string>> operator_types(std::string_view model_bytes);
+// The operator types a model uses that the importer has no handler for, sorted.
+absl::StatusOr<std::vector<std::string>> unsupported_operators(std::string_view model_bytes);
+
+}  // namespace uop::onnx_import

@@ -1,0 +1,242 @@
+// `uop run MODEL.onnx` and `uop onnx-test`: see onnx_cli.h.
+#include "client/onnx/onnx_cli.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "client/embedded_server.h"
+#include "client/onnx/importer.h"
+#include "client/onnx/model_runner.h"
+#include "compiler/interp/npy.h"
+#include "compiler/support/strings.h"
+
+namespace uop::onnx_import {
+
+namespace {
+
+using cli::kInvalid;
+using cli::kOk;
+using cli::kUsage;
+
+int usage_error(const std::string& msg) {
+  std::cerr << "uop: " << msg << "\nrun 'uop help' for usage\n";
+  return kUsage;
+}
+int invalid(const std::string& msg) {
+  std::cerr << "uop: " << msg << "\n";
+  return kInvalid;
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// The server connection of one command: an embedded uopd (declared first, so it stops
+// after the client and session are gone) or the one --server / UOPD_ADDRESS names.
+struct Service {
+  std::unique_ptr<client::EmbeddedServer> embedded;
+  std::unique_ptr<client::Client> client;
+  std::optional<client::Session> session;
+
+  ~Service() {
+    session.reset();
+    client.reset();
+    if (embedded)
+      if (absl::Status s = embedded->stop(); !s.ok()) std::cerr << "uop: warning: embedded uopd: " << s.message() << "\n";
+  }
+};
+
+absl::Status connect(const cli::Args& a, const std::string& self_exe, Service& svc) {
+  client::ClientOptions options;
+  if (a.has("deadline")) {
+    auto d = cli::parse_seconds(a.get("deadline"));
+    if (!d.ok()) return d.status();
+    options.deadline = *d;
+  }
+  if (a.has("embedded")) {
+    auto path = client::find_uopd(a.get("uopd"), self_exe, std::getenv("PATH"));
+    if (!path.ok()) return path.status();
+    // No disk cache: a private server for one command leaves nothing behind.
+    auto started = client::EmbeddedServer::start(*path, {"--cache-dir="});
+    if (!started.ok()) return started.status();
+    svc.embedded = std::move(*started);
+    options.address = svc.embedded->address();
+  } else {
+    options.address = cli::server_address(a, std::getenv("UOPD_ADDRESS"));
+  }
+  auto conn = client::Client::connect(options);
+  if (!conn.ok()) return conn.status();
+  svc.client = std::move(*conn);
+  std::vector<std::string> devices;
+  if (a.has("device")) devices.push_back(a.get("device"));
+  auto session = svc.client->create_session(devices);
+  if (!session.ok()) return session.status();
+  svc.session.emplace(std::move(*session));
+  return absl::OkStatus();
+}
+
+std::string message(const absl::Status& s) {
+  if (s.code() == absl::StatusCode::kInvalidArgument) return std::string(s.message());
+  return cat(absl::StatusCodeToString(s.code()), ": ", s.message());
+}
+
+int run_model(const cli::Args& a, const std::string& self_exe) {
+  const std::string& path = a.positional[0];
+  auto ins = cli::name_file_pairs(a, "in");
+  auto outs = cli::name_file_pairs(a, "out");
+  if (!ins.ok() || !outs.ok()) return usage_error(std::string((ins.ok() ? outs.status() : ins.status()).message()));
+  if (a.has("random")) return usage_error("--random is for UOp graphs; an ONNX model takes --in NAME=FILE.npy");
+  auto model = read_file(path);
+  if (!model.ok()) return invalid(std::string(model.status().message()));
+  auto declared = model_inputs(*model);
+  if (!declared.ok()) return invalid(cat(path, ": ", declared.status().message()));
+  std::map<std::string, HostTensor> inputs;
+  for (auto& [name, file] : *ins) {
+    auto t = read_npy(file);
+    if (!t.ok()) return invalid(std::string(t.status().message()));
+    inputs[name] = std::move(*t);
+  }
+  for (const ModelInput& in : *declared)
+    if (!inputs.contains(in.name)) return usage_error(cat("model input '", in.name, "' is not bound: give --in ", in.name, "=FILE.npy"));
+  auto imported = import_model(*model, inputs);
+  if (!imported.ok()) return invalid(cat(path, ": ", message(imported.status())));
+  std::map<std::string, std::string> out_files;
+  for (auto& [name, file] : *outs) {
+    bool found = false;
+    for (const auto& o : imported->outputs) found |= o.name == name;
+    if (!found) {
+      std::vector<std::string> names;
+      for (const auto& o : imported->outputs) names.push_back(o.name);
+      return usage_error(cat("the model has no output named '", name, "' (outputs: ", join(names, ", "), ")"));
+    }
+    out_files[name] = file;
+  }
+  Service svc;
+  if (absl::Status s = connect(a, self_exe, svc); !s.ok()) return invalid(message(s));
+  auto got = run_on_session(*svc.session, *imported);
+  if (!got.ok()) return invalid(cat(path, ": ", message(got.status())));
+  for (size_t i = 0; i < got->size(); ++i) {
+    HostTensor t = (*got)[i];
+    t.shape = imported->outputs[i].shape;
+    const std::string& name = imported->outputs[i].name;
+    auto it = out_files.find(name);
+    if (it != out_files.end()) {
+      if (absl::Status s = write_npy(it->second, t); !s.ok()) return invalid(std::string(s.message()));
+    } else if (out_files.empty()) {
+      std::cout << name << " = " << t.str(12) << "\n";
+    }
+  }
+  return kOk;
+}
+
+absl::StatusOr<std::vector<std::string>> case_dirs(const cli::Args& a) {
+  std::vector<std::string> dirs = a.positional;
+  std::string root = a.get("root");
+  if (a.has("cases-from")) {
+    std::ifstream f(a.get("cases-from"));
+    if (!f) return absl::NotFoundError(cat("cannot read ", a.get("cases-from")));
+    std::string line;
+    while (std::getline(f, line)) {
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+      if (line.empty() || line[0] == '#') continue;
+      dirs.push_back(root.empty() ? line : cat(root, "/", line));
+    }
+  } else if (!root.empty()) {
+    std::vector<std::string> found;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(root, ec))
+      if (e.is_directory()) found.push_back(e.path().string());
+    if (ec) return absl::NotFoundError(cat("cannot list ", root, ": ", ec.message()));
+    std::sort(found.begin(), found.end());
+    dirs.insert(dirs.end(), found.begin(), found.end());
+  }
+  if (a.has("shard")) {
+    std::string s = a.get("shard");
+    size_t slash = s.find('/');
+    int64_t i = -1, n = -1;
+    if (slash != std::string::npos) {
+      i = std::atoll(s.substr(0, slash).c_str());
+      n = std::atoll(s.substr(slash + 1).c_str());
+    }
+    if (n <= 0 || i < 0 || i >= n) return absl::InvalidArgumentError(cat("--shard wants I/N with 0 <= I < N, not '", s, "'"));
+    std::vector<std::string> mine;
+    for (size_t k = 0; k < dirs.size(); ++k)
+      if (static_cast<int64_t>(k) % n == i) mine.push_back(dirs[k]);
+    dirs = std::move(mine);
+  }
+  return dirs;
+}
+
+int onnx_test(const cli::Args& a, const std::string& self_exe) {
+  auto dirs = case_dirs(a);
+  if (!dirs.ok()) return usage_error(std::string(dirs.status().message()));
+  if (dirs->empty()) return usage_error("no cases: give CASE_DIR..., --cases-from LIST or --root DIR");
+  Service svc;
+  Executor exec;
+  if (a.has("interp")) {
+    exec = run_interpreted;
+  } else {
+    if (absl::Status s = connect(a, self_exe, svc); !s.ok()) return invalid(message(s));
+    exec = [&svc](const ImportedModel& m) { return run_on_session(*svc.session, m); };
+  }
+  int64_t passed = 0, failed = 0, skipped = 0;
+  // Per operator: cases that use it, and how they ended.
+  std::map<std::string, std::array<int64_t, 3>> by_op;
+  std::map<std::string, int64_t> unsupported_ops;
+  for (const std::string& dir : *dirs) {
+    CaseResult r = run_case(dir, exec);
+    std::cout << verdict_name(r.verdict) << " " << r.name;
+    if (!r.reason.empty()) {
+      std::string reason = r.reason;
+      for (char& ch : reason)
+        if (ch == '\n') ch = ' ';
+      if (reason.size() > 400) reason = cat(reason.substr(0, 400), "...");
+      std::cout << ": " << reason;
+    }
+    std::cout << std::endl;
+    int k = r.verdict == Verdict::Pass ? 0 : r.verdict == Verdict::Fail ? 1 : 2;
+    (k == 0 ? passed : k == 1 ? failed : skipped)++;
+    for (const std::string& op : r.op_types) by_op[op][k]++;
+    if (r.verdict == Verdict::Unsupported && r.reason.rfind("unsupported operator", 0) == 0) {
+      std::string list = r.reason.substr(r.reason.find(": ") + 2);
+      size_t at = 0;
+      while (at <= list.size()) {
+        size_t comma = list.find(", ", at);
+        unsupported_ops[list.substr(at, comma == std::string::npos ? std::string::npos : comma - at)]++;
+        if (comma == std::string::npos) break;
+        at = comma + 2;
+      }
+    }
+  }
+  if (a.has("by-op")) {
+    std::cout << "\nby operator (cases using it: passed / failed / unsupported):\n";
+    for (auto& [op, n] : by_op) std::cout << "  " << op << " " << n[0] << " / " << n[1] << " / " << n[2] << "\n";
+    std::cout << "operators without a handler (cases):";
+    for (auto& [op, n] : unsupported_ops) std::cout << " " << op << " (" << n << ")";
+    std::cout << "\n\n";
+  }
+  std::cout << passed << " passed, " << failed << " failed, " << skipped << " skipped" << std::endl;
+  return failed == 0 ? kOk : kInvalid;
+}
+
+}  // namespace
+
+bool is_onnx_command(const cli::Args& a) {
+  if (a.command == "onnx-test") return true;
+  return a.command == "run" && a.positional.size() == 1 && ends_with(a.positional[0], ".onnx");
+}
+
+int onnx_command(const cli::Args& a, const std::string& self_exe) {
+  if (a.has("embedded") && a.has("server")) return usage_error("--embedded and --server exclude each other");
+  if (a.command == "onnx-test") return onnx_test(a, self_exe);
+  return run_model(a, self_exe);
+}
+
+}  // namespace uop::onnx_import

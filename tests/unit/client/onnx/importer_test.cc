@@ -1,0 +1,245 @@
+// The ONNX importer on small models built here: values through the reference interpreter
+// (the service's compiled path is covered by the conformance tests), unsupported operators
+// and attributes reported by name, TensorProto decoding.
+#include "client/onnx/importer.h"
+
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+
+#include "client/onnx/model_runner.h"
+#include "client/onnx/tensor_proto.h"
+
+namespace uop::onnx_import {
+namespace {
+
+void add_input(onnx::GraphProto* g, const std::string& name, int elem, std::vector<int64_t> dims) {
+  auto* vi = g->add_input();
+  vi->set_name(name);
+  auto* tt = vi->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(elem);
+  for (int64_t d : dims) tt->mutable_shape()->add_dim()->set_dim_value(d);
+}
+
+onnx::NodeProto* add_node(onnx::GraphProto* g, const std::string& op, std::vector<std::string> in,
+                          std::vector<std::string> out) {
+  auto* n = g->add_node();
+  n->set_op_type(op);
+  for (auto& s : in) n->add_input(s);
+  for (auto& s : out) n->add_output(s);
+  return n;
+}
+
+std::string serialize(onnx::ModelProto& m, int opset = 13) {
+  m.set_ir_version(7);
+  m.add_opset_import()->set_version(opset);
+  return m.SerializeAsString();
+}
+
+HostTensor f32(std::vector<int64_t> shape, std::initializer_list<double> v) { return HostTensor::of(Scalar::Float32, shape, v); }
+
+TEST(OnnxImporter, AddReluThroughTheInterpreter) {
+  onnx::ModelProto m;
+  auto* g = m.mutable_graph();
+  add_input(g, "x", onnx::TensorProto::FLOAT, {2, 3});
+  add_input(g, "b", onnx::TensorProto::FLOAT, {3});
+  add_node(g, "Add", {"x", "b"}, {"s"});
+  add_node(g, "Relu", {"s"}, {"y"});
+  g->add_output()->set_name("y");
+  auto imported = import_model(serialize(m), {{"x", f32({2, 3}, {1, -2, 3, -4, 5, -6})}, {"b", f32({3}, {0.5, 0.5, 0.5})}});
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  ASSERT_EQ(imported->outputs.size(), 1u);
+  EXPECT_EQ(imported->outputs[0].shape, (std::vector<int64_t>{2, 3}));
+  auto got = run_interpreted(*imported);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(compare(f32({2, 3}, {1.5, 0, 3.5, 0, 5.5, 0}), (*got)[0]));
+}
+
+TEST(OnnxImporter, ShapeInputsAreReadAtImport) {
+  // Reshape's shape comes from an initializer; a 0 copies the input's dim.
+  onnx::ModelProto m;
+  auto* g = m.mutable_graph();
+  add_input(g, "x", onnx::TensorProto::FLOAT, {2, 3});
+  auto* shape = g->add_initializer();
+  shape->set_name("shape");
+  shape->set_data_type(onnx::TensorProto::INT64);
+  shape->add_dims(2);
+  shape->add_int64_data(3);
+  shape->add_int64_data(0);
+  add_node(g, "Transpose", {"x"}, {"t"});
+  add_node(g, "Reshape", {"t", "shape"}, {"y"});
+  g->add_output()->set_name("y");
+  auto imported = import_model(serialize(m), {{"x", f32({2, 3}, {1, 2, 3, 4, 5, 6})}});
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  EXPECT_EQ(imported->outputs[0].shape, (std::vector<int64_t>{3, 2}));
+  auto got = run_interpreted(*imported);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(compare(f32({3, 2}, {1, 4, 2, 5, 3, 6}), (*got)[0]));
+}
+
+TEST(OnnxImporter, ConvWithPaddingAndStride) {
+  // 1x1x3x3 input, a 2x2 kernel of ones, pads 1, stride 2: each output is a window sum.
+  onnx::ModelProto m;
+  auto* g = m.mutable_graph();
+  add_input(g, "x", onnx::TensorProto::FLOAT, {1, 1, 3, 3});
+  add_input(g, "w", onnx::TensorProto::FLOAT, {1, 1, 2, 2});
+  auto* n = add_node(g, "Conv", {"x", "w"}, {"y"});
+  auto* pads = n->add_attribute();
+  pads->set_name("pads");
+  for (int i = 0; i < 4; ++i) pads->add_ints(1);
+  auto* strides = n->add_attribute();
+  strides->set_name("strides");
+  strides->add_ints(2);
+  strides->add_ints(2);
+  g->add_output()->set_name("y");
+  auto imported = import_model(serialize(m), {{"x", f32({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9})},
+                                              {"w", f32({1, 1, 2, 2}, {1, 1, 1, 1})}});
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  auto got = run_interpreted(*imported);
+  ASSERT_TRUE(got.ok()) << got.status();
+  // Padded 5x5, windows at rows/cols 0 and 2: {1}, {2+3}, {4+7}, {5+6+8+9}.
+  EXPECT_TRUE(compare(f32({1, 1, 2, 2}, {1, 5, 11, 28}), (*got)[0]));
+}
+
+onnx::TensorProto* add_ints_initializer(onnx::GraphProto* g, const std::string& name, std::vector<int64_t> v) {
+  auto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(onnx::TensorProto::INT64);
+  t->add_dims(static_cast<int64_t>(v.size()));
+  for (int64_t x : v) t->add_int64_data(x);
+  return t;
+}
+
+void set_ints(onnx::NodeProto* n, const std::string& name, std::vector<int64_t> v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  for (int64_t x : v) a->add_ints(x);
+}
+
+TEST(OnnxImporter, ConvTransposeStridedPlacementsCropped) {
+  // out[2i + k] += x[i] * w[k] over 6 positions, pads 1 crop one at each end.
+  onnx::ModelProto m;
+  auto* g = m.mutable_graph();
+  add_input(g, "x", onnx::TensorProto::FLOAT, {1, 1, 3});
+  add_input(g, "w", onnx::TensorProto::FLOAT, {1, 1, 2});
+  auto* n = add_node(g, "ConvTranspose", {"x", "w"}, {"y"});
+  set_ints(n, "strides", {2});
+  set_ints(n, "pads", {1, 1});
+  g->add_output()->set_name("y");
+  auto imported = import_model(serialize(m), {{"x", f32({1, 1, 3}, {1, 2, 3})}, {"w", f32({1, 1, 2}, {1, 10})}});
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  auto got = run_interpreted(*imported);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(compare(f32({1, 1, 4}, {10, 2, 20, 3}), (*got)[0]));
+}
+
+TEST(OnnxImporter, ResizeLinearHalfPixel) {
+  // Source coordinates -0.25, 0.25, 0.75, 1.25: the ends clamp to the edge values.
+  onnx::ModelProto m;
+  auto* g = m.mutable_graph();
+  add_input(g, "x", onnx::TensorProto::FLOAT, {2});
+  auto* sc = g->add_initializer();
+  sc->set_name("scales");
+  sc->set_data_type(onnx::TensorProto::FLOAT);
+  sc->add_dims(1);
+  sc->add_float_data(2.0f);
+  auto* n = add_node(g, "Resize", {"x", "", "scales"}, {"y"});
+  auto* mode = n->add_attribute();
+  mode->set_name("mode");
+  mode->set_s("linear");
+  g->add_output()->set_name("y");
+  auto imported = import_model(serialize(m), {{"x", f32({2}, {1, 3})}});
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  auto got = run_interpreted(*imported);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(compare(f32({4}, {1, 1.5, 2.5, 3}), (*got)[0]));
+}
+
+TEST(OnnxImporter, TopKTiesToTheLowerIndex) {
+  onnx::ModelProto m;
+  auto* g = m.mutable_graph();
+  add_input(g, "x", onnx::TensorProto::FLOAT, {5});
+  add_ints_initializer(g, "k", {2});
+  auto* n = add_node(g, "TopK", {"x", "k"}, {"v", "i"});
+  auto* largest = n->add_attribute();
+  largest->set_name("largest");
+  largest->set_i(0);
+  g->add_output()->set_name("v");
+  g->add_output()->set_name("i");
+  auto imported = import_model(serialize(m), {{"x", f32({5}, {3, 1, 4, 1, 5})}});
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  auto got = run_interpreted(*imported);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(compare(f32({2}, {1, 1}), (*got)[0]));
+  EXPECT_TRUE(compare(HostTensor::of(Scalar::Int64, {2}, {1, 3}), (*got)[1]));
+}
+
+TEST(OnnxImporter, UnsupportedOperatorsAreNamed) {
+  onnx::ModelProto m;
+  auto* g = m.mutable_graph();
+  add_input(g, "x", onnx::TensorProto::FLOAT, {2});
+  add_node(g, "FancyOp", {"x"}, {"t"});
+  add_node(g, "OtherOp", {"t"}, {"y"});
+  g->add_output()->set_name("y");
+  std::string bytes = serialize(m);
+  auto imported = import_model(bytes, {{"x", f32({2}, {1, 2})}});
+  ASSERT_EQ(imported.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(std::string(imported.status().message()), "unsupported operators: FancyOp, OtherOp");
+  auto missing = unsupported_operators(bytes);
+  ASSERT_TRUE(missing.ok());
+  EXPECT_EQ(*missing, (std::vector<std::string>{"FancyOp", "OtherOp"}));
+}
+
+TEST(OnnxImporter, UnknownAttributeIsRefusedNotIgnored) {
+  onnx::ModelProto m;
+  auto* g = m.mutable_graph();
+  add_input(g, "x", onnx::TensorProto::FLOAT, {2});
+  auto* n = add_node(g, "Relu", {"x"}, {"y"});
+  n->add_attribute()->set_name("mystery");
+  g->add_output()->set_name("y");
+  auto imported = import_model(serialize(m), {{"x", f32({2}, {1, 2})}});
+  ASSERT_EQ(imported.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(std::string(imported.status().message()).find("Relu: attribute 'mystery'"), std::string::npos);
+}
+
+TEST(OnnxImporter, MissingInputAndWrongDtypeAreInvalid) {
+  onnx::ModelProto m;
+  auto* g = m.mutable_graph();
+  add_input(g, "x", onnx::TensorProto::FLOAT, {2});
+  add_node(g, "Neg", {"x"}, {"y"});
+  g->add_output()->set_name("y");
+  std::string bytes = serialize(m);
+  EXPECT_EQ(import_model(bytes, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(import_model(bytes, {{"x", HostTensor::of(Scalar::Int32, {2}, {1, 2})}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(import_model("not a model", {}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(OnnxTensorProto, RawAndTypedData) {
+  onnx::TensorProto t;
+  t.set_name("a");
+  t.set_data_type(onnx::TensorProto::INT32);
+  t.add_dims(3);
+  for (int v : {7, -1, 2}) t.add_int32_data(v);
+  auto r = parse_tensor_proto(t.SerializeAsString());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->name, "a");
+  EXPECT_EQ(r->tensor, HostTensor::of(Scalar::Int32, {3}, {7, -1, 2}));
+
+  onnx::TensorProto raw;
+  raw.set_data_type(onnx::TensorProto::FLOAT);
+  raw.add_dims(2);
+  float vals[2] = {1.5f, -2.0f};
+  raw.set_raw_data(std::string(reinterpret_cast<const char*>(vals), sizeof vals));
+  auto rr = parse_tensor_proto(raw.SerializeAsString());
+  ASSERT_TRUE(rr.ok()) << rr.status();
+  EXPECT_EQ(rr->tensor, f32({2}, {1.5, -2.0}));
+
+  raw.add_dims(2);  // now [2, 2]: the bytes no longer fit the dims
+  EXPECT_EQ(parse_tensor_proto(raw.SerializeAsString()).status().code(), absl::StatusCode::kInvalidArgument);
+  onnx::TensorProto str;
+  str.set_data_type(onnx::TensorProto::STRING);
+  EXPECT_EQ(parse_tensor_proto(str.SerializeAsString()).status().code(), absl::StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace uop::onnx_import
