@@ -19,8 +19,9 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
   # ONNX importer and its conformance data
   libonnx-dev libonnx-testdata
-  # alerting rules and scrape config checks (promtool), the e2e scrape test
-  prometheus
+  # alerting rules and scrape config checks (promtool), the e2e scrape test; the YAML
+  # checks of deploy/ (tests/deploy)
+  prometheus python3-yaml
 )
 
 missing=()
