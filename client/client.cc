@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <optional>
 #include <utility>
 
@@ -112,7 +114,9 @@ struct Connection {
     absl::Duration d = std::min(options.deadline, limit);
     // An infinite (or absurd) deadline is no deadline; adding it to now() would overflow.
     if (d < absl::Hours(24 * 365)) ctx->set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d));
-    if (!options.bearer_token.empty()) ctx->AddMetadata("authorization", cat("Bearer ", options.bearer_token));
+    // Over TLS the token is the channel's call credentials (see connect()).
+    if (!options.bearer_token.empty() && !options.uses_tls())
+      ctx->AddMetadata("authorization", cat("Bearer ", options.bearer_token));
     return ctx;
   }
 };
@@ -121,7 +125,16 @@ struct Connection {
 
 namespace {
 
-absl::Status to_status(const grpc::Status& s) { return status_from_grpc(s.error_code(), s.error_message()); }
+// The client never reports the status of a call it cancelled itself, so a CANCELLED that
+// arrives is the server's or the connection's doing (seen while a scheduler shuts down, with
+// no message): as retryable as UNAVAILABLE, and said so.
+absl::Status to_status(const grpc::Status& s) {
+  if (s.error_code() == grpc::StatusCode::CANCELLED)
+    return absl::UnavailableError(cat("uopd or the connection cancelled the call (",
+                                      s.error_message().empty() ? std::string("no reason given") : s.error_message(),
+                                      "); the server may be shutting down: retry"));
+  return status_from_grpc(s.error_code(), s.error_message());
+}
 
 // The IR and the wire name scalars alike ("float32" / FLOAT32); going by name keeps the
 // two enums free to number differently, as the codec does.
@@ -228,6 +241,45 @@ Client::~Client() = default;
 
 const std::string& Client::address() const { return conn_->options.address; }
 
+namespace {
+
+absl::StatusOr<std::string> read_pem(const std::string& path, std::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(cat(what, " ", path, ": cannot open it"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (ss.str().find("-----BEGIN ") == std::string::npos)
+    return absl::InvalidArgumentError(cat(what, " ", path, ": not a PEM file"));
+  return ss.str();
+}
+
+// TLS channel credentials from the options' PEM files, with the bearer token (if any) as
+// call credentials.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> tls_credentials(const ClientOptions& o) {
+  grpc::SslCredentialsOptions ssl;
+  if (!o.tls_ca.empty()) {
+    auto ca = read_pem(o.tls_ca, "TLS CA");
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
+  }
+  if (o.tls_cert.empty() != o.tls_key.empty())
+    return absl::InvalidArgumentError("a TLS client certificate needs its key, and a key its certificate");
+  if (!o.tls_cert.empty()) {
+    auto cert = read_pem(o.tls_cert, "TLS certificate");
+    if (!cert.ok()) return cert.status();
+    auto key = read_pem(o.tls_key, "TLS key");
+    if (!key.ok()) return key.status();
+    ssl.pem_cert_chain = *cert;
+    ssl.pem_private_key = *key;
+  }
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::SslCredentials(ssl);
+  if (!o.bearer_token.empty())
+    creds = grpc::CompositeChannelCredentials(creds, grpc::AccessTokenCredentials(o.bearer_token));
+  return creds;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
   if (options.address.empty()) return absl::InvalidArgumentError("no uopd address given");
   auto conn = std::make_shared<detail::Connection>();
@@ -237,7 +289,19 @@ absl::StatusOr<std::unique_ptr<Client>> Client::connect(const ClientOptions& opt
   // Run outputs and compiled binaries come back inline and may exceed gRPC's 4 MiB
   // default; what the client receives is bounded by what it asked for.
   args.SetMaxReceiveMessageSize(-1);
-  conn->channel = grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
+  // After a server restart, reconnect within a second or two rather than gRPC's default
+  // backoff of up to two minutes: calls fail fast (UNAVAILABLE) while it is away.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (options.uses_tls()) {
+    auto tls = tls_credentials(options);
+    if (!tls.ok()) return tls.status();
+    creds = *tls;
+    if (!options.tls_server_name.empty()) args.SetSslTargetNameOverride(options.tls_server_name);
+  }
+  conn->channel = grpc::CreateCustomChannel(options.address, creds, args);
   absl::Duration wait = std::min(options.connect_timeout, options.deadline);
   if (!conn->channel->WaitForConnected(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(wait)))
     return absl::UnavailableError(
@@ -499,6 +563,7 @@ absl::StatusOr<RunResult> Session::run(const UOp* root, const Names& names, cons
   out.plan_ms = resp.plan_ms();
   out.compile_ms = resp.compile_ms();
   out.run_ms = resp.run_ms();
+  out.collective_ms = resp.collective_ms();
   return out;
 }
 

@@ -44,9 +44,19 @@ struct ClientOptions {
   absl::Duration deadline = absl::Seconds(60);        // each request
   absl::Duration connect_timeout = absl::Seconds(10);  // connect() waiting for the channel
   uint32_t chunk_bytes = kDefaultChunkBytes;  // upload / download; clamped to [1, kMaxChunkBytes]
-  // Sent as "authorization: Bearer <token>" on every request when set. The server does
-  // not check it yet (a later issue); the client carries it already so callers can.
+  // Sent as "authorization: Bearer <token>" on every request when set: the tenant's token
+  // of a uopd started with --tokens-file (`uop --token`, $UOPD_TOKEN). Over TLS it travels
+  // as gRPC call credentials; on a plaintext channel (loopback) as plain metadata, since
+  // gRPC sends call credentials over secure channels only.
   std::string bearer_token;
+  // TLS to a uopd started with --tls-cert: on when `tls` is set or any file is given.
+  // tls_ca (PEM) checks the server's certificate (empty: the system's roots); tls_cert and
+  // tls_key are this client's certificate, for a server that requires one
+  // (--tls-client-ca). tls_server_name: the name to expect in the server's certificate
+  // instead of the host of `address`.
+  bool tls = false;
+  std::string tls_ca, tls_cert, tls_key, tls_server_name;
+  bool uses_tls() const { return tls || !tls_ca.empty() || !tls_cert.empty() || !tls_key.empty(); }
 };
 
 // What to compile for. Empty backend: the server's default ("cpu").
@@ -133,6 +143,7 @@ struct RunResult {
   std::vector<Kernel> kernels;  // what ran, with cache status
   std::string device;
   double plan_ms = 0, compile_ms = 0, run_ms = 0;
+  double collective_ms = 0;  // multi-device: the collectives between kernels
 };
 
 // The one conversion of a gRPC status (code as its number) into absl::Status: same code,

@@ -24,6 +24,9 @@
 #include "client/cli.h"
 #include "client/client.h"
 #include "client/embedded_server.h"
+#ifdef UOP_WITH_ONNX
+#include "client/onnx/onnx_cli.h"
+#endif
 #include "compiler/interp/npy.h"
 #include "compiler/ir/codec.h"
 #include "compiler/ir/printer.h"
@@ -66,6 +69,17 @@ commands:
       --stage=NAME                   only this stage (`uopc help` lists them)
       --target=cpu|cuda:sm_NN        lower for this target (default: cpu)
   stats                    the server's counters: workers, caches, plans, sessions
+  run MODEL.onnx           import an ONNX model and run it: --in NAME=FILE.npy for every
+                           model input, --out NAME=FILE.npy (outputs summarized without)
+  onnx-test CASE_DIR...    run ONNX backend-test cases (model.onnx, test_data_set_*/):
+                           PASS / FAIL / UNSUPPORTED per case, then `N passed, N failed,
+                           N skipped`; exit 1 if any failed
+      --cases-from=LIST              case directories, one a line (# comments), under --root
+      --root=DIR                     the directory LIST names are relative to; alone: every
+                                     case directory in it
+      --shard=I/N                    only the cases at positions I, I+N, I+2N, ...
+      --interp                       the reference interpreter in this process, no server
+      --by-op                        a summary by operator, and the unsupported ones
   help                     this text
 
 options for every command:
@@ -75,6 +89,12 @@ options for every command:
   --uopd=PATH                        the uopd that --embedded starts (default: server/uopd
                                      of this build tree, else uopd on PATH)
   --deadline=SECONDS                 limit for each request (default 60)
+  --token=TOKEN                      the tenant's bearer token for a uopd started with
+                                     --tokens-file (default: $UOPD_TOKEN)
+  --tls                              talk TLS (on too when a --tls-* file is given)
+  --tls-ca=PEM                       CA that the server's certificate chains to
+  --tls-cert=PEM --tls-key=PEM       this client's certificate, for a server that
+                                     requires one (uopd --tls-client-ca)
 
 run prints each kernel's cache status on stderr ("miss, compiled in 12 ms",
 "hit (memory)"). Inputs and outputs are named by the graph's `names`, as for uopc.
@@ -83,8 +103,9 @@ Exit status: 0 ok, 1 invalid input or a failure (the server's message is printed
 }
 
 const cli::OptionSpec kSpec = {
-    {"in", "out", "random", "device", "target", "binary-out", "source-out", "stage", "server", "uopd", "deadline"},
-    {"embedded", "help"},
+    {"in", "out", "random", "device", "target", "binary-out", "source-out", "stage", "server", "uopd", "deadline",
+     "token", "tls-ca", "tls-cert", "tls-key", "cases-from", "root", "shard"},
+    {"embedded", "help", "tls", "interp", "by-op"},
 };
 
 int usage_error(const std::string& msg) {
@@ -367,6 +388,9 @@ int run(int argc, char** argv) {
     std::cerr << usage_text();
     return kUsage;
   }
+#ifdef UOP_WITH_ONNX
+  if (onnx_import::is_onnx_command(a)) return onnx_import::onnx_command(a, self_exe());
+#endif
   static const std::map<std::string, size_t> kArity = {{"run", 1}, {"compile", 1}, {"explain", 1}, {"stats", 0}};
   auto it = kArity.find(a.command);
   if (it == kArity.end()) return usage_error(cat("unknown command '", a.command, "'"));
@@ -379,6 +403,12 @@ int run(int argc, char** argv) {
     if (!d.ok()) return usage_error(std::string(d.status().message()));
     options.deadline = *d;
   }
+  if (a.has("token")) options.bearer_token = a.get("token");
+  else if (const char* t = std::getenv("UOPD_TOKEN"); t && *t) options.bearer_token = t;
+  options.tls = a.has("tls");
+  if (a.has("tls-ca")) options.tls_ca = a.get("tls-ca");
+  if (a.has("tls-cert")) options.tls_cert = a.get("tls-cert");
+  if (a.has("tls-key")) options.tls_key = a.get("tls-key");
   if (a.has("target") && !client::parse_target(a.get("target")).ok())
     return usage_error(std::string(client::parse_target(a.get("target")).status().message()));
 

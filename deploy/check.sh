@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone on Debian 12: installs what is missing, builds
-# the release preset, runs the libFuzzer target for a bounded time, then ctest (whose
+# the release preset, runs the libFuzzer targets for a bounded time, then ctest (whose
 # summary is the last thing printed). This is what CI runs (.ci/run).
-#   UOPD_FUZZ_SECONDS  how long the fuzzer runs (default 60)
+#   UOPD_FUZZ_SECONDS  how long the fuzzers run, both together (default 60)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deploy/setup.sh
@@ -10,19 +10,35 @@ deploy/setup.sh
 cmake --preset release >/dev/null
 cmake --build --preset release
 
-# Fuzz decode + verify (clang + libFuzzer), seeded with the examples in binary form.
+# The libFuzzer targets (clang, ASan + UBSan), each for half of UOPD_FUZZ_SECONDS. The fuzz
+# preset builds a second, instrumented copy of what they link (the IR, the codec, the
+# planner's passes; no LLVM codegen, no service): only these two targets.
+#   fuzz_decode_verify  graph bytes through the decoders and the verifier, seeded with the
+#                       examples in binary form;
+#   fuzz_requests       client API requests (Compile, Run, Explain, Upload, Download) through
+#                       decoding, the handlers' checks and the planner, seeded with the
+#                       examples as requests (written by the release build's replay).
 cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz --target fuzz_decode_verify
-corpus=build/fuzz/corpus/decode_verify
-mkdir -p "$corpus"
-for g in examples/*.json; do build/release/compiler/uopc convert "$g" "$corpus/$(basename "$g" .json).uopb"; done
-log=build/fuzz/fuzz_decode_verify.log
-set +e
-build/fuzz/tests/fuzz/fuzz_decode_verify -max_total_time="${UOPD_FUZZ_SECONDS:-60}" -max_len=65536 \
-  -print_final_stats=1 "$corpus" >"$log" 2>&1
-rc=$?
-set -e
-grep -E '^(#[0-9]+ *DONE|stat::number_of_executed_units)' "$log" || true
-if [ "$rc" -ne 0 ]; then tail -n 60 "$log"; echo "fuzz_decode_verify failed (exit $rc), log: $log"; exit 1; fi
+cmake --build --preset fuzz --target fuzz_decode_verify fuzz_requests
+total="${UOPD_FUZZ_SECONDS:-60}"
+half=$(( total / 2 > 0 ? total / 2 : 1 ))
+rest=$(( total - half > 0 ? total - half : 1 ))
+corpus=build/fuzz/corpus
+mkdir -p "$corpus/decode_verify" "$corpus/requests"
+for g in examples/*.json; do build/release/compiler/uopc convert "$g" "$corpus/decode_verify/$(basename "$g" .json).uopb"; done
+build/release/tests/fuzz_requests_replay examples --write-seeds "$corpus/requests" >/dev/null
+fuzz() {  # NAME SECONDS: run build/fuzz/tests/fuzz/NAME over its corpus; fail CI on a finding
+  local name=$1 seconds=$2 corpus_dir=$corpus/${1#fuzz_} log=build/fuzz/$1.log rc
+  set +e
+  "build/fuzz/tests/fuzz/$name" -max_total_time="$seconds" -max_len=65536 -timeout=60 -rss_limit_mb=4096 \
+    -print_final_stats=1 "$corpus_dir" >"$log" 2>&1
+  rc=$?
+  set -e
+  echo "$name:"
+  grep -E '^(#[0-9]+ *DONE|stat::number_of_executed_units)' "$log" || true
+  if [ "$rc" -ne 0 ]; then tail -n 60 "$log"; echo "$name failed (exit $rc), log: $log"; exit 1; fi
+}
+fuzz fuzz_decode_verify "$half"
+fuzz fuzz_requests "$rest"
 
 ctest --preset release

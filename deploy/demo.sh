@@ -3,12 +3,15 @@
 # release preset, starts uopd as the embedded default would (loopback, two CPU workers,
 # a disk cache, metrics) and runs every example graph through it with the `uop` client:
 # each kernel misses the compile cache once, hits it in memory on the next run, and hits
-# it on disk after uopd restarts. Nothing is left running afterwards.
+# it on disk after uopd restarts. Then data-parallel training (uop-train-demo): a small
+# MLP on two spirals, the batch sharded over CPU:0 and CPU:1, the gradients allreduced
+# between the two workers every step; per step the loss, the compile cache's hits and
+# misses, and where the time went. Nothing is left running afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deploy/setup.sh
 cmake --preset release >/dev/null
-cmake --build --preset release --target uopd uop-worker uop uopc
+cmake --build --preset release --target uopd uop-worker uop uopc uop-train-demo
 
 bin=build/release
 work=$(mktemp -d)
@@ -43,3 +46,7 @@ start_uopd
 for g in examples/*.json; do "$bin/client/uop" run "$g" --random 1 2>&1 | grep -E '^kernel'; done
 echo
 "$bin/client/uop" stats
+
+echo
+echo "=== data-parallel training on CPU:0 + CPU:1 (one Run per step: forward, backward, allreduce, SGD)"
+"$bin/client/uop-train-demo" --steps=40

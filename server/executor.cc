@@ -1,6 +1,12 @@
 #include "server/executor.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 
 #include "compiler/support/strings.h"
 #include "proto/worker.grpc.pb.h"
@@ -17,6 +23,47 @@ absl::Status from_grpc(const grpc::Status& s) {
 
 void set_deadline(grpc::ClientContext& ctx, absl::Time deadline) {
   ctx.set_deadline(absl::ToChronoTime(deadline));
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The wire names of worker.proto's CollectiveRequest.op.
+const char* reduce_op_wire(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Add: return "add";
+    case ReduceOp::Mul: return "mul";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+  }
+  return "?";
+}
+
+// "127.0.0.1" of "127.0.0.1:4000", "::1" of "[::1]:4000"; loopback names are one host.
+std::string host_of(const std::string& address) {
+  std::string h = address.substr(0, address.rfind(':'));
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  if (h == "localhost" || h == "::1" || h.rfind("127.", 0) == 0) return "loopback";
+  return h;
+}
+
+// "CUDA:0", "cuda:1": a worker whose buffers are in GPU memory.
+bool is_cuda_device(const std::string& device) {
+  return device.size() > 5 && (device.compare(0, 5, "CUDA:") == 0 || device.compare(0, 5, "cuda:") == 0);
+}
+
+// The dtypes NCCL reduces (worker/collectives/nccl_allreduce.h); the others go through
+// shm or gloo even between CUDA workers.
+bool nccl_has(Scalar t) {
+  switch (t) {
+    case Scalar::Int8: case Scalar::UInt8: case Scalar::Int32: case Scalar::UInt32: case Scalar::Int64:
+    case Scalar::UInt64: case Scalar::Index: case Scalar::Float16: case Scalar::BFloat16: case Scalar::Float32:
+    case Scalar::Float64:
+      return true;
+    default:
+      return false;
+  }
 }
 
 // Codes that mean the worker, not the request, failed.
@@ -126,55 +173,295 @@ absl::Status Executor::free(const Worker& w, const std::vector<uint64_t>& ids) {
   return s.ok() ? s : failed(w, s, "freeing buffers");
 }
 
+// What one run holds while its steps go: the worker of each device it uses, the worker
+// buffer of each plan buffer, the launches not sent yet.
+struct Executor::RunState {
+  const Plan* plan = nullptr;
+  const std::vector<CompiledKernel>* kernels = nullptr;
+  absl::Time deadline;
+  struct Device {
+    std::string name;
+    Worker w;
+    // The process this run talks to; a failure or a program load is attributed to it,
+    // not to a replacement that started meanwhile.
+    uint64_t generation = 0;
+    std::vector<uint64_t> temps;  // freed whatever happens
+    wpb::ExecuteRequest pending;  // launches since the last collective or copy
+  };
+  std::vector<Device> devices;  // in first-use order
+  std::vector<size_t> device_of;  // per plan buffer: index into devices
+  std::vector<uint64_t> ids;      // per plan buffer: the worker buffer
+  RunOutcome out;
+};
+
+absl::Status Executor::first_failure(RunState& rs, std::vector<std::pair<Worker, absl::Status>> failures,
+                                     std::string_view what) {
+  std::vector<absl::Status> told;
+  size_t pick = 0;
+  bool dead_found = false;
+  for (size_t i = 0; i < failures.size(); ++i) {
+    auto& [w, s] = failures[i];
+    uint64_t generation = 0;
+    for (const auto& d : rs.devices)
+      if (d.w == w) generation = d.generation;
+    told.push_back(failed(w, s, what, generation));
+    // A worker that is gone explains why its peers failed too.
+    if (!dead_found && (w->generation() != generation || w->state() != "up")) {
+      pick = i;
+      dead_found = true;
+    }
+  }
+  const absl::Status& s = told[pick];
+  return absl::Status(s.code(), cat(what, " on ", failures[pick].first->device(), ": ", s.message()));
+}
+
+absl::Status Executor::flush_launches(RunState& rs) {
+  std::vector<size_t> busy;
+  for (size_t i = 0; i < rs.devices.size(); ++i)
+    if (rs.devices[i].pending.launches_size() > 0) busy.push_back(i);
+  if (busy.empty()) return absl::OkStatus();
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<absl::Status> status(busy.size());
+  auto execute = [&](size_t k) {
+    RunState::Device& d = rs.devices[busy[k]];
+    grpc::ClientContext ctx;
+    set_deadline(ctx, rs.deadline);
+    wpb::ExecuteResponse resp;
+    auto st = stub(d.w);
+    status[k] = st.ok() ? from_grpc((*st)->Execute(&ctx, d.pending, &resp)) : st.status();
+  };
+  // Kernels of different devices between two collectives never share a buffer: they
+  // run side by side.
+  std::vector<std::thread> threads;
+  for (size_t k = 1; k < busy.size(); ++k) threads.emplace_back(execute, k);
+  execute(0);
+  for (auto& t : threads) t.join();
+  rs.out.run_ms += ms_since(t0);
+  std::vector<std::pair<Worker, absl::Status>> failures;
+  for (size_t k = 0; k < busy.size(); ++k) {
+    RunState::Device& d = rs.devices[busy[k]];
+    if (status[k].ok()) rs.out.kernels_run += d.pending.launches_size();
+    else failures.emplace_back(d.w, status[k]);
+    d.pending.Clear();
+  }
+  if (failures.empty()) return absl::OkStatus();
+  return first_failure(rs, std::move(failures), "running the kernels");
+}
+
+absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, size_t index) {
+  const Plan& plan = *rs.plan;
+  const size_t n = c.buffers.size();
+  std::vector<std::string> names;
+  bool one_host = true, all_cuda = true;
+  for (int b : c.buffers) {
+    const RunState::Device& d = rs.devices[rs.device_of[b]];
+    names.push_back(d.name);
+    one_host &= host_of(d.w->address()) == host_of(rs.devices[rs.device_of[c.buffers[0]]].w->address());
+    all_cuda &= is_cuda_device(d.w->device());
+  }
+  const std::string what = cat("allreduce ", index, " (", reduce_op_wire(c.op), " of ", scalar_name(c.dtype), " over ",
+                               join(names, ", "), ")");
+  // CUDA workers reduce in GPU memory with NCCL (its unique id through the rendezvous),
+  // where NCCL has the dtype; the rest by where the members are. A forced transport wins.
+  std::string transport = collectives_.transport;
+  if (transport.empty())
+    transport = all_cuda && nccl_has(c.dtype) && !collectives_.rendezvous.empty() ? "nccl" : one_host ? "shm" : "gloo";
+  if (transport != "shm" && collectives_.rendezvous.empty())
+    return absl::FailedPreconditionError(cat(what, transport == "nccl"
+                                                       ? ": nccl needs the rendezvous and this scheduler serves none"
+                                                       : ": the workers are on different hosts and this scheduler serves no rendezvous"));
+  absl::Duration left = rs.deadline - absl::Now();
+  if (left <= absl::ZeroDuration()) return absl::DeadlineExceededError(cat(what, ": the request's deadline passed"));
+  absl::Duration timeout = std::min(collectives_.timeout, left);
+  // Unique among every collective any scheduler on this host runs (shm segments are named
+  // after the group): this process, a counter.
+  const std::string group = cat("uopd-", getpid(), "-", next_group_.fetch_add(1), "-ar", index);
+
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  for (size_t i = 0; i < n; ++i) {
+    ctxs.push_back(std::make_unique<grpc::ClientContext>());
+    // The members bound their own waits by `timeout`; this only catches a worker that
+    // stopped answering altogether.
+    set_deadline(*ctxs.back(), std::min(rs.deadline, absl::Now() + timeout + absl::Seconds(5)));
+  }
+  std::mutex mu;
+  std::vector<bool> done(n, false), cancelled(n, false);
+  std::vector<absl::Status> status(n);
+  auto member = [&](size_t i) {
+    const int b = c.buffers[i];
+    const RunState::Device& d = rs.devices[rs.device_of[b]];
+    wpb::CollectiveRequest req;
+    req.set_group(group);
+    req.set_rank(static_cast<int>(i));
+    req.set_size(static_cast<int>(n));
+    req.set_op(reduce_op_wire(c.op));
+    req.set_dtype(std::string(scalar_name(c.dtype)));
+    req.set_buffer_id(rs.ids[b]);
+    req.set_elements(static_cast<uint64_t>(plan.buffers[b].elements));
+    req.set_transport(transport);
+    req.set_rendezvous(collectives_.rendezvous);
+    req.set_timeout_ms(static_cast<uint32_t>(std::max<int64_t>(absl::ToInt64Milliseconds(timeout), 1)));
+    wpb::CollectiveResponse resp;
+    auto st = stub(d.w);
+    absl::Status s = st.ok() ? from_grpc((*st)->Collective(ctxs[i].get(), req, &resp)) : st.status();
+    std::lock_guard<std::mutex> l(mu);
+    status[i] = s;
+    done[i] = true;
+    if (s.ok() || cancelled[i]) return;
+    // One member failed: the others cannot finish, so stop them waiting now.
+    for (size_t j = 0; j < n; ++j)
+      if (!done[j] && !cancelled[j]) {
+        cancelled[j] = true;
+        ctxs[j]->TryCancel();
+      }
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < n; ++i) threads.emplace_back(member, i);
+  member(0);
+  for (auto& t : threads) t.join();
+  rs.out.collective_ms += ms_since(t0);
+  std::vector<std::pair<Worker, absl::Status>> failures;
+  for (size_t i = 0; i < n; ++i) {
+    if (status[i].ok()) continue;
+    // Stopped by us because a peer failed: the peer's failure says why.
+    if (cancelled[i] && status[i].code() == absl::StatusCode::kCancelled) continue;
+    failures.emplace_back(rs.devices[rs.device_of[c.buffers[i]]].w, status[i]);
+  }
+  if (failures.empty()) {
+    ++rs.out.collectives_run;
+    return absl::OkStatus();
+  }
+  return first_failure(rs, std::move(failures), what);
+}
+
 absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const Plan& plan,
                                          const std::vector<CompiledKernel>& kernels,
                                          const absl::flat_hash_map<int, BoundInput>& inputs, bool keep_outputs,
                                          absl::Time deadline) {
-  auto worker = pool_->worker_for(device);
-  if (!worker.ok()) return worker.status();
-  const Worker& w = *worker;
-  // The process this run talks to; a failure or a program load is attributed to it, not
-  // to a replacement that started meanwhile.
-  const uint64_t generation = w->generation();
-  RunOutcome out;
+  RunState rs;
+  rs.plan = &plan;
+  rs.kernels = &kernels;
+  rs.deadline = deadline;
+  // The device a plan buffer or kernel runs on: its own in a multi-device plan, else the
+  // session's.
+  auto device_index = [&](const std::string& named) -> absl::StatusOr<size_t> {
+    const std::string& d = plan.multi_device() && !named.empty() ? named : device;
+    for (size_t i = 0; i < rs.devices.size(); ++i)
+      if (rs.devices[i].name == d) return i;
+    auto w = pool_->worker_for(d);
+    if (!w.ok()) return w.status();
+    RunState::Device dev;
+    dev.name = d;
+    dev.w = *w;
+    dev.generation = (*w)->generation();
+    rs.devices.push_back(std::move(dev));
+    return rs.devices.size() - 1;
+  };
+  auto cleanup = [&] {
+    for (auto& d : rs.devices) (void)free(d.w, d.temps);
+  };
+  RunOutcome& out = rs.out;
 
-  // Every plan buffer as a worker buffer: a session buffer as it is (on this worker, of
-  // this generation), everything else allocated for the run.
-  std::vector<uint64_t> ids(plan.buffers.size(), 0);
-  std::vector<uint64_t> temps;
-  auto cleanup = [&] { (void)free(w, temps); };
+  // Every plan buffer as a worker buffer on its device: a session buffer as it is (on
+  // that worker, of this generation), everything else allocated for the run.
+  rs.ids.assign(plan.buffers.size(), 0);
+  rs.device_of.assign(plan.buffers.size(), 0);
+  std::vector<size_t> fresh;  // plan buffers to allocate
   for (size_t i = 0; i < plan.buffers.size(); ++i) {
     const PlannedBuffer& pb = plan.buffers[i];
-    uint64_t bytes = static_cast<uint64_t>(pb.elements) * scalar_bytes(pb.dtype);
+    auto di = device_index(pb.device);
+    if (!di.ok()) {
+      cleanup();
+      return di.status();
+    }
+    rs.device_of[i] = *di;
+    RunState::Device& d = rs.devices[*di];
     auto in = inputs.find(static_cast<int>(i));
     if (in != inputs.end() && in->second.session_buffer) {
       const BufferInfo& b = *in->second.session_buffer;
-      if (b.worker_id != w->id() || b.worker_generation != w->generation()) {
+      if (b.worker_id != d.w->id() || b.worker_generation != d.generation) {
         cleanup();
         return absl::UnavailableError(cat("buffer ", b.id, " was held by worker ", b.worker_id,
                                           ", which restarted since; its contents are lost"));
       }
-      ids[i] = b.worker_buffer;
+      rs.ids[i] = b.worker_buffer;
       continue;
     }
-    ids[i] = new_buffer_id();
-    if (absl::Status s = alloc(w, ids[i], bytes, deadline); !s.ok()) {
+    rs.ids[i] = new_buffer_id();
+    d.temps.push_back(rs.ids[i]);  // freed whatever happens (an id never allocated is skipped)
+    fresh.push_back(i);
+  }
+  // All allocations at once: a step of a training loop has dozens of intermediates per
+  // device, and one round trip each, one after another, would cost more than its kernels.
+  // Outputs, intermediates and unbound kernel-level buffers start zeroed (workers zero
+  // new buffers).
+  {
+    struct Call {
+      grpc::ClientContext ctx;
+      wpb::AllocBufferRequest req;
+      wpb::AllocBufferResponse resp;
+      absl::Status status;
+    };
+    std::vector<std::unique_ptr<Call>> calls;
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t left = fresh.size();
+    for (size_t i : fresh) {
+      const PlannedBuffer& pb = plan.buffers[i];
+      auto call = std::make_unique<Call>();
+      set_deadline(call->ctx, deadline);
+      call->req.set_buffer_id(rs.ids[i]);
+      call->req.set_bytes(static_cast<uint64_t>(pb.elements) * scalar_bytes(pb.dtype));
+      Call* c = call.get();
+      calls.push_back(std::move(call));
+      auto done = [&, c](absl::Status st) {
+        std::lock_guard<std::mutex> l(mu);
+        c->status = std::move(st);
+        if (--left == 0) cv.notify_all();
+      };
+      auto st = stub(rs.devices[rs.device_of[i]].w);
+      if (!st.ok()) {
+        done(st.status());
+        continue;
+      }
+      (*st)->async()->AllocBuffer(&c->ctx, &c->req, &c->resp, [done](grpc::Status g) { done(from_grpc(g)); });
+    }
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return left == 0; });
+    for (size_t k = 0; k < fresh.size(); ++k) {
+      if (calls[k]->status.ok()) continue;
+      const RunState::Device& d = rs.devices[rs.device_of[fresh[k]]];
+      absl::Status s = failed(d.w, calls[k]->status, "allocating a buffer", d.generation);
+      l.unlock();
       cleanup();
       return s;
     }
-    temps.push_back(ids[i]);
-    if (in != inputs.end() && in->second.tensor) {
-      if (absl::Status s = write(w, ids[i], 0, in->second.tensor->data, deadline); !s.ok()) {
-        cleanup();
-        return s;
-      }
-      out.bytes_in += in->second.tensor->data.size();
-    }  // else: outputs, intermediates, unbound kernel-level buffers start zeroed (workers zero new buffers)
+  }
+  for (size_t i : fresh) {
+    auto in = inputs.find(static_cast<int>(i));
+    if (in == inputs.end() || !in->second.tensor) continue;
+    const RunState::Device& d = rs.devices[rs.device_of[i]];
+    if (absl::Status s = write(d.w, rs.ids[i], 0, in->second.tensor->data, deadline); !s.ok()) {
+      cleanup();
+      return s;
+    }
+    out.bytes_in += in->second.tensor->data.size();
   }
 
-  // Programs the worker does not have yet.
-  for (const CompiledKernel& k : kernels) {
-    if (w->has_program(k.key)) continue;
+  // Each kernel's device, and the programs its worker does not have yet.
+  std::vector<size_t> kernel_device(plan.kernels.size(), 0);
+  for (size_t i = 0; i < plan.kernels.size(); ++i) {
+    const PlannedKernel& pk = plan.kernels[i];
+    auto di = pk.buffers.empty() ? device_index(pk.device) : absl::StatusOr<size_t>(rs.device_of[pk.buffers[0]]);
+    if (!di.ok()) {
+      cleanup();
+      return di.status();
+    }
+    kernel_device[i] = *di;
+    const RunState::Device& d = rs.devices[*di];
+    const CompiledKernel& k = kernels[i];
+    if (d.w->has_program(k.key)) continue;
     grpc::ClientContext ctx;
     set_deadline(ctx, deadline);
     wpb::LoadProgramRequest req;
@@ -182,70 +469,85 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const Plan& 
     req.set_object(k.object);
     req.set_abi(k.abi.serialize());
     wpb::LoadProgramResponse resp;
-    auto st = stub(w);
+    auto st = stub(d.w);
     absl::Status s = st.ok() ? from_grpc((*st)->LoadProgram(&ctx, req, &resp)) : st.status();
     if (!s.ok()) {
       cleanup();
-      return failed(w, s, cat("loading kernel ", k.name), generation);
+      return failed(d.w, s, cat("loading kernel ", k.name), d.generation);
     }
-    w->note_program(k.key, generation);
+    d.w->note_program(k.key, d.generation);
   }
 
-  // The launches, in order, in one call.
-  wpb::ExecuteRequest exec;
-  for (size_t i = 0; i < plan.kernels.size(); ++i) {
-    const PlannedKernel& pk = plan.kernels[i];
-    const CompiledKernel& ck = kernels[i];
-    wpb::Launch* l = exec.add_launches();
-    l->set_key(ck.key);
-    std::vector<uint64_t> slots(ck.abi.num_buffers(), 0);
-    for (const KernelParam& p : ck.abi.params) slots[p.slot] = ids.at(pk.buffers.at(p.slot));
-    for (uint64_t id : slots) l->add_buffer_ids(id);
-    for (const KernelVar& v : ck.abi.vars) {
-      auto it = plan.vars.find(v.name);
-      if (it == plan.vars.end()) {
-        cleanup();
-        return absl::InvalidArgumentError(cat("kernel ", pk.name, " needs variable ", v.name, ", which the graph does not bind"));
+  // The steps in order: launches gather per device until a collective or copy needs
+  // their results.
+  for (const PlannedStep& st : plan.steps) {
+    absl::Status s;
+    if (st.kind == PlannedStep::Kind::Kernel) {
+      const PlannedKernel& pk = plan.kernels[st.index];
+      const CompiledKernel& ck = kernels[st.index];
+      wpb::Launch* l = rs.devices[kernel_device[st.index]].pending.add_launches();
+      l->set_key(ck.key);
+      std::vector<uint64_t> slots(ck.abi.num_buffers(), 0);
+      for (const KernelParam& p : ck.abi.params) slots[p.slot] = rs.ids.at(pk.buffers.at(p.slot));
+      for (uint64_t id : slots) l->add_buffer_ids(id);
+      for (const KernelVar& v : ck.abi.vars) {
+        auto it = plan.vars.find(v.name);
+        if (it == plan.vars.end()) {
+          cleanup();
+          return absl::InvalidArgumentError(cat("kernel ", pk.name, " needs variable ", v.name, ", which the graph does not bind"));
+        }
+        l->add_vars(it->second);
       }
-      l->add_vars(it->second);
+      continue;
     }
-  }
-  {
-    auto t0 = std::chrono::steady_clock::now();
-    grpc::ClientContext ctx;
-    set_deadline(ctx, deadline);
-    wpb::ExecuteResponse resp;
-    auto st = stub(w);
-    absl::Status s = st.ok() ? from_grpc((*st)->Execute(&ctx, exec, &resp)) : st.status();
-    out.run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    s = flush_launches(rs);
+    if (s.ok() && st.kind == PlannedStep::Kind::Collective) {
+      s = run_collective(rs, plan.collectives[st.index], st.index);
+    } else if (s.ok()) {
+      const PlannedCopy& c = plan.copies[st.index];
+      auto t0 = std::chrono::steady_clock::now();
+      const PlannedBuffer& src = plan.buffers[c.src];
+      const PlannedBuffer& dst = plan.buffers[c.dst];
+      uint64_t bytes = static_cast<uint64_t>(std::min(src.elements, dst.elements)) * scalar_bytes(src.dtype);
+      auto data = read(rs.devices[rs.device_of[c.src]].w, rs.ids[c.src], 0, bytes, deadline);
+      s = data.ok() ? write(rs.devices[rs.device_of[c.dst]].w, rs.ids[c.dst], 0, *data, deadline) : data.status();
+      if (!s.ok()) s = absl::Status(s.code(), cat("copying ", rs.devices[rs.device_of[c.src]].name, " -> ",
+                                                 rs.devices[rs.device_of[c.dst]].name, ": ", s.message()));
+      out.run_ms += ms_since(t0);
+    }
     if (!s.ok()) {
       cleanup();
-      return failed(w, s, "running the kernels", generation);
+      return s;
     }
-    out.kernels_run = plan.kernels.size();
+  }
+  if (absl::Status s = flush_launches(rs); !s.ok()) {
+    cleanup();
+    return s;
   }
 
   // The outputs: read back, or handed over to the session (then not freed here).
   for (const PlannedOutput& o : plan.outputs) {
     const PlannedBuffer& pb = plan.buffers[o.buffer];
+    RunState::Device& d = rs.devices[rs.device_of[o.buffer]];
+    const uint64_t id = rs.ids[o.buffer];
     HostTensor t;
     t.dtype = o.dtype;
     t.shape = o.shape;
     uint64_t bytes = static_cast<uint64_t>(t.numel()) * scalar_bytes(o.dtype);
     if (keep_outputs) {
       BufferInfo b;
-      b.device = device;
+      b.device = d.name;
       b.dtype = o.dtype;
       b.elements = static_cast<uint64_t>(pb.elements);
       b.bytes = static_cast<uint64_t>(pb.elements) * scalar_bytes(pb.dtype);
-      b.worker_buffer = ids[o.buffer];
-      b.worker_id = w->id();
-      b.worker_generation = w->generation();
-      temps.erase(std::remove(temps.begin(), temps.end(), ids[o.buffer]), temps.end());
+      b.worker_buffer = id;
+      b.worker_id = d.w->id();
+      b.worker_generation = d.generation;
+      d.temps.erase(std::remove(d.temps.begin(), d.temps.end(), id), d.temps.end());
       out.kept.push_back(b);
       continue;
     }
-    auto data = read(w, ids[o.buffer], 0, bytes, deadline);
+    auto data = read(d.w, id, 0, bytes, deadline);
     if (!data.ok()) {
       cleanup();
       return data.status();
@@ -255,7 +557,7 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const Plan& 
     out.outputs.push_back(std::move(t));
   }
   cleanup();
-  return out;
+  return std::move(rs.out);
 }
 
 }  // namespace uop::server

@@ -33,14 +33,36 @@ struct RunOutcome {
   std::vector<HostTensor> outputs;           // when the outputs come back as data
   std::vector<BufferInfo> kept;              // when they stay in the session (not yet recorded there)
   uint64_t kernels_run = 0;
-  uint64_t bytes_in = 0, bytes_out = 0;      // moved to / from the worker
-  double run_ms = 0;
+  uint64_t collectives_run = 0;
+  uint64_t bytes_in = 0, bytes_out = 0;      // moved to / from the workers
+  double run_ms = 0;                         // kernels and copies (devices side by side)
+  double collective_ms = 0;                  // collectives between the kernels
+};
+
+// How collectives between workers are run (DESIGN §4): members on one host reduce through
+// shared memory, members on different hosts through Gloo, whose rendezvous is this
+// scheduler's Rendezvous service.
+struct CollectiveOptions {
+  std::string rendezvous;  // host:port of the Rendezvous service; empty: only "shm" is possible
+  // Bounds each member's wait for its peers: a member that died, stalled or never came
+  // fails the step within it.
+  absl::Duration timeout = absl::Seconds(30);
+  // "" chooses by where the members are; "shm" or "gloo" forces one (gloo between workers
+  // on one host too: what tests of the cross-host path run on one machine).
+  std::string transport;
 };
 
 class Executor {
  public:
-  explicit Executor(WorkerPool* pool) : pool_(pool) {}
+  explicit Executor(WorkerPool* pool, CollectiveOptions collectives = {})
+      : pool_(pool), collectives_(std::move(collectives)) {}
+  void set_collective_options(CollectiveOptions o) { collectives_ = std::move(o); }
 
+  // Runs the plan's steps in order. A single-device plan runs on `device` (the session's);
+  // a multi-device one runs each kernel on the worker of its device ("CPU:1"), each
+  // collective on all of its members at once, each copy as a read from one worker and a
+  // write to another. Kernels of different devices between two collectives run side by
+  // side. A worker that dies during a step fails the run with UNAVAILABLE naming it.
   absl::StatusOr<RunOutcome> run(const std::string& device, const Plan& plan,
                                  const std::vector<CompiledKernel>& kernels,
                                  const absl::flat_hash_map<int, BoundInput>& inputs, bool keep_outputs,
@@ -72,8 +94,17 @@ class Executor {
   static absl::StatusOr<std::shared_ptr<Stub>> stub(const Worker& w);
 
  private:
+  struct RunState;
+  absl::Status flush_launches(RunState& rs);
+  absl::Status run_collective(RunState& rs, const PlannedCollective& c, size_t index);
+  // Picks what to tell the client from the failures of calls made side by side: a worker
+  // that died explains the others' failures (a peer gone, a call cancelled).
+  absl::Status first_failure(RunState& rs, std::vector<std::pair<Worker, absl::Status>> failures, std::string_view what);
+
   WorkerPool* pool_;
+  CollectiveOptions collectives_;
   std::atomic<uint64_t> next_id_{0};
+  std::atomic<uint64_t> next_group_{0};
 };
 
 }  // namespace uop::server

@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "compiler/codegen/cuda.h"
 #include "compiler/ir/codec.h"
 #include "compiler/support/strings.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -25,8 +26,11 @@
 #include "server/cache/disk_tier.h"
 #include "server/cache/memory_tier.h"
 #include "server/cache/redis_tier.h"
+#include "server/auth.h"
 #include "server/registry_service.h"
+#include "server/rendezvous_service.h"
 #include "server/service.h"
+#include "server/tls.h"
 
 namespace uop::server {
 namespace {
@@ -43,6 +47,8 @@ under $XDG_CACHE_HOME/uopd (or ~/.cache/uopd), serve metrics on 127.0.0.1:9464.
                               workers to register (uop-worker --scheduler=...)      [2]
   --cuda-workers=N            embedded CUDA workers, CUDA:0..CUDA:N-1; a GPU that cannot
                               be used (no driver, no GPU) is reported unavailable   [0]
+  --cuda-arch=sm_NN           CUDA arch for a Compile / Explain naming none, and for a
+                              CUDA worker that does not report its GPU's       [sm_90]
   --worker-binary=PATH        the uop-worker to start       [next to uopd, then PATH]
   --worker-threads=N          threads per worker                        [all cores]
   --worker-max-buffer-bytes=N buffer memory per worker                  [worker default]
@@ -58,18 +64,34 @@ under $XDG_CACHE_HOME/uopd (or ~/.cache/uopd), serve metrics on 127.0.0.1:9464.
   --session-bytes=N           buffer bytes per session                       [4 GiB]
   --session-idle-timeout-s=N  close sessions idle this long                    [600]
   --request-deadline-s=N      longest time one request may take                [300]
+  --collective-timeout-ms=N   how long a collective member waits for its peers: a
+                              worker that died or stalled fails the step within it [30000]
+  --collective-transport=T    shm (workers on one host), gloo (TCP, through this
+                              scheduler's Rendezvous service) or auto: by the workers'
+                              addresses                                          [auto]
   --allow-custom              accept CUSTOM / CUSTOMI / CUSTOM_FUNCTION ops (inline code)
+  --tokens-file=PATH          tenants, bearer tokens and quotas (format: server/auth.h);
+                              every request then needs a token; none: one anonymous tenant
+  --tls-cert=PEM --tls-key=PEM  serve the client API over TLS
+  --tls-client-ca=PEM         and require client certificates signed by this CA (mTLS)
+  --worker-tls-cert=PEM --worker-tls-key=PEM --worker-tls-ca=PEM
+                              mutual TLS between scheduler and workers (embedded workers
+                              are started with the same files)
+  --worker-tls-server-name=N  the name workers' certificates carry (default: their host)
   --help
 )";
 
 struct Flags {
   std::map<std::string, std::string> v = {
-      {"listen", "127.0.0.1:7070"}, {"workers", "2"}, {"cuda-workers", "0"}, {"worker-binary", ""}, {"worker-threads", "0"},
+      {"listen", "127.0.0.1:7070"}, {"workers", "2"}, {"cuda-workers", "0"}, {"cuda-arch", "sm_90"}, {"worker-binary", ""}, {"worker-threads", "0"},
       {"worker-max-buffer-bytes", ""}, {"cache-dir", "<default>"}, {"disk-cache-bytes", "4294967296"},
       {"memory-cache-bytes", "536870912"}, {"redis", ""}, {"redis-timeout-ms", "200"},
       {"metrics-listen", "127.0.0.1:9464"}, {"compile-threads", "2"}, {"max-nodes", "1000000"},
       {"max-request-bytes", "268435456"}, {"session-bytes", "4294967296"}, {"session-idle-timeout-s", "600"},
       {"request-deadline-s", "300"}, {"allow-custom", "false"},
+      {"collective-timeout-ms", "30000"}, {"collective-transport", "auto"}, {"tokens-file", ""}, {"tls-cert", ""},
+      {"tls-key", ""}, {"tls-client-ca", ""}, {"worker-tls-cert", ""}, {"worker-tls-key", ""}, {"worker-tls-ca", ""},
+      {"worker-tls-server-name", ""},
   };
   int64_t num(const std::string& k) const { return std::stoll(v.at(k)); }
 };
@@ -90,7 +112,7 @@ bool parse(int argc, char** argv, Flags* f, std::string* err) {
   }
   for (const char* k : {"workers", "cuda-workers", "worker-threads", "disk-cache-bytes", "memory-cache-bytes", "redis-timeout-ms",
                         "compile-threads", "max-nodes", "max-request-bytes", "session-bytes",
-                        "session-idle-timeout-s", "request-deadline-s"}) {
+                        "session-idle-timeout-s", "request-deadline-s", "collective-timeout-ms"}) {
     try {
       size_t used = 0;
       long long n = std::stoll(f->v[k], &used);
@@ -149,11 +171,32 @@ std::vector<SampledFamily> sample(CompileCache& cache, WorkerPool& pool, Planner
   return out;
 }
 
+// Per tenant (with --tokens-file): what it holds, and its requests refused by each limit.
+std::vector<SampledFamily> sample_tenants(const Tenants& tenants, SessionManager& sessions) {
+  SampledFamily reqs{"uopd_tenant_requests_total", "requests by tenant (authenticated)", true, {}};
+  SampledFamily refused{"uopd_tenant_rejections_total", "requests refused by a tenant limit (rps, compiles, sessions, bytes)", true, {}};
+  SampledFamily open{"uopd_tenant_sessions", "open sessions by tenant", false, {}};
+  SampledFamily bytes{"uopd_tenant_buffer_bytes", "buffer bytes held by tenant", false, {}};
+  for (Tenant* t : tenants.all()) {
+    reqs.samples.push_back({{{"tenant", t->name()}}, double(t->requests())});
+    for (auto& [limit, n] : t->rejections()) refused.samples.push_back({{{"tenant", t->name()}, {"limit", limit}}, double(n)});
+    TenantUsage u = sessions.usage(t->name());
+    open.samples.push_back({{{"tenant", t->name()}}, double(u.sessions)});
+    bytes.samples.push_back({{{"tenant", t->name()}}, double(u.bytes)});
+  }
+  return {reqs, refused, open, bytes,
+          {"uopd_auth_failures_total", "requests without a valid bearer token", true, {{{}, double(tenants.auth_failures())}}}};
+}
+
 int run(int argc, char** argv) {
   Flags f;
   std::string err;
   if (!parse(argc, argv, &f, &err)) {
     std::cerr << "uopd: " << err << "\nrun 'uopd --help' for usage\n";
+    return 2;
+  }
+  if (const std::string& t = f.v["collective-transport"]; t != "auto" && t != "shm" && t != "gloo") {
+    std::cerr << "uopd: --collective-transport takes shm, gloo or auto, got '" << t << "'\n";
     return 2;
   }
   quiet_protobuf_logs();
@@ -193,6 +236,17 @@ int run(int argc, char** argv) {
   wo.embedded_cuda_workers = static_cast<int>(f.num("cuda-workers"));
   wo.threads_per_worker = static_cast<int>(f.num("worker-threads"));
   if (!f.v["worker-max-buffer-bytes"].empty()) wo.extra_args.push_back(cat("--max-buffer-bytes=", f.v["worker-max-buffer-bytes"]));
+  tls::TlsFiles worker_tls{f.v["worker-tls-cert"], f.v["worker-tls-key"], f.v["worker-tls-ca"]};
+  if (worker_tls.any()) {
+    if (worker_tls.cert.empty() || worker_tls.key.empty() || worker_tls.ca.empty()) {
+      std::cerr << "uopd: worker mutual TLS needs --worker-tls-cert, --worker-tls-key and --worker-tls-ca\n";
+      return 2;
+    }
+    auto creds = tls::channel_credentials(worker_tls);
+    if (!creds.ok()) { std::cerr << "uopd: " << creds.status().message() << "\n"; return 1; }
+    tls::set_worker_channel(*creds, f.v["worker-tls-server-name"]);
+    for (const char* k : {"cert", "key", "ca"}) wo.extra_args.push_back(cat("--tls-", k, "=", f.v[cat("worker-tls-", k)]));
+  }
   if (wo.embedded_cpu_workers > 0 || wo.embedded_cuda_workers > 0) {
     if (absl::Status s = pool.start_embedded(wo); !s.ok()) { std::cerr << "uopd: " << s.message() << "\n"; return 1; }
   }
@@ -201,29 +255,53 @@ int run(int argc, char** argv) {
   po.compile_threads = static_cast<int>(std::max<int64_t>(f.num("compile-threads"), 1));
   po.allow_custom = f.v["allow-custom"] == "true";
   po.keep_source = true;
+  if (auto arch = CudaTarget::parse(f.v["cuda-arch"]); !arch.ok()) {
+    std::cerr << "uopd: --cuda-arch: " << arch.status().message() << "\n";
+    pool.shutdown();
+    return 2;
+  }
+  po.cuda_arch = f.v["cuda-arch"];
   Planner planner(po, &cache, CpuTarget::host());
   SessionOptions so;
   so.max_bytes = f.num("session-bytes");
   so.idle_timeout = absl::Seconds(f.num("session-idle-timeout-s"));
   SessionManager sessions(so);
   Executor executor(&pool);
+  std::unique_ptr<Tenants> tenants = Tenants::anonymous();
+  if (!f.v["tokens-file"].empty()) {
+    auto loaded = Tenants::load(f.v["tokens-file"]);
+    if (!loaded.ok()) { std::cerr << "uopd: " << loaded.status().message() << "\n"; pool.shutdown(); return 1; }
+    tenants = std::move(*loaded);
+  }
   ServiceDeps deps{&planner, &cache, &sessions, &pool, &executor, metrics->get(), {}};
+  deps.tenants = tenants.get();
   deps.limits.decode.max_nodes = static_cast<uint32_t>(f.num("max-nodes"));
   deps.limits.decode.max_bytes = f.num("max-request-bytes");
   deps.limits.request_deadline = absl::Seconds(f.num("request-deadline-s"));
   UopdService service(deps);
   RegistryService registry(&pool);
+  // The rendezvous of Gloo collectives between workers on different hosts (DESIGN §4).
+  RendezvousService rendezvous;
   (*metrics)->add_sampler([&] { return sample(cache, pool, planner, sessions); });
+  if (tenants->enabled()) (*metrics)->add_sampler([&] { return sample_tenants(*tenants, sessions); });
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(f.v["listen"], grpc::InsecureServerCredentials(), &port);
+  std::shared_ptr<grpc::ServerCredentials> listen_creds = grpc::InsecureServerCredentials();
+  if (!f.v["tls-cert"].empty() || !f.v["tls-key"].empty() || !f.v["tls-client-ca"].empty()) {
+    tls::TlsFiles api_tls{f.v["tls-cert"], f.v["tls-key"], f.v["tls-client-ca"]};
+    auto creds = tls::server_credentials(api_tls, !api_tls.ca.empty());
+    if (!creds.ok()) { std::cerr << "uopd: " << creds.status().message() << "\n"; pool.shutdown(); return 1; }
+    listen_creds = *creds;
+  }
+  builder.AddListeningPort(f.v["listen"], listen_creds, &port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(f.num("max-request-bytes"), INT32_MAX)));
   builder.SetMaxSendMessageSize(INT32_MAX);
   builder.RegisterService(&service);
   builder.RegisterService(&registry);
+  builder.RegisterService(&rendezvous);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     std::cerr << "uopd: cannot listen on " << f.v["listen"] << "\n";
@@ -231,6 +309,16 @@ int run(int argc, char** argv) {
     return 1;
   }
   std::string host = f.v["listen"].substr(0, f.v["listen"].rfind(':'));
+  // Workers reach the rendezvous where clients reach the scheduler; a wildcard address
+  // is advertised as this host's name.
+  std::string rendezvous_host = host;
+  if (host == "0.0.0.0" || host == "[::]" || host.empty()) {
+    char name[256] = {};
+    rendezvous_host = gethostname(name, sizeof name - 1) == 0 ? name : "127.0.0.1";
+  }
+  const std::string& transport = f.v["collective-transport"];
+  executor.set_collective_options({cat(rendezvous_host, ":", port), absl::Milliseconds(f.num("collective-timeout-ms")),
+                                   transport == "auto" ? "" : transport});
   std::cout << "LISTENING " << host << ":" << port << std::endl;
   std::cerr << "uopd: serving on " << host << ":" << port << ", " << wo.embedded_cpu_workers << " CPU workers, cache "
             << (cache_dir.empty() ? std::string("in memory only") : cache_dir)
@@ -249,14 +337,21 @@ int run(int argc, char** argv) {
   int sig = 0;
   sigwait(&stop_signals, &sig);
   std::cerr << "uopd: signal " << sig << ", draining\n";
-  // Stop taking requests and let those in flight finish. gRPC's Shutdown also waits for
-  // idle client connections to notice, which can take seconds: it runs on its own thread,
-  // and the drain ends when no handler is running (or after the drain deadline).
-  std::thread shutdown([&] { server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30)); });
-  shutdown.detach();
+  // Drain: with the listener still open, every new request is refused with a clear
+  // UNAVAILABLE ("uopd is shutting down") and the health service reports NOT_SERVING, while
+  // the requests in flight finish (or the drain deadline passes); then their answers get a
+  // moment to leave. gRPC's Server::Shutdown is not called: it cancels every call it has
+  // accepted but not yet handed to a handler with a bare CANCELLED (no message), and
+  // clients retrying during the drain keep some calls in that state at any moment. Leaving
+  // instead closes the connections: a call cut off that way fails UNAVAILABLE (the socket
+  // closed), as clear and as retryable as the refusals.
+  service.begin_drain();
+  if (grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService()) health->SetServingStatus(false);
   absl::Time drain_until = absl::Now() + absl::Seconds(30);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  while (service.in_flight() > 0 && absl::Now() < drain_until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (int quiet = 0; quiet < 10 && absl::Now() < drain_until;) {  // no handler running for 200 ms
+    quiet = service.in_flight() == 0 ? quiet + 1 : 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   stopping = true;
   reaper.join();
   pool.shutdown();

@@ -1,5 +1,6 @@
 #include "server/planner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 
@@ -24,12 +25,14 @@ Planner::Planner(PlannerOptions opts, CompileCache* cache, CpuTarget target)
       vector_bits_(target_.vector_bits()),
       compiles_(opts_.compile_threads) {}
 
-std::string Planner::cache_key(const Digest& kernel) const {
+std::string Planner::cache_key(const Digest& kernel, std::string_view cache_namespace) const {
   // Everything that decides the bytes of the artifact: the computation, the machine, the
   // compiler that made it and its options.
-  return sha256(cat("uopd-kernel-key/1\n", kernel.hex(), "\n", target_.id(), "\n", compiler_build_id(),
-                    "\nvector_bits=", vector_bits_, " keep_source=", opts_.keep_source))
-      .hex();
+  std::string material = cat("uopd-kernel-key/1\n", kernel.hex(), "\n", target_.id(), "\n", compiler_build_id(),
+                             "\nvector_bits=", vector_bits_, " keep_source=", opts_.keep_source);
+  // A private namespace only moves the key; the shared cache's keys stay what they were.
+  if (!cache_namespace.empty()) material = cat(material, "\nnamespace=", cache_namespace);
+  return sha256(material).hex();
 }
 
 absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan(const DecodedGraph& g, bool* cached) {
@@ -70,25 +73,45 @@ absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan(const DecodedGraph& g,
       pb.dtype = b->dtype().scalar;
       pb.elements = b->op() == Op::PARAM ? b->arg_as<ParamArg>().size : b->arg_as<BufferArg>().size;
       pb.node = b->digest();
+      if (b->op() == Op::BUFFER) pb.device = b->src(1)->arg_as<DeviceArg>().devices.at(0);
+      if (!pb.device.empty() && std::find(plan->devices.begin(), plan->devices.end(), pb.device) == plan->devices.end())
+        plan->devices.push_back(pb.device);
       plan->buffers.push_back(pb);
     }
     return it->second;
   };
   absl::flat_hash_set<const UOp*> outputs(p->outputs.begin(), p->outputs.end());
   absl::flat_hash_set<const UOp*> intermediates(p->intermediates.begin(), p->intermediates.end());
+  auto role_of = [&](const UOp* b) {
+    return outputs.contains(b) ? PlannedBuffer::Role::Output
+           : intermediates.contains(b) ? PlannedBuffer::Role::Intermediate
+                                       : PlannedBuffer::Role::Input;
+  };
   for (const KernelPlan& k : p->kernels) {
     PlannedKernel pk;
     pk.name = k.name;
     pk.digest = k.kernel->digest();
     pk.encoded = encode_binary(k.kernel);
-    for (const UOp* b : k.buffers) {
-      PlannedBuffer::Role role = outputs.contains(b) ? PlannedBuffer::Role::Output
-                                 : intermediates.contains(b) ? PlannedBuffer::Role::Intermediate
-                                                             : PlannedBuffer::Role::Input;
-      pk.buffers.push_back(buffer(b, role));
-    }
+    pk.device = k.device;
+    for (const UOp* b : k.buffers) pk.buffers.push_back(buffer(b, role_of(b)));
     plan->kernels.push_back(std::move(pk));
   }
+  // Multi-device steps: collectives and copies between the kernels.
+  for (const CollectivePlan& c : p->collectives) {
+    PlannedCollective pc;
+    pc.op = c.op;
+    pc.dtype = c.dtype;
+    for (const UOp* b : c.buffers) pc.buffers.push_back(buffer(b, role_of(b)));
+    plan->collectives.push_back(std::move(pc));
+  }
+  for (const CopyPlan& c : p->copies) plan->copies.push_back({buffer(c.src, role_of(c.src)), buffer(c.dst, role_of(c.dst))});
+  for (const PlanStep& st : p->steps) {
+    auto kind = st.kind == PlanStep::Kind::Kernel       ? PlannedStep::Kind::Kernel
+                : st.kind == PlanStep::Kind::Collective ? PlannedStep::Kind::Collective
+                                                        : PlannedStep::Kind::Copy;
+    plan->steps.push_back({kind, st.index});
+  }
+  for (const auto& o : p->output_parts) plan->output_parts.push_back({o.parts, o.axis});
   if (p->kernel_level) {
     for (size_t i = 0; i < plan->buffers.size(); ++i)
       plan->outputs.push_back({plan->buffers[i].dtype, p->output_shapes[i], static_cast<int>(i)});
@@ -104,8 +127,8 @@ absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan(const DecodedGraph& g,
   return std::shared_ptr<const Plan>(plan);
 }
 
-absl::StatusOr<CompiledKernel> Planner::compile_one(const PlannedKernel& k) {
-  std::string key = cache_key(k.digest);
+absl::StatusOr<CompiledKernel> Planner::compile_one(const PlannedKernel& k, std::string_view cache_namespace) {
+  std::string key = cache_key(k.digest, cache_namespace);
   bool compiled_here = false;
   double compile_ms = 0;
   auto result = cache_->get_or_compute(key, [&]() -> absl::StatusOr<std::string> {
@@ -154,13 +177,13 @@ absl::StatusOr<CompiledKernel> Planner::compile_one(const PlannedKernel& k) {
   return ck;
 }
 
-absl::StatusOr<std::vector<CompiledKernel>> Planner::compile(const Plan& plan) {
+absl::StatusOr<std::vector<CompiledKernel>> Planner::compile(const Plan& plan, std::string_view cache_namespace) {
   // One compile per distinct kernel, all of them queued at once.
   absl::flat_hash_map<Digest, size_t> first;
   std::vector<std::future<absl::StatusOr<CompiledKernel>>> futures;
   for (const PlannedKernel& k : plan.kernels) {
     if (!first.emplace(k.digest, futures.size()).second) continue;
-    futures.push_back(compiles_.submit([this, &k] { return compile_one(k); }));
+    futures.push_back(compiles_.submit([this, &k, cache_namespace] { return compile_one(k, cache_namespace); }));
   }
   std::vector<absl::StatusOr<CompiledKernel>> done;
   for (auto& f : futures) done.push_back(f.get());

@@ -31,6 +31,7 @@ struct PlannedBuffer {
   Scalar dtype = Scalar::Float32;
   int64_t elements = 0;
   Digest node;  // inputs: the digest of the BUFFER / PARAM node a binding names
+  std::string device;  // the DEVICE of its BUFFER ("CPU:1"); "" for a kernel-level PARAM
 };
 
 struct PlannedKernel {
@@ -38,6 +39,30 @@ struct PlannedKernel {
   Digest digest;               // the normalized kernel's identity
   std::string encoded;         // the normalized kernel, encode_binary()
   std::vector<int> buffers;    // per slot: index into Plan::buffers
+  std::string device;          // where it runs (the device of its buffers)
+};
+
+// Multi-device plans (compiler/pipeline.h): a collective leaves every one of its buffers
+// (one per device, in device order) holding the reduction of all of them; a copy moves a
+// buffer to another device. Steps list kernels, collectives and copies in order.
+struct PlannedCollective {
+  ReduceOp op = ReduceOp::Add;
+  Scalar dtype = Scalar::Float32;
+  std::vector<int> buffers;  // into Plan::buffers
+};
+struct PlannedCopy {
+  int src = 0, dst = 0;  // into Plan::buffers
+};
+struct PlannedStep {
+  enum class Kind { Kernel, Collective, Copy };
+  Kind kind = Kind::Kernel;
+  size_t index = 0;  // into kernels, collectives or copies
+};
+// Which outputs make up one output of the graph: one, or one per shard of a
+// multi-device output (concatenated along `axis`; -1 replicated).
+struct PlannedOutputParts {
+  std::vector<size_t> parts;  // into Plan::outputs
+  int64_t axis = -1;
 };
 
 struct PlannedOutput {
@@ -50,7 +75,15 @@ struct Plan {
   Digest graph;
   std::vector<PlannedBuffer> buffers;
   std::vector<PlannedKernel> kernels;  // execution order
-  std::vector<PlannedOutput> outputs;  // one per output of the graph
+  std::vector<PlannedOutput> outputs;  // one per output of the graph (per shard when multi-device)
+  std::vector<PlannedCollective> collectives;
+  std::vector<PlannedCopy> copies;
+  std::vector<PlannedStep> steps;      // kernels, collectives and copies in execution order
+  std::vector<PlannedOutputParts> output_parts;  // one per source of the graph's SINK
+  std::vector<std::string> devices;    // every device the buffers name, in first-use order
+  // More than one device: each runs on its own worker. A plan on one device runs on the
+  // session's (first) device, whatever its DEVICE nodes say.
+  bool multi_device() const { return devices.size() > 1; }
   absl::flat_hash_map<std::string, int64_t> vars;  // DEFINE_VAR name -> bound value
   bool kernel_level = false;
   double plan_ms = 0;
@@ -74,6 +107,9 @@ struct PlannerOptions {
   int compile_threads = 2;
   bool allow_custom = false;
   bool keep_source = false;  // store LLVM IR with each artifact (for `include_source`)
+  // The CUDA arch kernels are compiled for when a request names none (a Compile or Explain
+  // with target cuda and no arch) and for a CUDA worker that does not report its own.
+  std::string cuda_arch = "sm_90";
 };
 
 class Planner {
@@ -86,10 +122,27 @@ class Planner {
 
   // Every kernel of the plan, compiled or found in the cache. Concurrent requests for a
   // kernel being compiled wait for that compile (singleflight in the cache).
-  absl::StatusOr<std::vector<CompiledKernel>> compile(const Plan& plan);
+  // `cache_namespace` (a tenant's private cache, server/auth.h) salts every cache key:
+  // empty is the cache everyone shares.
+  absl::StatusOr<std::vector<CompiledKernel>> compile(const Plan& plan, std::string_view cache_namespace = {});
 
-  // The cache key of a kernel for this planner's target.
-  std::string cache_key(const Digest& kernel) const;
+  // The cache key of a kernel for this planner's target (and namespace).
+  std::string cache_key(const Digest& kernel, std::string_view cache_namespace = {}) const;
+
+  // The same for a CUDA arch ("sm_80", "sm_90"; planner_cuda.cc): NVRTC on this
+  // machine, no GPU needed; each artifact's `object` is the cubin. The key names the arch
+  // and the NVRTC version (cuda_build_id), so another NVRTC never hits it.
+  absl::StatusOr<std::vector<CompiledKernel>> compile_cuda(const Plan& plan, const std::string& arch,
+                                                           std::string_view cache_namespace = {});
+  std::string cuda_cache_key(const Digest& kernel, const std::string& arch, std::string_view cache_namespace = {}) const;
+
+  // Each kernel compiled for its own target (a Run whose devices mix CPU and CUDA):
+  // `arch_per_kernel[i]` is the CUDA arch for plan.kernels[i], or "" for the CPU. One
+  // compile per distinct (kernel, target).
+  absl::StatusOr<std::vector<CompiledKernel>> compile_per_kernel(const Plan& plan,
+                                                                 const std::vector<std::string>& arch_per_kernel,
+                                                                 std::string_view cache_namespace = {});
+  const std::string& default_cuda_arch() const { return opts_.cuda_arch; }
 
   const CpuTarget& target() const { return target_; }
   uint64_t plan_hits() const;
@@ -97,7 +150,9 @@ class Planner {
   uint64_t compile_queue_depth() const;
 
  private:
-  absl::StatusOr<CompiledKernel> compile_one(const PlannedKernel& k);
+  absl::StatusOr<CompiledKernel> compile_one(const PlannedKernel& k, std::string_view cache_namespace);
+  absl::StatusOr<CompiledKernel> compile_one_cuda(const PlannedKernel& k, const std::string& arch,
+                                                  std::string_view cache_namespace);
 
   PlannerOptions opts_;
   CompileCache* cache_;

@@ -1,7 +1,9 @@
 #include "server/service.h"
 
 #include <chrono>
+#include <optional>
 
+#include "compiler/codegen/cuda.h"
 #include "compiler/ir/printer.h"
 #include "compiler/pipeline.h"
 #include "compiler/support/strings.h"
@@ -51,6 +53,32 @@ absl::Status check_target(const pb::Target& t) {
   return absl::UnimplementedError(cat("target backend '", t.backend(), "' is not available on this server"));
 }
 
+// A CUDA target's arch: the request's, or the server's default (--cuda-arch) for none.
+absl::StatusOr<std::string> cuda_arch_of(const pb::Target& t, const std::string& fallback) {
+  std::string arch = t.arch().empty() ? fallback : t.arch();
+  if (auto parsed = CudaTarget::parse(arch); !parsed.ok()) return parsed.status();
+  return arch;
+}
+
+bool is_cuda_device(std::string_view device) { return device.rfind("CUDA:", 0) == 0; }
+
+// The arch a CUDA device's programs are compiled for: what its worker reports (Info's
+// target, "sm_90"), else `fallback`. UNAVAILABLE naming the device when no worker for it
+// is up (a machine without a GPU), before anything is compiled for it.
+absl::StatusOr<std::string> worker_cuda_arch(WorkerPool& pool, const std::string& device, const std::string& fallback,
+                                             absl::Time deadline) {
+  auto w = pool.worker_for(device, absl::Seconds(5));
+  if (!w.ok()) return absl::Status(w.status().code(), cat("device ", device, ": ", w.status().message()));
+  auto stub = (*w)->stub();
+  if (!stub) return absl::UnavailableError(cat("device ", device, ": ", (*w)->describe(), " is not up"));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Seconds(5))));
+  ::uopd::worker::v1::InfoResponse info;
+  grpc::Status st = stub->Info(&ctx, ::uopd::worker::v1::InfoRequest(), &info);
+  if (st.ok() && info.backend() == "cuda" && CudaTarget::parse(info.target()).ok()) return info.target();
+  return fallback;
+}
+
 // The name a graph gives node `u`, or "".
 std::string name_of(const DecodedGraph& g, const UOp* u) {
   for (auto& [n, node] : g.names)
@@ -76,6 +104,14 @@ absl::Time UopdService::deadline(grpc::ServerContext* ctx) const {
   return std::min(mine, theirs);
 }
 
+absl::StatusOr<Tenant*> UopdService::admit(grpc::ServerContext* ctx) {
+  if (draining_) return absl::UnavailableError("uopd is shutting down: retry on another scheduler, or once it is back");
+  std::vector<std::string_view> auth;
+  auto range = ctx->client_metadata().equal_range("authorization");
+  for (auto it = range.first; it != range.second; ++it) auth.emplace_back(it->second.data(), it->second.size());
+  return d_.tenants->admit(auth, absl::Now());
+}
+
 grpc::Status UopdService::finish(std::string_view method, const absl::Status& s) {
   InFlight in_flight(in_flight_);
   d_.metrics->request(method, s.code());
@@ -91,24 +127,36 @@ void UopdService::free_buffers(const std::vector<BufferInfo>& buffers) {
   }
 }
 
-grpc::Status UopdService::CreateSession(grpc::ServerContext*, const pb::CreateSessionRequest* req,
+grpc::Status UopdService::CreateSession(grpc::ServerContext* ctx, const pb::CreateSessionRequest* req,
                                         pb::CreateSessionResponse* resp) {
   InFlight in_flight(in_flight_);
+  auto tenant = admit(ctx);
+  if (!tenant.ok()) return finish("CreateSession", tenant.status());
+  const std::string& who = (*tenant)->name();
   std::vector<std::string> devices(req->devices().begin(), req->devices().end());
   if (devices.empty()) devices.push_back("CPU:0");
   for (const std::string& dev : devices) {
     auto w = d_.workers->worker_for(dev, absl::Seconds(5));
     if (!w.ok()) return finish("CreateSession", absl::Status(w.status().code(), cat("device ", dev, ": ", w.status().message())));
   }
-  resp->set_session_id(d_.sessions->create(devices, absl::Milliseconds(req->idle_timeout_ms())));
+  const TenantQuota& q = (*tenant)->quota();
+  auto id = d_.sessions->open(devices, absl::Milliseconds(req->idle_timeout_ms()), SessionOwner{who, q.max_sessions, q.max_bytes});
+  if (!id.ok()) {
+    (*tenant)->count_rejection("sessions");
+    return finish("CreateSession", id.status());
+  }
+  resp->set_session_id(*id);
   for (const std::string& dev : devices) resp->add_devices(dev);
   return finish("CreateSession", absl::OkStatus());
 }
 
-grpc::Status UopdService::CloseSession(grpc::ServerContext*, const pb::CloseSessionRequest* req,
+grpc::Status UopdService::CloseSession(grpc::ServerContext* ctx, const pb::CloseSessionRequest* req,
                                        pb::CloseSessionResponse* resp) {
   InFlight in_flight(in_flight_);
-  auto buffers = d_.sessions->close(req->session_id());
+  auto tenant = admit(ctx);
+  if (!tenant.ok()) return finish("CloseSession", tenant.status());
+  const std::string& who = (*tenant)->name();
+  auto buffers = d_.sessions->close(req->session_id(), who);
   if (!buffers.ok()) return finish("CloseSession", buffers.status());
   free_buffers(*buffers);
   resp->set_buffers_freed(buffers->size());
@@ -118,7 +166,10 @@ grpc::Status UopdService::CloseSession(grpc::ServerContext*, const pb::CloseSess
 grpc::Status UopdService::CreateBuffer(grpc::ServerContext* ctx, const pb::CreateBufferRequest* req,
                                        pb::CreateBufferResponse* resp) {
   InFlight in_flight(in_flight_);
-  auto devices = d_.sessions->devices(req->session_id());
+  auto tenant = admit(ctx);
+  if (!tenant.ok()) return finish("CreateBuffer", tenant.status());
+  const std::string& who = (*tenant)->name();
+  auto devices = d_.sessions->devices(req->session_id(), who);
   if (!devices.ok()) return finish("CreateBuffer", devices.status());
   std::string device = req->device().empty() ? devices->front() : req->device();
   if (std::find(devices->begin(), devices->end(), device) == devices->end())
@@ -138,10 +189,13 @@ grpc::Status UopdService::CreateBuffer(grpc::ServerContext* ctx, const pb::Creat
   b.worker_buffer = d_.executor->new_buffer_id();
   b.worker_id = (*w)->id();
   b.worker_generation = (*w)->generation();
-  auto id = d_.sessions->add_buffer(req->session_id(), b);  // the quota check comes first
-  if (!id.ok()) return finish("CreateBuffer", id.status());
+  auto id = d_.sessions->add_buffer(req->session_id(), b, who);  // the quota check comes first
+  if (!id.ok()) {
+    if (id.status().code() == absl::StatusCode::kResourceExhausted) (*tenant)->count_rejection("bytes");
+    return finish("CreateBuffer", id.status());
+  }
   if (absl::Status s = d_.executor->alloc(*w, b.worker_buffer, b.bytes, deadline(ctx)); !s.ok()) {
-    (void)d_.sessions->remove_buffer(req->session_id(), *id);
+    (void)d_.sessions->remove_buffer(req->session_id(), *id, who);
     return finish("CreateBuffer", s);
   }
   resp->set_buffer_id(*id);
@@ -152,9 +206,12 @@ grpc::Status UopdService::CreateBuffer(grpc::ServerContext* ctx, const pb::Creat
 grpc::Status UopdService::Upload(grpc::ServerContext* ctx, grpc::ServerReader<pb::UploadChunk>* reader,
                                  pb::UploadResponse* resp) {
   InFlight in_flight(in_flight_);
+  auto tenant = admit(ctx);
+  if (!tenant.ok()) return finish("Upload", tenant.status());
+  const std::string& who = (*tenant)->name();
   pb::UploadChunk chunk;
   if (!reader->Read(&chunk)) return finish("Upload", absl::InvalidArgumentError("upload: no chunks"));
-  auto b = d_.sessions->buffer(chunk.session_id(), chunk.buffer_id());
+  auto b = d_.sessions->buffer(chunk.session_id(), chunk.buffer_id(), who);
   if (!b.ok()) return finish("Upload", b.status());
   auto w = d_.workers->worker_for(b->device);
   if (!w.ok()) return finish("Upload", w.status());
@@ -197,7 +254,10 @@ grpc::Status UopdService::Upload(grpc::ServerContext* ctx, grpc::ServerReader<pb
 grpc::Status UopdService::Download(grpc::ServerContext* ctx, const pb::DownloadRequest* req,
                                    grpc::ServerWriter<pb::DownloadChunk>* writer) {
   InFlight in_flight(in_flight_);
-  auto b = d_.sessions->buffer(req->session_id(), req->buffer_id());
+  auto tenant = admit(ctx);
+  if (!tenant.ok()) return finish("Download", tenant.status());
+  const std::string& who = (*tenant)->name();
+  auto b = d_.sessions->buffer(req->session_id(), req->buffer_id(), who);
   if (!b.ok()) return finish("Download", b.status());
   if (req->offset() > b->bytes) return finish("Download", absl::OutOfRangeError(cat("download: offset ", req->offset(), " is past the end of buffer ", b->id, " (", b->bytes, " bytes)")));
   uint64_t length = req->length() == 0 ? b->bytes - req->offset() : req->length();
@@ -220,23 +280,40 @@ grpc::Status UopdService::Download(grpc::ServerContext* ctx, const pb::DownloadR
   return finish("Download", s);
 }
 
-grpc::Status UopdService::FreeBuffer(grpc::ServerContext*, const pb::FreeBufferRequest* req, pb::FreeBufferResponse*) {
+grpc::Status UopdService::FreeBuffer(grpc::ServerContext* ctx, const pb::FreeBufferRequest* req, pb::FreeBufferResponse*) {
   InFlight in_flight(in_flight_);
-  auto b = d_.sessions->remove_buffer(req->session_id(), req->buffer_id());
+  auto tenant = admit(ctx);
+  if (!tenant.ok()) return finish("FreeBuffer", tenant.status());
+  const std::string& who = (*tenant)->name();
+  auto b = d_.sessions->remove_buffer(req->session_id(), req->buffer_id(), who);
   if (!b.ok()) return finish("FreeBuffer", b.status());
   free_buffers({*b});
   return finish("FreeBuffer", absl::OkStatus());
 }
 
-grpc::Status UopdService::Compile(grpc::ServerContext*, const pb::CompileRequest* req, pb::CompileResponse* resp) {
+grpc::Status UopdService::Compile(grpc::ServerContext* ctx, const pb::CompileRequest* req, pb::CompileResponse* resp) {
   InFlight in_flight(in_flight_);
-  if (absl::Status s = check_target(req->target()); !s.ok()) return finish("Compile", s);
+  auto tenant = admit(ctx);
+  if (!tenant.ok()) return finish("Compile", tenant.status());
+  // CUDA targets compile here with NVRTC (planner_cuda.cc), GPU or not; the arch is
+  // checked there.
+  const bool cuda = req->target().backend() == "cuda";
+  if (absl::Status s = cuda ? absl::OkStatus() : check_target(req->target()); !s.ok()) return finish("Compile", s);
   auto g = decode_proto(req->graph(), d_.limits.decode);
   if (!g.ok()) return finish("Compile", g.status());
+  auto slot = (*tenant)->begin_compile();
+  if (!slot.ok()) return finish("Compile", slot.status());
   bool cached = false;
   auto plan = d_.planner->plan(*g, &cached);
   if (!plan.ok()) return finish("Compile", plan.status());
-  auto kernels = d_.planner->compile(**plan);
+  std::string arch;
+  if (cuda) {
+    auto a = cuda_arch_of(req->target(), d_.planner->default_cuda_arch());
+    if (!a.ok()) return finish("Compile", a.status());
+    arch = *a;
+  }
+  auto kernels = cuda ? d_.planner->compile_cuda(**plan, arch, (*tenant)->cache_namespace())
+                      : d_.planner->compile(**plan, (*tenant)->cache_namespace());
   if (!kernels.ok()) return finish("Compile", kernels.status());
   absl::flat_hash_set<std::string> seen;
   for (const CompiledKernel& k : *kernels) {
@@ -251,10 +328,20 @@ grpc::Status UopdService::Compile(grpc::ServerContext*, const pb::CompileRequest
 
 grpc::Status UopdService::Run(grpc::ServerContext* ctx, const pb::RunRequest* req, pb::RunResponse* resp) {
   InFlight in_flight(in_flight_);
-  auto devices = d_.sessions->devices(req->session_id());
+  auto tenant = admit(ctx);
+  if (!tenant.ok()) return finish("Run", tenant.status());
+  const std::string& who = (*tenant)->name();
+  auto devices = d_.sessions->devices(req->session_id(), who);
   if (!devices.ok()) return finish("Run", devices.status());
   auto g = decode_proto(req->graph(), d_.limits.decode);
   if (!g.ok()) return finish("Run", g.status());
+  // Held while planning and compiling, not while running.
+  std::optional<Tenant::CompileSlot> compiling;
+  {
+    auto slot = (*tenant)->begin_compile();
+    if (!slot.ok()) return finish("Run", slot.status());
+    compiling.emplace(std::move(*slot));
+  }
   auto t0 = std::chrono::steady_clock::now();
   bool cached = false;
   auto plan = d_.planner->plan(*g, &cached);
@@ -288,10 +375,12 @@ grpc::Status UopdService::Run(grpc::ServerContext* ctx, const pb::RunRequest* re
       return finish("Run", absl::InvalidArgumentError(cat("binding ", i, ": ", label, " is not an input of the graph (a BUFFER it reads)")));
     const PlannedBuffer& pb_ = p.buffers[buf];
     if (bind.value_case() == pb::Binding::kBufferId) {
-      auto b = d_.sessions->buffer(req->session_id(), bind.buffer_id());
+      auto b = d_.sessions->buffer(req->session_id(), bind.buffer_id(), who);
       if (!b.ok()) return finish("Run", b.status());
-      if (b->dtype != pb_.dtype || b->elements != static_cast<uint64_t>(pb_.elements) || b->device != devices->front())
-        return finish("Run", absl::InvalidArgumentError(cat("binding ", label, ": buffer ", b->id, " holds ", b->elements, " x ", scalar_name(b->dtype), " on ", b->device, "; the graph wants ", pb_.elements, " x ", scalar_name(pb_.dtype), " on ", devices->front())));
+      // A multi-device graph names each buffer's device; one device means the session's.
+      const std::string& want = p.multi_device() && !pb_.device.empty() ? pb_.device : devices->front();
+      if (b->dtype != pb_.dtype || b->elements != static_cast<uint64_t>(pb_.elements) || b->device != want)
+        return finish("Run", absl::InvalidArgumentError(cat("binding ", label, ": buffer ", b->id, " holds ", b->elements, " x ", scalar_name(b->dtype), " on ", b->device, "; the graph wants ", pb_.elements, " x ", scalar_name(pb_.dtype), " on ", want)));
       session_buffers[i] = *b;
       inputs[buf].session_buffer = &session_buffers[i];
     } else if (bind.value_case() == pb::Binding::kTensor) {
@@ -316,8 +405,34 @@ grpc::Status UopdService::Run(grpc::ServerContext* ctx, const pb::RunRequest* re
       if (p.buffers[j].role == PlannedBuffer::Role::Input && !inputs.contains(static_cast<int>(j)))
         return finish("Run", absl::InvalidArgumentError(cat("input ", j, " of the graph (", p.buffers[j].elements, " x ", scalar_name(p.buffers[j].dtype), ") is not bound")));
 
+  // Where each kernel runs (as the executor places it) and so what it is compiled for: a
+  // kernel on a CUDA device for that GPU's arch, the others for the CPU.
+  std::vector<std::string> arch_per_kernel(p.kernels.size());
+  bool any_cuda = false;
+  {
+    absl::flat_hash_map<std::string, std::string> arch_of_device;
+    for (size_t i = 0; i < p.kernels.size(); ++i) {
+      const PlannedKernel& pk = p.kernels[i];
+      std::string dev = devices->front();
+      if (p.multi_device()) {
+        const std::string& named = pk.buffers.empty() ? pk.device : p.buffers[pk.buffers[0]].device;
+        if (!named.empty()) dev = named;
+      }
+      if (!is_cuda_device(dev)) continue;
+      any_cuda = true;
+      auto it = arch_of_device.find(dev);
+      if (it == arch_of_device.end()) {
+        auto arch = worker_cuda_arch(*d_.workers, dev, d_.planner->default_cuda_arch(), deadline(ctx));
+        if (!arch.ok()) return finish("Run", arch.status());
+        it = arch_of_device.emplace(dev, *arch).first;
+      }
+      arch_per_kernel[i] = it->second;
+    }
+  }
   t0 = std::chrono::steady_clock::now();
-  auto kernels = d_.planner->compile(p);
+  auto kernels = any_cuda ? d_.planner->compile_per_kernel(p, arch_per_kernel, (*tenant)->cache_namespace())
+                          : d_.planner->compile(p, (*tenant)->cache_namespace());
+  compiling.reset();
   if (!kernels.ok()) return finish("Run", kernels.status());
   resp->set_compile_ms(ms_since(t0));
   for (const CompiledKernel& k : *kernels) {
@@ -331,6 +446,7 @@ grpc::Status UopdService::Run(grpc::ServerContext* ctx, const pb::RunRequest* re
   kernels_run_ += outcome->kernels_run;
   d_.metrics->bytes_in(inline_bytes);
   resp->set_run_ms(outcome->run_ms);
+  resp->set_collective_ms(outcome->collective_ms);
   resp->set_device(devices->front());
 
   // Output names: the graph's names of the outputs (SINK sources; PARAMs at kernel level).
@@ -344,12 +460,22 @@ grpc::Status UopdService::Run(grpc::ServerContext* ctx, const pb::RunRequest* re
   }
   for (size_t i = 0; i < p.outputs.size(); ++i) {
     pb::Output* o = resp->add_outputs();
-    std::string n = i < out_nodes.size() ? name_of(*g, out_nodes[i]) : "";
+    // A multi-device output gives one output per shard: "<name>@<device>".
+    size_t owner = i;
+    std::string shard;
+    for (size_t j = 0; j < p.output_parts.size(); ++j)
+      for (size_t part : p.output_parts[j].parts)
+        if (part == i) {
+          owner = j;
+          if (p.output_parts[j].parts.size() > 1) shard = cat("@", p.buffers[p.outputs[i].buffer].device);
+        }
+    std::string n = owner < out_nodes.size() ? name_of(*g, out_nodes[owner]) : "";
+    if (!shard.empty()) n = cat(n.empty() ? cat("out", owner) : n, shard);
     o->set_name(n.empty() ? cat("out", i) : n);
     o->set_dtype(static_cast<::uop::v1::DType::Scalar>(p.outputs[i].dtype));
     for (int64_t d : p.outputs[i].shape) o->add_shape(d);
     if (req->keep_outputs()) {
-      auto id = d_.sessions->add_buffer(req->session_id(), outcome->kept[i]);
+      auto id = d_.sessions->add_buffer(req->session_id(), outcome->kept[i], who);
       if (!id.ok()) {
         free_buffers({outcome->kept.begin() + i, outcome->kept.end()});
         return finish("Run", id.status());
@@ -363,9 +489,21 @@ grpc::Status UopdService::Run(grpc::ServerContext* ctx, const pb::RunRequest* re
   return finish("Run", absl::OkStatus());
 }
 
-grpc::Status UopdService::Explain(grpc::ServerContext*, const pb::ExplainRequest* req, pb::ExplainResponse* resp) {
+grpc::Status UopdService::Explain(grpc::ServerContext* ctx, const pb::ExplainRequest* req, pb::ExplainResponse* resp) {
   InFlight in_flight(in_flight_);
-  if (absl::Status s = check_target(req->target()); !s.ok()) return finish("Explain", s);
+  auto tenant = admit(ctx);
+  if (!tenant.ok()) return finish("Explain", tenant.status());
+  // A CUDA target lowers for the GPU (lower_for_cuda) and renders CUDA C; NVRTC, when
+  // it can be loaded here, gives the compile stage's cubin.
+  const bool cuda = req->target().backend() == "cuda";
+  std::optional<CudaTarget> cuda_target;
+  if (cuda) {
+    auto arch = cuda_arch_of(req->target(), d_.planner->default_cuda_arch());
+    if (!arch.ok()) return finish("Explain", arch.status());
+    cuda_target = *CudaTarget::parse(*arch);
+  } else if (absl::Status s = check_target(req->target()); !s.ok()) {
+    return finish("Explain", s);
+  }
   auto g = decode_proto(req->graph(), d_.limits.decode);
   if (!g.ok()) return finish("Explain", g.status());
   const std::string& only = req->stage();
@@ -392,6 +530,35 @@ grpc::Status UopdService::Explain(grpc::ServerContext*, const pb::ExplainRequest
   auto plan = plan_graph(*g->graph, g->root, opts);
   if (!plan.ok()) return finish("Explain", plan.status());
   for (const KernelPlan& k : plan->kernels) {
+    if (cuda) {
+      GpuLowerOptions go;
+      go.sm = cuda_target->sm();
+      auto linear = lower_for_cuda(*g->graph, k.kernel, opts, k.name, go);
+      if (!linear.ok()) return finish("Explain", linear.status());
+      if (!only.empty() && only != "render" && only != "compile") continue;
+      auto src = render_cuda(*linear);
+      if (!src.ok()) return finish("Explain", src.status());
+      if (only.empty() || only == "render") {
+        auto* s = resp->add_stages();
+        s->set_name("render");
+        s->set_kernel(k.name);
+        s->set_text(src->source);
+      }
+      if (only.empty() || only == "compile") {
+        auto* s = resp->add_stages();
+        s->set_name("compile");
+        s->set_kernel(k.name);
+        if (absl::Status nv = nvrtc_status(); !nv.ok()) {
+          s->set_text(cat("no cubin: ", nv.message(), "\n", src->abi.serialize()));
+          continue;
+        }
+        auto art = compile_cuda(*linear, *cuda_target, CudaCompileOptions{.emit_ptx = false});
+        if (!art.ok()) return finish("Explain", art.status());
+        s->set_text(cat(art->cubin.size(), " bytes of cubin for ", cuda_target->arch, " (", cuda_build_id(), ")\n",
+                        art->abi.serialize()));
+      }
+      continue;
+    }
     auto linear = lower_for_cpu(*g->graph, k.kernel, opts, k.name);
     if (!linear.ok()) return finish("Explain", linear.status());
     if (!only.empty() && only != "render" && only != "compile") continue;
@@ -413,8 +580,11 @@ grpc::Status UopdService::Explain(grpc::ServerContext*, const pb::ExplainRequest
   return finish("Explain", absl::OkStatus());
 }
 
-grpc::Status UopdService::Stats(grpc::ServerContext*, const pb::StatsRequest*, pb::StatsResponse* resp) {
+grpc::Status UopdService::Stats(grpc::ServerContext* ctx, const pb::StatsRequest*, pb::StatsResponse* resp) {
   InFlight in_flight(in_flight_);
+  auto tenant = admit(ctx);
+  if (!tenant.ok()) return finish("Stats", tenant.status());
+  const std::string& who = (*tenant)->name();
   for (auto& [tier, st] : d_.cache->stats()) {
     if (tier == "memory") resp->set_cache_hits_memory(st.hits);
     if (tier == "disk") resp->set_cache_hits_disk(st.hits);
@@ -427,9 +597,16 @@ grpc::Status UopdService::Stats(grpc::ServerContext*, const pb::StatsRequest*, p
   resp->set_plan_cache_hits(d_.planner->plan_hits());
   resp->set_kernels_run(kernels_run_.load());
   resp->set_plan_cache_misses(d_.planner->plan_misses());
-  resp->set_sessions(d_.sessions->sessions());
-  resp->set_buffers(d_.sessions->buffers());
-  resp->set_buffer_bytes(d_.sessions->bytes());
+  if (d_.tenants->enabled()) {  // a tenant counts its own sessions only
+    TenantUsage u = d_.sessions->usage(who);
+    resp->set_sessions(u.sessions);
+    resp->set_buffers(u.buffers);
+    resp->set_buffer_bytes(u.bytes);
+  } else {
+    resp->set_sessions(d_.sessions->sessions());
+    resp->set_buffers(d_.sessions->buffers());
+    resp->set_buffer_bytes(d_.sessions->bytes());
+  }
   resp->set_compiler_build_id(compiler_build_id());
   for (const auto& w : d_.workers->snapshot()) {
     pb::WorkerStatus* ws = resp->add_workers();

@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "compiler/ir/codec.h"
 #include "proto/uopd.grpc.pb.h"
+#include "server/auth.h"
 #include "server/cache/compile_cache.h"
 #include "server/executor.h"
 #include "server/metrics.h"
@@ -34,11 +35,17 @@ struct ServiceDeps {
   Executor* executor;
   Metrics* metrics;
   ServiceLimits limits;
+  Tenants* tenants = nullptr;  // tokens and quotas (server/auth.h); null: one anonymous tenant
 };
 
 class UopdService final : public ::uopd::v1::Uopd::Service {
  public:
-  explicit UopdService(ServiceDeps deps) : d_(deps) {}
+  explicit UopdService(ServiceDeps deps) : d_(deps) {
+    if (!d_.tenants) {
+      own_tenants_ = Tenants::anonymous();
+      d_.tenants = own_tenants_.get();
+    }
+  }
 
   grpc::Status CreateSession(grpc::ServerContext*, const ::uopd::v1::CreateSessionRequest*, ::uopd::v1::CreateSessionResponse*) override;
   grpc::Status CloseSession(grpc::ServerContext*, const ::uopd::v1::CloseSessionRequest*, ::uopd::v1::CloseSessionResponse*) override;
@@ -53,6 +60,9 @@ class UopdService final : public ::uopd::v1::Uopd::Service {
 
   // Requests being handled now (drain waits for zero).
   uint64_t in_flight() const { return in_flight_.load(); }
+  // SIGTERM: from now on every new request is refused with UNAVAILABLE "uopd is shutting
+  // down" (a clear, retryable status), while those already running finish.
+  void begin_drain() { draining_ = true; }
 
   // Frees buffers on their workers (sessions closed or reaped), best effort.
   void free_buffers(const std::vector<BufferInfo>& buffers);
@@ -60,10 +70,14 @@ class UopdService final : public ::uopd::v1::Uopd::Service {
  private:
   absl::Time deadline(grpc::ServerContext* ctx) const;
   grpc::Status finish(std::string_view method, const absl::Status& s);
+  // The request's tenant from its bearer token, within its request rate; or why not.
+  absl::StatusOr<Tenant*> admit(grpc::ServerContext* ctx);
 
   ServiceDeps d_;
+  std::unique_ptr<Tenants> own_tenants_;
   std::atomic<uint64_t> kernels_run_{0};
   std::atomic<uint64_t> in_flight_{0};
+  std::atomic<bool> draining_{false};
 };
 
 }  // namespace uop::server

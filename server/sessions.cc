@@ -1,5 +1,6 @@
 #include "server/sessions.h"
 
+#include <algorithm>
 #include <random>
 
 #include "compiler/support/strings.h"
@@ -20,9 +21,22 @@ std::string random_id() {
 SessionManager::SessionManager(SessionOptions opts) : opts_(opts) {}
 
 std::string SessionManager::create(std::vector<std::string> devices, absl::Duration idle_timeout) {
+  return *open(std::move(devices), idle_timeout, SessionOwner{});  // no limits: cannot fail
+}
+
+absl::StatusOr<std::string> SessionManager::open(std::vector<std::string> devices, absl::Duration idle_timeout,
+                                                 const SessionOwner& owner) {
   std::lock_guard<std::mutex> l(mu_);
+  Owner& o = owners_[owner.tenant];
+  o.max_sessions = owner.max_sessions;
+  o.max_bytes = owner.max_bytes;
+  if (o.max_sessions != 0 && o.used.sessions >= o.max_sessions)
+    return absl::ResourceExhaustedError(cat("tenant '", owner.tenant, "': session limit of ", o.max_sessions,
+                                            " open sessions reached; close one first"));
+  ++o.used.sessions;
   std::string id = random_id();
   Session s;
+  s.tenant = owner.tenant;
   s.devices = std::move(devices);
   s.idle_timeout = idle_timeout > absl::ZeroDuration() ? idle_timeout : opts_.idle_timeout;
   s.last_used = absl::Now();
@@ -30,29 +44,46 @@ std::string SessionManager::create(std::vector<std::string> devices, absl::Durat
   return id;
 }
 
-absl::StatusOr<SessionManager::Session*> SessionManager::find(const std::string& id) {
+void SessionManager::release_locked(const std::string& tenant, uint64_t buffers, uint64_t bytes, bool session) {
+  auto it = owners_.find(tenant);
+  if (it == owners_.end()) return;
+  TenantUsage& u = it->second.used;
+  u.buffers -= std::min(u.buffers, buffers);
+  u.bytes -= std::min(u.bytes, bytes);
+  if (session && u.sessions > 0) --u.sessions;
+}
+
+TenantUsage SessionManager::usage(const std::string& tenant) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = owners_.find(tenant);
+  return it == owners_.end() ? TenantUsage{} : it->second.used;
+}
+
+absl::StatusOr<SessionManager::Session*> SessionManager::find(const std::string& id, const std::string& tenant) {
   auto it = sessions_.find(id);
-  if (it == sessions_.end())
+  // Another tenant's session is one that does not exist, word for word.
+  if (it == sessions_.end() || it->second.tenant != tenant)
     return absl::NotFoundError(cat("session '", id.substr(0, 64), "' does not exist (closed, timed out, or never created)"));
   it->second.last_used = absl::Now();
   return &it->second;
 }
 
-absl::StatusOr<std::vector<std::string>> SessionManager::devices(const std::string& session) {
+absl::StatusOr<std::vector<std::string>> SessionManager::devices(const std::string& session, const std::string& tenant) {
   std::lock_guard<std::mutex> l(mu_);
-  auto s = find(session);
+  auto s = find(session, tenant);
   if (!s.ok()) return s.status();
   return (*s)->devices;
 }
 
-absl::Status SessionManager::touch(const std::string& session) {
+absl::Status SessionManager::touch(const std::string& session, const std::string& tenant) {
   std::lock_guard<std::mutex> l(mu_);
-  return find(session).status();
+  return find(session, tenant).status();
 }
 
-absl::StatusOr<std::string> SessionManager::add_buffer(const std::string& session, BufferInfo info) {
+absl::StatusOr<std::string> SessionManager::add_buffer(const std::string& session, BufferInfo info,
+                                                       const std::string& tenant) {
   std::lock_guard<std::mutex> l(mu_);
-  auto s = find(session);
+  auto s = find(session, tenant);
   if (!s.ok()) return s.status();
   Session& ss = **s;
   if (ss.bytes + info.bytes > opts_.max_bytes)
@@ -60,6 +91,12 @@ absl::StatusOr<std::string> SessionManager::add_buffer(const std::string& sessio
                                             " requested > limit ", opts_.max_bytes, " (--session-bytes)"));
   if (ss.buffers.size() >= opts_.max_buffers)
     return absl::ResourceExhaustedError(cat("session buffer count: limit ", opts_.max_buffers, " reached"));
+  Owner& o = owners_[ss.tenant];
+  if (o.max_bytes != 0 && o.used.bytes + info.bytes > o.max_bytes)
+    return absl::ResourceExhaustedError(cat("tenant '", ss.tenant, "' byte quota: ", o.used.bytes, " bytes held + ", info.bytes,
+                                            " requested > limit ", o.max_bytes));
+  o.used.bytes += info.bytes;
+  ++o.used.buffers;
   info.id = random_id();
   ss.bytes += info.bytes;
   std::string id = info.id;
@@ -67,9 +104,10 @@ absl::StatusOr<std::string> SessionManager::add_buffer(const std::string& sessio
   return id;
 }
 
-absl::StatusOr<BufferInfo> SessionManager::buffer(const std::string& session, const std::string& buffer_id) {
+absl::StatusOr<BufferInfo> SessionManager::buffer(const std::string& session, const std::string& buffer_id,
+                                                  const std::string& tenant) {
   std::lock_guard<std::mutex> l(mu_);
-  auto s = find(session);
+  auto s = find(session, tenant);
   if (!s.ok()) return s.status();
   auto it = (*s)->buffers.find(buffer_id);
   if (it == (*s)->buffers.end())
@@ -77,9 +115,10 @@ absl::StatusOr<BufferInfo> SessionManager::buffer(const std::string& session, co
   return it->second;
 }
 
-absl::StatusOr<BufferInfo> SessionManager::remove_buffer(const std::string& session, const std::string& buffer_id) {
+absl::StatusOr<BufferInfo> SessionManager::remove_buffer(const std::string& session, const std::string& buffer_id,
+                                                         const std::string& tenant) {
   std::lock_guard<std::mutex> l(mu_);
-  auto s = find(session);
+  auto s = find(session, tenant);
   if (!s.ok()) return s.status();
   auto it = (*s)->buffers.find(buffer_id);
   if (it == (*s)->buffers.end())
@@ -87,15 +126,17 @@ absl::StatusOr<BufferInfo> SessionManager::remove_buffer(const std::string& sess
   BufferInfo b = std::move(it->second);
   (*s)->bytes -= b.bytes;
   (*s)->buffers.erase(it);
+  release_locked((*s)->tenant, 1, b.bytes, false);
   return b;
 }
 
-absl::StatusOr<std::vector<BufferInfo>> SessionManager::close(const std::string& session) {
+absl::StatusOr<std::vector<BufferInfo>> SessionManager::close(const std::string& session, const std::string& tenant) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = sessions_.find(session);
-  if (it == sessions_.end()) return absl::NotFoundError(cat("session '", session.substr(0, 64), "' does not exist"));
+  if (it == sessions_.end() || it->second.tenant != tenant) return absl::NotFoundError(cat("session '", session.substr(0, 64), "' does not exist"));
   std::vector<BufferInfo> out;
   for (auto& [id, b] : it->second.buffers) out.push_back(std::move(b));
+  release_locked(it->second.tenant, it->second.buffers.size(), it->second.bytes, true);
   sessions_.erase(it);
   return out;
 }
@@ -109,6 +150,7 @@ std::vector<BufferInfo> SessionManager::reap_idle(absl::Time now) {
       continue;
     }
     for (auto& [id, b] : it->second.buffers) out.push_back(std::move(b));
+    release_locked(it->second.tenant, it->second.buffers.size(), it->second.bytes, true);
     sessions_.erase(it++);
   }
   return out;

@@ -16,6 +16,7 @@
 
 #include "absl/time/clock.h"
 #include "compiler/support/strings.h"
+#include "server/tls.h"
 #include "server/worker_process.h"
 
 namespace uop {
@@ -88,7 +89,8 @@ std::shared_ptr<wv1::Worker::Stub> worker_stub(const std::string& address) {
   args.SetMaxSendMessageSize(256 << 20);
   // A fresh channel per process: a dead worker's port may be reused by anyone.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  tls::apply_worker_channel_args(&args);  // mutual TLS when the scheduler was given certificates
+  auto channel = grpc::CreateCustomChannel(address, tls::worker_channel_credentials(), args);
   return std::shared_ptr<wv1::Worker::Stub>(wv1::Worker::NewStub(channel));
 }
 

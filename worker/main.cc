@@ -22,12 +22,14 @@
 #include <variant>
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "compiler/codegen/llvm_cpu.h"
 #include "compiler/support/strings.h"
+#include "server/tls.h"
 #include "proto/worker.grpc.pb.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/cuda/cuda_device.h"
@@ -49,6 +51,10 @@ Serves one device to a uopd scheduler (proto/worker.proto).
   --advertise=HOST[:PORT]   the address to register (default: the listen address, or this
                             host's name when listening on a wildcard address)
   --drain-seconds=N         on SIGTERM, how long in-flight calls may take (default 30)
+  --tls-cert=PEM --tls-key=PEM --tls-ca=PEM
+                            mutual TLS: serve with this certificate, accept only callers
+                            whose certificate chains to the CA, and register with the
+                            scheduler over TLS the same way
   --embedded                started by uopd itself: exit when the parent dies
   --help                    this text
 
@@ -70,6 +76,7 @@ struct Flags {
   std::string advertise;
   int drain_seconds = 30;
   bool embedded = false;
+  tls::TlsFiles tls;
 };
 
 template <typename... Args>
@@ -142,6 +149,12 @@ std::optional<int> parse(int argc, char** argv, Flags* f) {
       f->scheduler = value;
     } else if (name == "advertise") {
       f->advertise = value;
+    } else if (name == "tls-cert") {
+      f->tls.cert = value;
+    } else if (name == "tls-key") {
+      f->tls.key = value;
+    } else if (name == "tls-ca") {
+      f->tls.ca = value;
     } else if (name == "drain-seconds") {
       if (!parse_uint(value, &n) || n > 86400) return usage_error("--drain-seconds takes a number of seconds");
       f->drain_seconds = static_cast<int>(n);
@@ -205,7 +218,12 @@ void Registrar::loop() {
   const Flags& f = f_;
   const std::string& address = address_;
   absl::Notification* stop = &stop_;
-  auto channel = grpc::CreateChannel(f.scheduler, grpc::InsecureChannelCredentials());
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (f.tls.any()) {
+    auto tls_creds = tls::channel_credentials(f.tls);  // checked at startup: cannot fail here
+    if (tls_creds.ok()) creds = *tls_creds;
+  }
+  auto channel = grpc::CreateChannel(f.scheduler, creds);
   auto stub = uopd::worker::v1::Registry::NewStub(channel);
   absl::Duration backoff = absl::Milliseconds(100);
   while (!stop->HasBeenNotified()) {
@@ -318,8 +336,26 @@ int run(int argc, char** argv) {
   WorkerService service(&runtime);
 
   int port = 0;
+  // grpc.health.v1.Health (Kubernetes' grpc probes, grpc_health_probe): SERVING while it
+  // serves, NOT_SERVING once it drains. Must be enabled before the builder is made.
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(f.listen, grpc::InsecureServerCredentials(), &port);
+  std::shared_ptr<grpc::ServerCredentials> listen_creds = grpc::InsecureServerCredentials();
+  if (f.tls.any()) {
+    if (f.tls.cert.empty() || f.tls.key.empty() || f.tls.ca.empty())
+      return usage_error("mutual TLS needs --tls-cert, --tls-key and --tls-ca");
+    auto creds = tls::server_credentials(f.tls, /*require_client_cert=*/true);
+    if (!creds.ok()) {
+      log(creds.status().message());
+      return 1;
+    }
+    if (auto client = tls::channel_credentials(f.tls); !client.ok()) {
+      log(client.status().message());
+      return 1;
+    }
+    listen_creds = *creds;
+  }
+  builder.AddListeningPort(f.listen, listen_creds, &port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(256 << 20);  // program objects and write chunks
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -342,6 +378,7 @@ int run(int argc, char** argv) {
   sigwait(&stop_signals, &sig);
   log("got signal ", sig, ": draining (up to ", f.drain_seconds, " s)");
   if (registrar) registrar->stop();
+  if (grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService()) health->SetServingStatus(false);
   // A kernel cannot be interrupted: past the drain time (plus a little) give up. A second
   // SIGINT (an impatient ^C) means now; more SIGTERMs (the scheduler's own after the
   // parent-death signal, say) only repeat the request.

@@ -16,6 +16,7 @@
 #include "compiler/codegen/abi.h"
 #include "compiler/support/strings.h"
 #include "worker/cpu/cpu_backend.h"
+#include "worker/cuda/cuda_device.h"
 
 namespace uop {
 
@@ -193,6 +194,33 @@ absl::StatusOr<double> WorkerRuntime::execute(std::span<const LaunchSpec> launch
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
+absl::StatusOr<double> WorkerRuntime::collective(const CollectiveSpec& spec, uint64_t id,
+                                                 const std::function<bool()>& cancelled) {
+  auto start = std::chrono::steady_clock::now();
+  auto mem = find_buffer(id);  // the reference keeps the memory alive if it is freed meanwhile
+  if (!mem.ok()) return mem.status();
+  auto with_buffer = [&](const absl::Status& st) {
+    return absl::Status(st.code(), cat("buffer ", id, ": ", st.message()));
+  };
+  absl::Status st;
+  if (backend_->info().backend == "cpu") {
+    // CPU memory is host memory: the transports reduce in it directly.
+    st = run_collective(spec, reinterpret_cast<void*>((*mem)->address()), (*mem)->size(), cancelled);
+  } else if (auto* cuda = dynamic_cast<const CudaMemory*>(mem->get()); cuda && spec.transport == "nccl") {
+    // NCCL reduces GPU memory in place: the device pointer and its context, no host copy.
+    st = run_collective(spec, DeviceBufferRef{cuda->context(), cuda->ptr(), cuda->size()}, cancelled);
+  } else {
+    // Other devices go through a host copy (shm and gloo work on host memory).
+    auto slice = backend_->read(*mem, 0, (*mem)->size());
+    if (!slice.ok()) return with_buffer(slice.status());
+    std::string host(slice->bytes());
+    st = run_collective(spec, host.data(), host.size(), cancelled);
+    if (st.ok()) st = backend_->write(**mem, 0, host);
+  }
+  if (!st.ok()) return with_buffer(st);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
 WorkerInfo WorkerRuntime::info() const {
   BackendInfo b = backend_->info();
   WorkerInfo i;
@@ -293,6 +321,31 @@ grpc::Status WorkerService::Execute(grpc::ServerContext* ctx, const wv1::Execute
   auto ms = rt_->execute(launches, [ctx] { return ctx->IsCancelled(); });
   if (!ms.ok()) return to_grpc(ms.status());
   resp->set_run_ms(*ms);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Collective(grpc::ServerContext* ctx, const wv1::CollectiveRequest* req,
+                                       wv1::CollectiveResponse* resp) {
+  InFlight guard(in_flight_);
+  CollectiveSpec spec;
+  spec.group = req->group();
+  spec.rank = req->rank();
+  spec.size = req->size();
+  spec.op = req->op();
+  spec.dtype = req->dtype();
+  spec.elements = req->elements();
+  spec.transport = req->transport();
+  spec.rendezvous = req->rendezvous();
+  // The caller's deadline bounds the wait for peers too: a member never waits longer than
+  // the scheduler is willing to.
+  uint32_t timeout = req->timeout_ms() ? req->timeout_ms() : kDefaultCollectiveTimeoutMs;
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(ctx->deadline() - std::chrono::system_clock::now());
+  if (left.count() < static_cast<int64_t>(timeout))
+    timeout = static_cast<uint32_t>(std::max<int64_t>(left.count(), 1));
+  spec.timeout_ms = timeout;
+  auto ms = rt_->collective(spec, req->buffer_id(), [ctx] { return ctx->IsCancelled(); });
+  if (!ms.ok()) return to_grpc(ms.status());
+  resp->set_ms(*ms);
   return grpc::Status::OK;
 }
 

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/worker.grpc.pb.h"
+#include "worker/collectives/collective.h"
 #include "worker/device_backend.h"
 
 namespace uop {
@@ -73,6 +74,13 @@ class WorkerRuntime {
   absl::StatusOr<double> execute(std::span<const LaunchSpec> launches,
                                  const std::function<bool()>& cancelled = {}) const;
 
+  // This worker's part of a collective over buffer `id` (in place): the buffer must hold
+  // spec.elements values of spec.dtype. NOT_FOUND for an unknown buffer; otherwise
+  // run_collective's errors (collective.h), each naming the buffer. `cancelled` is asked
+  // while waiting for peers. Returns the time it took, in milliseconds.
+  absl::StatusOr<double> collective(const CollectiveSpec& spec, uint64_t id,
+                                    const std::function<bool()>& cancelled = {});
+
   WorkerInfo info() const;
   const WorkerRuntimeOptions& options() const { return options_; }
 
@@ -117,6 +125,11 @@ class WorkerService final : public uopd::worker::v1::Worker::Service {
                            uopd::worker::v1::LoadProgramResponse*) override;
   grpc::Status Execute(grpc::ServerContext*, const uopd::worker::v1::ExecuteRequest*,
                        uopd::worker::v1::ExecuteResponse*) override;
+  // Blocks until every member has joined and the buffer holds the result, or the
+  // collective failed (a peer died: UNAVAILABLE naming it; one never came or stalled:
+  // DEADLINE_EXCEEDED), bounded by the request's timeout_ms and the call's deadline.
+  grpc::Status Collective(grpc::ServerContext*, const uopd::worker::v1::CollectiveRequest*,
+                          uopd::worker::v1::CollectiveResponse*) override;
 
   // Handlers running right now: what a drain waits for.
   int in_flight() const { return in_flight_.load(); }

@@ -1,0 +1,336 @@
+// Multi-device execution end to end: a real uopd with 2 or 3 embedded uop-worker
+// processes (CPU:0, CPU:1, CPU:2) on loopback, driven through the client library and the
+// tensor frontend. What the service promises: a sharded graph whose reduction over the
+// shard axis becomes an ALLREDUCE between the workers gives the reference interpreter's
+// values, for every reduce op; data-parallel training (client/demo/spirals.h) lowers its
+// loss, keeps the parameter replicas bit-identical across the devices and, from its second
+// step on, finds every kernel in the compile cache; a worker killed during an allreduce
+// fails that step with UNAVAILABLE naming the device instead of hanging, and the next
+// request succeeds once the worker has been restarted.
+#include <signal.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <future>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "client/client.h"
+#include "client/demo/spirals.h"
+#include "client/embedded_server.h"
+#include "compiler/interp/interp.h"
+#include "compiler/ir/tensor_builder.h"
+#include "compiler/support/strings.h"
+#include "worker/worker_service.h"
+
+namespace uop {
+namespace {
+
+using client::Client;
+using client::EmbeddedServer;
+using client::Session;
+
+std::vector<std::string> cpu_devices(int n) {
+  std::vector<std::string> d;
+  for (int i = 0; i < n; ++i) d.push_back(cat("CPU:", i));
+  return d;
+}
+
+// uopd with `workers` CPU workers, no disk cache (every compile in a test is its own),
+// and a client.
+struct Service {
+  std::unique_ptr<EmbeddedServer> proc;
+  std::unique_ptr<Client> client;
+
+  explicit Service(int workers, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {cat("--workers=", workers), "--cache-dir=", "--worker-threads=2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto p = EmbeddedServer::start(UOPD_BINARY, args);
+    EXPECT_TRUE(p.ok()) << p.status();
+    if (!p.ok()) return;
+    proc = std::move(*p);
+    client::ClientOptions o;
+    o.address = proc->address();
+    o.deadline = absl::Seconds(120);
+    auto c = Client::connect(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    if (c.ok()) client = std::move(*c);
+  }
+  bool ok() const { return client != nullptr; }
+  Session session(int devices) {
+    auto s = client->create_session(cpu_devices(devices));
+    EXPECT_TRUE(s.ok()) << s.status();
+    return std::move(*s);
+  }
+  client::WorkerStatus worker(const std::string& device) {
+    auto st = client->stats();
+    EXPECT_TRUE(st.ok()) << st.status();
+    if (st.ok())
+      for (const auto& w : st->workers)
+        if (w.device == device) return w;
+    return {};
+  }
+};
+
+// The multi-device graph of one reduce op: every device holds a [rows, 8] block of x
+// (MULTI along axis 0); `reduced` is the reduction over the shard axis (per-device partials
+// and an ALLREDUCE, replicated on every device) and `doubled` is x + x (sharded, one kernel
+// per device).
+struct ShardedReduce {
+  Graph g;
+  const UOp* root = nullptr;
+  Names names;
+  absl::flat_hash_map<const UOp*, HostTensor> inputs;
+  std::vector<client::Input> bindings;
+
+  ShardedReduce(int devices, ReduceOp op, int64_t rows, uint64_t seed) {
+    std::vector<const UOp*> shards;
+    for (int d = 0; d < devices; ++d) {
+      TensorBuilder tb(g, cat("CPU:", d));
+      const UOp* x = tb.input(Scalar::Float32, {rows, 8});
+      HostTensor data = HostTensor::random(Scalar::Float32, {rows * 8}, seed + d);
+      // Products of many values in [-2, 2) run off to 0 or infinity; keep them near 1.
+      if (op == ReduceOp::Mul)
+        for (int64_t i = 0; i < data.numel(); ++i) data.set(i, ConstValue::Float(1.0 + data.get(i).to_double() / 8));
+      std::string name = cat("x", d);
+      names.push_back({name, tb.buffer_of(x)});
+      inputs[tb.buffer_of(x)] = data;
+      bindings.push_back({name, data});
+      shards.push_back(x);
+    }
+    const UOp* m = g.make(Op::MULTI, dtypes::float32, shards, IntArg{0});
+    const UOp* reduced = g.make(Op::REDUCE_AXIS, dtypes::float32, {m}, ReduceAxisArg{op, {0}});
+    const UOp* doubled = g.make(Op::ADD, dtypes::float32, {m, m});
+    root = g.make(Op::SINK, dtypes::void_, {reduced, doubled});
+    names.push_back({"reduced", reduced});
+    names.push_back({"doubled", doubled});
+  }
+};
+
+// The parts of the outputs named `name` ("name" or "name@CPU:i"), in order.
+std::vector<const client::RunOutput*> parts(const client::RunResult& r, const std::string& name) {
+  std::vector<const client::RunOutput*> out;
+  for (const auto& o : r.outputs)
+    if (o.name == name || o.name.rfind(name + "@", 0) == 0) out.push_back(&o);
+  return out;
+}
+
+void check_against_interpreter(int devices, std::vector<std::string> flags = {}) {
+  Service svc(devices, flags);
+  ASSERT_TRUE(svc.ok());
+  Session session = svc.session(devices);
+  for (ReduceOp op : {ReduceOp::Add, ReduceOp::Mul, ReduceOp::Max, ReduceOp::Min}) {
+    SCOPED_TRACE(cat("op ", static_cast<int>(op), " on ", devices, " devices"));
+    ShardedReduce graph(devices, op, 5, 10 * static_cast<uint64_t>(op) + 1);
+    auto want = interpret(graph.g, graph.root, graph.inputs);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_EQ(want->size(), 2u);
+    auto got = session.run(graph.root, graph.names, graph.bindings);
+    ASSERT_TRUE(got.ok()) << got.status();
+    // The reduction is replicated: every device's copy is the interpreter's value.
+    auto reduced = parts(*got, "reduced");
+    ASSERT_EQ(reduced.size(), static_cast<size_t>(devices));
+    Tolerance tol = op == ReduceOp::Max || op == ReduceOp::Min ? Tolerance::exact() : Tolerance::for_dtype(Scalar::Float32);
+    for (const client::RunOutput* o : reduced) {
+      CompareResult c = compare((*want)[0], o->tensor, tol);
+      EXPECT_TRUE(c.ok) << o->name << ": " << c.message;
+      EXPECT_EQ(o->tensor.data, reduced[0]->tensor.data) << o->name << " differs from " << reduced[0]->name;
+    }
+    // x + x stays sharded: device i's block is rows [5i, 5i + 5) of the whole.
+    auto doubled = parts(*got, "doubled");
+    ASSERT_EQ(doubled.size(), static_cast<size_t>(devices));
+    const std::string& whole = (*want)[1].data;
+    const size_t block = whole.size() / devices;
+    for (int d = 0; d < devices; ++d) {
+      EXPECT_EQ((std::vector<int64_t>{5, 8}), doubled[d]->tensor.shape) << doubled[d]->name;
+      EXPECT_EQ(doubled[d]->tensor.data, whole.substr(d * block, block)) << doubled[d]->name;
+    }
+  }
+}
+
+TEST(MultiDeviceE2E, AllreduceOfEveryOpMatchesTheInterpreterOnTwoWorkers) { check_against_interpreter(2); }
+TEST(MultiDeviceE2E, AllreduceOfEveryOpMatchesTheInterpreterOnThreeWorkers) { check_against_interpreter(3); }
+// The cross-host transport on one host: Gloo over TCP, the members meeting through the
+// Rendezvous service that uopd serves on its client port.
+TEST(MultiDeviceE2E, AllreduceOverGlooThroughTheSchedulersRendezvous) {
+  check_against_interpreter(2, {"--collective-transport=gloo"});
+}
+
+void train(int devices, int steps) {
+  Service svc(devices);
+  ASSERT_TRUE(svc.ok());
+  Session session = svc.session(devices);
+  demo::TrainOptions opts;
+  opts.devices = cpu_devices(devices);
+  opts.points_per_class = 48;
+  opts.hidden = 16;
+  demo::SpiralsTrainer trainer(session, opts);
+  std::vector<demo::StepReport> reports;
+  for (int s = 0; s < steps; ++s) {
+    auto r = trainer.step();
+    ASSERT_TRUE(r.ok()) << "step " << s + 1 << ": " << r.status();
+    reports.push_back(*r);
+    ASSERT_TRUE(trainer.check_replicas().ok()) << "after step " << s + 1 << ": " << trainer.check_replicas();
+  }
+  EXPECT_GT(reports[0].cache_misses, 0);  // a fresh server compiles the first step
+  for (const auto& r : reports) {
+    EXPECT_GT(r.kernels, 0);
+    if (r.step >= 2) EXPECT_EQ(r.cache_hits, r.kernels) << "step " << r.step << ": " << r.cache_misses << " misses";
+  }
+  EXPECT_LT(reports.back().loss, reports.front().loss);
+}
+
+TEST(MultiDeviceE2E, DataParallelTrainingOnTwoWorkers) { train(2, 5); }
+TEST(MultiDeviceE2E, DataParallelTrainingOnThreeWorkers) { train(3, 3); }
+
+// The worker's side of the Collective RPC, in process: it finds the buffer and hands it
+// to the collectives library, and its mistakes come back as statuses naming the buffer.
+TEST(MultiDeviceE2E, WorkerCollectiveChecksItsBufferAndRequest) {
+  WorkerRuntime rt(WorkerRuntimeOptions{.device = "CPU:0", .target = "test", .threads = 1});
+  ASSERT_TRUE(rt.alloc_buffer(7, 16).ok());
+  HostTensor v = HostTensor::of(Scalar::Float32, {4}, {1, 2, 3, 4});
+  ASSERT_TRUE(rt.write_buffer(7, 0, v.data).ok());
+  CollectiveSpec spec;
+  spec.group = cat("unit-", ::getpid());
+  spec.op = "add";
+  spec.dtype = "float32";
+  spec.elements = 4;
+  spec.transport = "shm";
+  spec.timeout_ms = 5000;
+  // A group of one: the reduction of one buffer is itself.
+  auto ms = rt.collective(spec, 7);
+  ASSERT_TRUE(ms.ok()) << ms.status();
+  auto back = rt.read_buffer(7, 0, 0);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->bytes(), v.data);
+
+  auto missing = rt.collective(spec, 8);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound) << missing.status();
+  CollectiveSpec too_many = spec;
+  too_many.elements = 5;  // 20 bytes in a buffer of 16
+  auto big = rt.collective(too_many, 7);
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument) << big.status();
+  EXPECT_NE(big.status().message().find("buffer 7"), std::string::npos) << big.status();
+  CollectiveSpec bad_op = spec;
+  bad_op.op = "xor";
+  EXPECT_EQ(rt.collective(bad_op, 7).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A graph whose allreduce moves `elements` floats per device: each device broadcasts its
+// one input value into a [1, elements] block, the blocks are summed across the devices
+// (an ALLREDUCE of `elements` values) and each device then sums its copy to one value.
+struct BigAllreduce {
+  Graph g;
+  const UOp* root = nullptr;
+  Names names;
+  BigAllreduce(int devices, int64_t elements) {
+    std::vector<const UOp*> blocks;
+    for (int d = 0; d < devices; ++d) {
+      TensorBuilder tb(g, cat("CPU:", d));
+      const UOp* x = tb.input(Scalar::Float32, {1});
+      names.push_back({cat("x", d), tb.buffer_of(x)});
+      blocks.push_back(tb.expand(tb.reshape(x, {1, 1}), {1, elements}));
+    }
+    const UOp* m = g.make(Op::MULTI, dtypes::float32, blocks, IntArg{0});
+    const UOp* summed = g.make(Op::REDUCE_AXIS, dtypes::float32, {m}, ReduceAxisArg{ReduceOp::Add, {0}});
+    const UOp* total = g.make(Op::REDUCE_AXIS, dtypes::float32, {summed}, ReduceAxisArg{ReduceOp::Add, {1}});
+    root = g.make(Op::SINK, dtypes::void_, {total});
+    names.push_back({"total", total});
+  }
+  std::vector<client::Input> bindings(int devices) const {
+    std::vector<client::Input> b;
+    for (int d = 0; d < devices; ++d) b.push_back({cat("x", d), HostTensor::of(Scalar::Float32, {1}, {0.25 * (d + 1)})});
+    return b;
+  }
+};
+
+// Whether process `pid` has a collective's shared-memory segment mapped right now (the
+// shm ring maps it from joining until the allreduce is over).
+bool in_collective(int64_t pid) {
+  std::ifstream maps(cat("/proc/", pid, "/maps"));
+  std::string line;
+  while (std::getline(maps, line))
+    if (line.find("uopd-coll") != std::string::npos) return true;
+  return false;
+}
+
+TEST(MultiDeviceE2E, WorkerKilledDuringAllreduceFailsTheStepAndTheNextOneSucceeds) {
+  // A short collective timeout: even a member waiting for a peer that never comes gives up
+  // long before the client's deadline.
+  Service svc(2, {"--collective-timeout-ms=15000"});
+  ASSERT_TRUE(svc.ok());
+  Session session = svc.session(2);
+  const int64_t elements = int64_t{1} << 25;  // 128 MiB per device: an allreduce long enough to be caught in
+  BigAllreduce big(2, elements);
+  // Warm up: compile and load the kernels, so the next runs spend their time running.
+  {
+    auto r = session.run(big.root, big.names, big.bindings(2));
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+  const int64_t pid0 = svc.worker("CPU:0").pid, pid1 = svc.worker("CPU:1").pid;
+  ASSERT_GT(pid0, 0);
+  ASSERT_GT(pid1, 0);
+
+  absl::StatusOr<client::RunResult> failed;
+  bool caught = false;
+  auto killed_at = std::chrono::steady_clock::now();
+  for (int attempt = 0; attempt < 10 && !caught; ++attempt) {
+    auto running = std::async(std::launch::async, [&] { return session.run(big.root, big.names, big.bindings(2)); });
+    // Kill CPU:1 once both workers are inside the allreduce.
+    while (running.wait_for(std::chrono::microseconds(100)) != std::future_status::ready) {
+      if (in_collective(pid0) && in_collective(pid1)) {
+        ::kill(static_cast<pid_t>(pid1), SIGKILL);
+        killed_at = std::chrono::steady_clock::now();
+        caught = true;
+        break;
+      }
+    }
+    failed = running.get();
+  }
+  ASSERT_TRUE(caught) << "never saw the allreduce running";
+  // For the log (not asserted: tests do not time things): what the client was told, and
+  // how long after the kill.
+  std::cout << "killed CPU:1 during the allreduce; the step failed "
+            << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - killed_at).count()
+            << " ms later with: " << failed.status() << std::endl;
+  ASSERT_FALSE(failed.ok());
+  // Not DEADLINE_EXCEEDED: the step failed as soon as the worker was gone, without waiting.
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable) << failed.status();
+  EXPECT_NE(failed.status().message().find("CPU:1"), std::string::npos) << failed.status();
+  EXPECT_NE(failed.status().message().find("allreduce"), std::string::npos) << failed.status();
+
+  // The worker comes back; the next step (fresh inputs) succeeds on both devices.
+  absl::StatusOr<client::RunResult> next;
+  for (int i = 0; i < 100; ++i) {
+    next = session.run(big.root, big.names, big.bindings(2));
+    if (next.ok() || next.status().code() != absl::StatusCode::kUnavailable) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(next.ok()) << next.status();
+  auto totals = parts(*next, "total");
+  ASSERT_EQ(totals.size(), 2u);
+  for (const client::RunOutput* o : totals) {
+    double v = o->tensor.get(0).to_double(), want = 0.75 * static_cast<double>(elements);
+    EXPECT_NEAR(v, want, want * 1e-3) << o->name;
+  }
+  client::WorkerStatus w1 = svc.worker("CPU:1");
+  EXPECT_EQ(w1.restarts, 1u);
+  EXPECT_NE(w1.pid, pid1);
+  EXPECT_EQ(svc.worker("CPU:0").pid, pid0);  // the survivor was not restarted
+
+  // And training works again on the recovered service.
+  demo::TrainOptions opts;
+  opts.points_per_class = 16;
+  opts.hidden = 8;
+  demo::SpiralsTrainer trainer(session, opts);
+  auto step = trainer.step();
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_TRUE(trainer.check_replicas().ok());
+}
+
+}  // namespace
+}  // namespace uop
