@@ -347,11 +347,15 @@ int run(int argc, char** argv) {
   // closed), as clear and as retryable as the refusals.
   service.begin_drain();
   if (grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService()) health->SetServingStatus(false);
+  // (Handlers count themselves before they look at the drain flag: one that got past it is
+  // counted. Refusals are counted too, for microseconds.)
   absl::Time drain_until = absl::Now() + absl::Seconds(30);
-  for (int quiet = 0; quiet < 10 && absl::Now() < drain_until;) {  // no handler running for 200 ms
-    quiet = service.in_flight() == 0 ? quiet + 1 : 0;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  auto drain = [&] {
+    while (service.in_flight() > 0 && absl::Now() < drain_until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  drain();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  drain();
   stopping = true;
   reaper.join();
   pool.shutdown();
