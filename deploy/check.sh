@@ -35,7 +35,7 @@ fuzz() {  # NAME SECONDS: run build/fuzz/tests/fuzz/NAME over its corpus; fail C
   rc=$?
   set -e
   echo "$name:"
-  grep -E '^(#[0-9]+ *DONE|stat::number_of_executed_units)' "$log" || true
+  grep -E '^(#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units)' "$log" || true
   if [ "$rc" -ne 0 ]; then tail -n 60 "$log"; echo "$name failed (exit $rc), log: $log"; exit 1; fi
 }
 fuzz fuzz_decode_verify "$half"

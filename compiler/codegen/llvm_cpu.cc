@@ -574,7 +574,7 @@ void optimize(llvm::Module& m, llvm::TargetMachine* tm, int opt) {
     // generation (instruction selection, LSR, scheduling) stays at the Default level.
     static const char* kKernelPipeline =
         "function(sroa<modify-cfg>,early-cse<memssa>,instcombine<no-verify-fixpoint>,simplifycfg,"
-        "loop-mssa(loop-rotate,licm),instcombine<no-verify-fixpoint>,gvn,simplifycfg)";
+        "loop-mssa(loop-rotate,licm),instcombine<no-verify-fixpoint>,simplifycfg)";
     if (auto err = pb.parsePassPipeline(mpm, kKernelPipeline)) {
       llvm::consumeError(std::move(err));  // a pipeline this LLVM cannot parse: the default one
       mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2);
