@@ -358,8 +358,26 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const Plan& 
     rs.devices.push_back(std::move(dev));
     return rs.devices.size() - 1;
   };
+  // The run's temporaries are freed without waiting for the worker's answer: the reply
+  // carries nothing the run needs, and waiting would add a round trip to every Run. A
+  // worker that is gone has nothing to free.
   auto cleanup = [&] {
-    for (auto& d : rs.devices) (void)free(d.w, d.temps);
+    for (auto& d : rs.devices) {
+      if (d.temps.empty()) continue;
+      auto st = stub(d.w);
+      if (!st.ok()) continue;
+      struct Call {
+        std::shared_ptr<Stub> stub;  // keeps the channel up until the answer
+        grpc::ClientContext ctx;
+        wpb::FreeBuffersRequest req;
+        wpb::FreeBuffersResponse resp;
+      };
+      auto* c = new Call;
+      c->stub = *st;
+      set_deadline(c->ctx, absl::Now() + absl::Seconds(10));
+      for (uint64_t id : d.temps) c->req.add_buffer_ids(id);
+      c->stub->async()->FreeBuffers(&c->ctx, &c->req, &c->resp, [c](grpc::Status) { delete c; });
+    }
   };
   RunOutcome& out = rs.out;
 
@@ -395,58 +413,124 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const Plan& 
   // All allocations at once: a step of a training loop has dozens of intermediates per
   // device, and one round trip each, one after another, would cost more than its kernels.
   // Outputs, intermediates and unbound kernel-level buffers start zeroed (workers zero
-  // new buffers).
+  // new buffers). An inline input's write starts as soon as its allocation is answered
+  // (from gRPC's callback), so a Run waits once for allocations and writes together.
   {
+    struct Pending {
+      std::mutex mu;
+      std::condition_variable cv;
+      size_t left = 0;
+      void add() {
+        std::lock_guard<std::mutex> l(mu);
+        ++left;
+      }
+      void done() {
+        std::lock_guard<std::mutex> l(mu);
+        if (--left == 0) cv.notify_all();
+      }
+    } pending;
+    // One client stream per inline input: its chunks back to back, the last with
+    // WritesDone.
+    class Writer final : public grpc::ClientWriteReactor<wpb::WriteChunk> {
+     public:
+      Writer(Pending* p, uint64_t id, std::string_view data) : p_(p), id_(id), data_(data) {}
+      grpc::ClientContext ctx;
+      wpb::WriteBufferResponse resp;
+      absl::Status status;
+      void start() {
+        StartCall();
+        next();
+      }
+      void OnWriteDone(bool ok) override {
+        if (ok) next();  // else the call failed: OnDone says why
+      }
+      void OnDone(const grpc::Status& s) override {
+        status = from_grpc(s);
+        p_->done();
+      }
+
+     private:
+      void next() {
+        if (sent_ && at_ >= data_.size()) return;
+        chunk_.set_buffer_id(id_);
+        chunk_.set_offset(at_);
+        std::string_view part = data_.substr(at_, kChunk);
+        chunk_.mutable_data()->assign(part.data(), part.size());
+        at_ += part.size();
+        sent_ = true;
+        if (at_ >= data_.size()) StartWriteLast(&chunk_, grpc::WriteOptions());
+        else StartWrite(&chunk_);
+      }
+      Pending* p_;
+      uint64_t id_;
+      std::string_view data_;
+      uint64_t at_ = 0;
+      bool sent_ = false;
+      wpb::WriteChunk chunk_;
+    };
     struct Call {
       grpc::ClientContext ctx;
       wpb::AllocBufferRequest req;
       wpb::AllocBufferResponse resp;
       absl::Status status;
+      std::shared_ptr<Stub> stub;
+      std::string_view data;           // an inline input's bytes, written once allocated
+      bool has_data = false;
+      std::unique_ptr<Writer> writer;  // set (by the callback) when the write started
     };
     std::vector<std::unique_ptr<Call>> calls;
-    std::mutex mu;
-    std::condition_variable cv;
-    size_t left = fresh.size();
     for (size_t i : fresh) {
       const PlannedBuffer& pb = plan.buffers[i];
       auto call = std::make_unique<Call>();
       set_deadline(call->ctx, deadline);
       call->req.set_buffer_id(rs.ids[i]);
       call->req.set_bytes(static_cast<uint64_t>(pb.elements) * scalar_bytes(pb.dtype));
+      auto in = inputs.find(static_cast<int>(i));
+      if (in != inputs.end() && in->second.tensor) {
+        call->data = in->second.tensor->data;
+        call->has_data = true;
+      }
       Call* c = call.get();
       calls.push_back(std::move(call));
-      auto done = [&, c](absl::Status st) {
-        std::lock_guard<std::mutex> l(mu);
-        c->status = std::move(st);
-        if (--left == 0) cv.notify_all();
-      };
       auto st = stub(rs.devices[rs.device_of[i]].w);
       if (!st.ok()) {
-        done(st.status());
+        c->status = st.status();
         continue;
       }
-      (*st)->async()->AllocBuffer(&c->ctx, &c->req, &c->resp, [done](grpc::Status g) { done(from_grpc(g)); });
+      c->stub = *st;
+      pending.add();
+      c->stub->async()->AllocBuffer(&c->ctx, &c->req, &c->resp, [c, &pending, deadline](grpc::Status g) {
+        c->status = from_grpc(g);
+        if (c->status.ok() && c->has_data) {
+          c->writer = std::make_unique<Writer>(&pending, c->req.buffer_id(), c->data);
+          set_deadline(c->writer->ctx, deadline);
+          pending.add();  // before this call's own done(): the count never passes 0 early
+          c->stub->async()->WriteBuffer(&c->writer->ctx, &c->writer->resp, c->writer.get());
+          c->writer->start();
+        }
+        pending.done();
+      });
     }
-    std::unique_lock<std::mutex> l(mu);
-    cv.wait(l, [&] { return left == 0; });
+    {
+      std::unique_lock<std::mutex> l(pending.mu);
+      pending.cv.wait(l, [&] { return pending.left == 0; });
+    }
     for (size_t k = 0; k < fresh.size(); ++k) {
-      if (calls[k]->status.ok()) continue;
       const RunState::Device& d = rs.devices[rs.device_of[fresh[k]]];
-      absl::Status s = failed(d.w, calls[k]->status, "allocating a buffer", d.generation);
-      l.unlock();
+      absl::Status s = calls[k]->status;
+      const char* what = "allocating a buffer";
+      if (s.ok() && calls[k]->writer) {
+        s = calls[k]->writer->status;
+        what = "writing a buffer";
+      }
+      if (s.ok()) {
+        if (calls[k]->has_data) out.bytes_in += calls[k]->data.size();
+        continue;
+      }
+      s = failed(d.w, s, what, d.generation);
       cleanup();
       return s;
     }
-  }
-  for (size_t i : fresh) {
-    auto in = inputs.find(static_cast<int>(i));
-    if (in == inputs.end() || !in->second.tensor) continue;
-    const RunState::Device& d = rs.devices[rs.device_of[i]];
-    if (absl::Status s = write(d.w, rs.ids[i], 0, in->second.tensor->data, deadline); !s.ok()) {
-      cleanup();
-      return s;
-    }
-    out.bytes_in += in->second.tensor->data.size();
   }
 
   // Each kernel's device, and the programs its worker does not have yet.

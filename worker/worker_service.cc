@@ -4,6 +4,7 @@
 // the device.
 #include "worker/worker_service.h"
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +29,17 @@ absl::Status out_of_range(uint64_t id, uint64_t offset, uint64_t size, uint64_t 
   return absl::OutOfRangeError(
       cat("buffer ", id, ": [", offset, ", +", size, ") is outside its ", have, " bytes"));
 }
+
+// Chunks of 1-4 MiB come and go with every WriteBuffer / ReadBuffer message. With glibc's
+// defaults each is mmap'ed or trimmed back to the kernel when freed, and the next one
+// page-faults its memory in again (microseconds a page on a VM). Blocks up to 64 MiB stay
+// on the heap and up to 256 MiB of freed heap stays mapped. Large device buffers are
+// still mmap'ed (and so returned when freed).
+[[maybe_unused]] const bool kMallocTuned = [] {
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  return true;
+}();
 
 // [offset, offset + size) inside [0, have), without overflowing.
 bool inside(uint64_t offset, uint64_t size, uint64_t have) { return offset <= have && size <= have - offset; }
