@@ -12,6 +12,7 @@
 #include <memory>
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -153,6 +154,12 @@ class Planner {
   absl::StatusOr<CompiledKernel> compile_one(const PlannedKernel& k, std::string_view cache_namespace);
   absl::StatusOr<CompiledKernel> compile_one_cuda(const PlannedKernel& k, const std::string& arch,
                                                   std::string_view cache_namespace);
+  // A cache entry (what get_or_compute answered for `key`) checked to be an artifact of
+  // kernel k for `target_id`, as a CompiledKernel; DATA_LOSS otherwise. `compile_ms` is
+  // this call's compile time when it compiled the entry itself.
+  static absl::StatusOr<CompiledKernel> kernel_from_entry(const PlannedKernel& k, const std::string& key,
+                                                          const std::string& target_id, const CacheResult& entry,
+                                                          std::optional<double> compile_ms);
 
   PlannerOptions opts_;
   CompileCache* cache_;

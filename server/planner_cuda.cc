@@ -53,77 +53,13 @@ absl::StatusOr<CompiledKernel> Planner::compile_one_cuda(const PlannedKernel& k,
     return a.SerializeAsString();
   });
   if (!result.ok()) return result.status();
-  uopd::v1::Artifact a;
-  if (!a.ParseFromString(result->value) || a.key() != key || a.kernel_digest() != k.digest.hex() ||
-      a.target() != target->id())
-    return absl::DataLossError(cat("compile cache: the entry for kernel ", k.name, " (key ", key.substr(0, 12),
-                                   ") is not a ", target->id(), " artifact of that kernel"));
-  auto abi = parse_abi(a.abi());
-  if (!abi.ok()) return abi.status();
-  CompiledKernel ck;
-  ck.key = key;
-  ck.name = k.name;
-  ck.digest = k.digest;
-  ck.object = a.object();
-  ck.source = a.source();
-  ck.abi = std::move(*abi);
-  ck.outcome = result->outcome;
-  ck.tier = result->tier;
-  ck.compile_ms = compiled_here ? compile_ms : a.compile_ms();
-  return ck;
+  return kernel_from_entry(k, key, target->id(), *result, compiled_here ? std::optional<double>(compile_ms) : std::nullopt);
 }
 
 absl::StatusOr<std::vector<CompiledKernel>> Planner::compile_cuda(const Plan& plan, const std::string& arch,
                                                                   std::string_view cache_namespace) {
   if (auto t = CudaTarget::parse(arch); !t.ok()) return t.status();
-  absl::flat_hash_map<Digest, size_t> first;
-  std::vector<std::future<absl::StatusOr<CompiledKernel>>> futures;
-  for (const PlannedKernel& k : plan.kernels) {
-    if (!first.emplace(k.digest, futures.size()).second) continue;
-    futures.push_back(compiles_.submit([this, &k, &arch, cache_namespace] { return compile_one_cuda(k, arch, cache_namespace); }));
-  }
-  std::vector<absl::StatusOr<CompiledKernel>> done;
-  for (auto& f : futures) done.push_back(f.get());
-  std::vector<CompiledKernel> out;
-  for (const PlannedKernel& k : plan.kernels) {
-    auto& r = done[first.at(k.digest)];
-    if (!r.ok()) return r.status();
-    out.push_back(*r);
-  }
-  return out;
-}
-
-absl::StatusOr<std::vector<CompiledKernel>> Planner::compile_per_kernel(const Plan& plan,
-                                                                        const std::vector<std::string>& arch_per_kernel,
-                                                                        std::string_view cache_namespace) {
-  if (arch_per_kernel.size() != plan.kernels.size())
-    return absl::InternalError(cat("planner: ", arch_per_kernel.size(), " targets for ", plan.kernels.size(), " kernels"));
-  for (const std::string& arch : arch_per_kernel)
-    if (!arch.empty())
-      if (auto t = CudaTarget::parse(arch); !t.ok()) return t.status();
-  // One compile per (kernel, target), all queued at once.
-  absl::flat_hash_map<std::pair<Digest, std::string>, size_t> first;
-  std::vector<size_t> which(plan.kernels.size());
-  std::vector<std::future<absl::StatusOr<CompiledKernel>>> futures;
-  for (size_t i = 0; i < plan.kernels.size(); ++i) {
-    const PlannedKernel& k = plan.kernels[i];
-    const std::string& arch = arch_per_kernel[i];
-    auto [it, fresh] = first.emplace(std::make_pair(k.digest, arch), futures.size());
-    which[i] = it->second;
-    if (!fresh) continue;
-    futures.push_back(compiles_.submit([this, &k, &arch, cache_namespace] {
-      return arch.empty() ? compile_one(k, cache_namespace) : compile_one_cuda(k, arch, cache_namespace);
-    }));
-  }
-  std::vector<absl::StatusOr<CompiledKernel>> done;
-  for (auto& f : futures) done.push_back(f.get());
-  std::vector<CompiledKernel> out;
-  for (size_t i = 0; i < plan.kernels.size(); ++i) {
-    auto& r = done[which[i]];
-    if (!r.ok()) return r.status();
-    out.push_back(*r);
-  }
-  return out;
+  return compile_per_kernel(plan, std::vector<std::string>(plan.kernels.size(), arch), cache_namespace);
 }
 
 }  // namespace uop::server
