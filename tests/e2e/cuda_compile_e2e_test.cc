@@ -24,6 +24,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/e2e/softmax_model.h"
+
 #include "client/client.h"
 #include "client/embedded_server.h"
 #include "compiler/codegen/cuda.h"
@@ -85,38 +87,7 @@ struct Uopd {
   }
 };
 
-// matmul, a bias, softmax over rows: three kernels (matmul + bias, two reductions).
-struct Model {
-  Graph g;
-  const UOp* root = nullptr;
-  Names names;
-  absl::flat_hash_map<const UOp*, HostTensor> inputs;  // by BUFFER
-  std::vector<client::Input> bindings;
-
-  explicit Model(uint64_t seed, int64_t n = 24, int64_t k = 16, int64_t m = 8) {
-    TensorBuilder tb(g);
-    const UOp* x = tb.input(Scalar::Float32, {n, k});
-    const UOp* w = tb.input(Scalar::Float32, {k, m});
-    const UOp* b = tb.input(Scalar::Float32, {m});
-    const UOp* h = tb.alu(Op::ADD, {tb.matmul(x, w), b});
-    const UOp* mx = tb.reduce(h, ReduceOp::Max, {1});
-    const UOp* e = tb.alu(Op::EXP2, {tb.alu(Op::SUB, {h, mx})});
-    const UOp* out = tb.alu(Op::FDIV, {e, tb.reduce(e, ReduceOp::Add, {1})});
-    root = tb.sink({out});
-    names = {{"x", tb.buffer_of(x)}, {"w", tb.buffer_of(w)}, {"b", tb.buffer_of(b)}, {"probs", out}};
-    for (auto& [name, node] : names) {
-      if (node->op() != Op::BUFFER) continue;
-      HostTensor t = HostTensor::random(Scalar::Float32, {node->arg_as<BufferArg>().size}, seed++);
-      inputs[node] = t;
-      bindings.push_back({name, t});
-    }
-  }
-  std::vector<HostTensor> expected() {
-    auto want = interpret(g, root, inputs);
-    EXPECT_TRUE(want.ok()) << want.status();
-    return want.ok() ? *want : std::vector<HostTensor>{};
-  }
-};
+using Model = testing::SoftmaxModel;
 
 // A plain matmul, big enough to be tiled over many blocks.
 struct Matmul {

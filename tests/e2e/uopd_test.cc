@@ -15,6 +15,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/e2e/softmax_model.h"
+
 #include "client/client.h"
 #include "client/embedded_server.h"
 #include "compiler/interp/interp.h"
@@ -65,38 +67,7 @@ struct Uopd {
   }
 };
 
-// A small model: matmul, a bias, softmax over rows; and its inputs.
-struct Model {
-  Graph g;
-  const UOp* root = nullptr;
-  Names names;
-  absl::flat_hash_map<const UOp*, HostTensor> inputs;  // by BUFFER
-  std::vector<client::Input> bindings;
-
-  explicit Model(uint64_t seed, int64_t n = 24) {
-    TensorBuilder tb(g);
-    const UOp* x = tb.input(Scalar::Float32, {n, 16});
-    const UOp* w = tb.input(Scalar::Float32, {16, 8});
-    const UOp* b = tb.input(Scalar::Float32, {8});
-    const UOp* h = tb.alu(Op::ADD, {tb.matmul(x, w), b});
-    const UOp* m = tb.reduce(h, ReduceOp::Max, {1});
-    const UOp* e = tb.alu(Op::EXP2, {tb.alu(Op::SUB, {h, m})});
-    const UOp* out = tb.alu(Op::FDIV, {e, tb.reduce(e, ReduceOp::Add, {1})});
-    root = tb.sink({out});
-    names = {{"x", tb.buffer_of(x)}, {"w", tb.buffer_of(w)}, {"b", tb.buffer_of(b)}, {"probs", out}};
-    for (auto& [name, node] : names) {
-      if (node->op() != Op::BUFFER) continue;
-      HostTensor t = HostTensor::random(Scalar::Float32, {node->arg_as<BufferArg>().size}, seed++);
-      inputs[node] = t;
-      bindings.push_back({name, t});
-    }
-  }
-  std::vector<HostTensor> expected() {
-    auto want = interpret(g, root, inputs);
-    EXPECT_TRUE(want.ok()) << want.status();
-    return want.ok() ? *want : std::vector<HostTensor>{};
-  }
-};
+using Model = testing::SoftmaxModel;
 
 void expect_matches(const std::vector<HostTensor>& want, const client::RunResult& got) {
   ASSERT_EQ(want.size(), got.outputs.size());
