@@ -176,20 +176,22 @@ absl::Status top_k(NodeContext& c) {
   return absl::OkStatus();
 }
 
+// The `axis` attribute of Compress and Unique, or, without one, axis 0 of x flattened
+// (x and its shape xs are replaced).
+absl::StatusOr<int64_t> axis_or_flattened(NodeContext& c, const UOp*& x, Dims& xs) {
+  if (c.has_attr("axis")) return c.axis(c.attr_int("axis", 0), static_cast<int64_t>(xs.size()));
+  x = c.tb().reshape(x, {numel_of(xs)});
+  xs = {numel_of(xs)};
+  return 0;
+}
+
 // Compress: the condition decides the output's shape, so it is needed at import; the kept
 // positions are then a gather.
 absl::Status compress(NodeContext& c) {
   ONNX_ASSIGN(const UOp* x, c.in(0));
   ONNX_ASSIGN(HostTensor cond, c.constant(1));
-  TensorBuilder& tb = c.tb();
   Dims xs = c.shape_of(x);
-  int64_t axis = 0;
-  if (c.has_attr("axis")) {
-    ONNX_ASSIGN(axis, c.axis(c.attr_int("axis", 0), static_cast<int64_t>(xs.size())));
-  } else {
-    x = tb.reshape(x, {numel_of(xs)});
-    xs = {numel_of(xs)};
-  }
+  ONNX_ASSIGN(int64_t axis, axis_or_flattened(c, x, xs));
   if (cond.numel() > xs[axis]) return c.invalid("condition is longer than the axis");
   std::vector<int64_t> keep;
   for (int64_t i = 0; i < cond.numel(); ++i)
@@ -532,15 +534,8 @@ absl::Status non_zero(NodeContext& c) {
 absl::Status unique(NodeContext& c) {
   ONNX_ASSIGN(const UOp* x, c.in(0));
   ONNX_ASSIGN(HostTensor xv, c.constant(0));
-  TensorBuilder& tb = c.tb();
   Dims xs = c.shape_of(x);
-  int64_t axis = 0;
-  if (c.has_attr("axis")) {
-    ONNX_ASSIGN(axis, c.axis(c.attr_int("axis", 0), static_cast<int64_t>(xs.size())));
-  } else {
-    x = tb.reshape(x, {numel_of(xs)});
-    xs = {numel_of(xs)};
-  }
+  ONNX_ASSIGN(int64_t axis, axis_or_flattened(c, x, xs));
   const int64_t n = xs[axis];
   const int64_t inner = numel_of(Dims(xs.begin() + axis + 1, xs.end())), outer = numel_of(Dims(xs.begin(), xs.begin() + axis));
   // Slice k as a key: its values in row-major order (outer, inner).
