@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "compiler/support/strings.h"
 #include "proto/worker.grpc.pb.h"
 
@@ -120,7 +121,7 @@ absl::Status Executor::write(const Worker& w, uint64_t id, uint64_t offset, std:
 }
 
 absl::Status Executor::read_into(const Worker& w, uint64_t id, uint64_t offset, uint64_t length, absl::Time deadline,
-                                 const std::function<bool(uint64_t, std::string_view)>& sink) {
+                                 const std::function<bool(uint64_t, std::string&)>& sink) {
   grpc::ClientContext ctx;
   set_deadline(ctx, deadline);
   wpb::ReadBufferRequest req;
@@ -134,7 +135,7 @@ absl::Status Executor::read_into(const Worker& w, uint64_t id, uint64_t offset, 
   wpb::ReadChunk chunk;
   bool stopped = false;  // the sink had enough (its client went away)
   while (stream->Read(&chunk)) {
-    if (!sink(chunk.offset(), chunk.data())) {
+    if (!sink(chunk.offset(), *chunk.mutable_data())) {
       stopped = true;
       ctx.TryCancel();
       break;
@@ -149,7 +150,7 @@ absl::StatusOr<std::string> Executor::read(const Worker& w, uint64_t id, uint64_
                                            absl::Time deadline) {
   std::string out;
   out.reserve(length);
-  absl::Status s = read_into(w, id, offset, length, deadline, [&](uint64_t at, std::string_view data) {
+  absl::Status s = read_into(w, id, offset, length, deadline, [&](uint64_t at, std::string& data) {
     if (at != offset + out.size()) return false;  // chunks arrive in order; anything else is a bug
     out.append(data);
     return true;
@@ -186,7 +187,12 @@ struct Executor::RunState {
     // not to a replacement that started meanwhile.
     uint64_t generation = 0;
     std::vector<uint64_t> temps;  // freed whatever happens
-    wpb::ExecuteRequest pending;  // launches since the last collective or copy
+    // What goes with the next Execute: the buffers to allocate (small inline inputs with
+    // their data), the launches since the last collective or copy, and at the end the
+    // outputs to read back and the temporaries to free.
+    wpb::ExecuteRequest pending;
+    uint64_t pending_inline = 0;   // data bytes in pending.allocs
+    wpb::ExecuteResponse answer;   // the last Execute's (its outputs)
   };
   std::vector<Device> devices;  // in first-use order
   std::vector<size_t> device_of;  // per plan buffer: index into devices
@@ -217,8 +223,10 @@ absl::Status Executor::first_failure(RunState& rs, std::vector<std::pair<Worker,
 
 absl::Status Executor::flush_launches(RunState& rs) {
   std::vector<size_t> busy;
-  for (size_t i = 0; i < rs.devices.size(); ++i)
-    if (rs.devices[i].pending.launches_size() > 0) busy.push_back(i);
+  for (size_t i = 0; i < rs.devices.size(); ++i) {
+    const wpb::ExecuteRequest& p = rs.devices[i].pending;
+    if (p.launches_size() > 0 || p.allocs_size() > 0 || p.read_back_size() > 0) busy.push_back(i);
+  }
   if (busy.empty()) return absl::OkStatus();
   auto t0 = std::chrono::steady_clock::now();
   std::vector<absl::Status> status(busy.size());
@@ -226,9 +234,9 @@ absl::Status Executor::flush_launches(RunState& rs) {
     RunState::Device& d = rs.devices[busy[k]];
     grpc::ClientContext ctx;
     set_deadline(ctx, rs.deadline);
-    wpb::ExecuteResponse resp;
+    d.answer.Clear();
     auto st = stub(d.w);
-    status[k] = st.ok() ? from_grpc((*st)->Execute(&ctx, d.pending, &resp)) : st.status();
+    status[k] = st.ok() ? from_grpc((*st)->Execute(&ctx, d.pending, &d.answer)) : st.status();
   };
   // Kernels of different devices between two collectives never share a buffer: they
   // run side by side.
@@ -240,9 +248,19 @@ absl::Status Executor::flush_launches(RunState& rs) {
   std::vector<std::pair<Worker, absl::Status>> failures;
   for (size_t k = 0; k < busy.size(); ++k) {
     RunState::Device& d = rs.devices[busy[k]];
-    if (status[k].ok()) rs.out.kernels_run += d.pending.launches_size();
-    else failures.emplace_back(d.w, status[k]);
+    if (status[k].ok()) {
+      rs.out.kernels_run += d.pending.launches_size();
+      // Freed by the worker: nothing left for cleanup. (After a failure they stay listed:
+      // a request that never reached the worker freed nothing.)
+      if (d.pending.free_after_size() > 0) {
+        absl::flat_hash_set<uint64_t> freed(d.pending.free_after().begin(), d.pending.free_after().end());
+        std::erase_if(d.temps, [&](uint64_t id) { return freed.contains(id); });
+      }
+    } else {
+      failures.emplace_back(d.w, status[k]);
+    }
     d.pending.Clear();
+    d.pending_inline = 0;
   }
   if (failures.empty()) return absl::OkStatus();
   return first_failure(rs, std::move(failures), "running the kernels");
@@ -408,13 +426,25 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const Plan& 
     }
     rs.ids[i] = new_buffer_id();
     d.temps.push_back(rs.ids[i]);  // freed whatever happens (an id never allocated is skipped)
+    // Outputs, intermediates and unbound kernel-level buffers start zeroed (workers zero
+    // new buffers). They, and inline inputs up to kInlineBytes per Execute, are allocated
+    // by the device's first Execute: a cached Run is one round trip per worker.
+    std::string_view data;
+    if (in != inputs.end() && in->second.tensor) data = in->second.tensor->data;
+    if (data.size() <= kInlineBytes - d.pending_inline) {
+      wpb::BufferInit* a = d.pending.add_allocs();
+      a->set_buffer_id(rs.ids[i]);
+      a->set_bytes(static_cast<uint64_t>(pb.elements) * scalar_bytes(pb.dtype));
+      a->set_data(data.data(), data.size());
+      d.pending_inline += data.size();
+      out.bytes_in += data.size();
+      continue;
+    }
     fresh.push_back(i);
   }
-  // All allocations at once: a step of a training loop has dozens of intermediates per
-  // device, and one round trip each, one after another, would cost more than its kernels.
-  // Outputs, intermediates and unbound kernel-level buffers start zeroed (workers zero
-  // new buffers). An inline input's write starts as soon as its allocation is answered
-  // (from gRPC's callback), so a Run waits once for allocations and writes together.
+  // Larger inline inputs are allocated and streamed in chunks before the first Execute,
+  // all at once: each write starts as soon as its allocation is answered (from gRPC's
+  // callback), so the Run waits once for allocations and writes together.
   {
     struct Pending {
       std::mutex mu;
@@ -604,26 +634,31 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const Plan& 
       return s;
     }
   }
-  if (absl::Status s = flush_launches(rs); !s.ok()) {
-    cleanup();
-    return s;
-  }
 
-  // The outputs: read back, or handed over to the session (then not freed here).
-  for (const PlannedOutput& o : plan.outputs) {
+  // The outputs: handed over to the session (then not freed here), or read back. Those
+  // that fit come back with each device's last Execute, which also frees the run's
+  // temporaries; larger ones are streamed after it (and freed by cleanup).
+  struct Reading {
+    size_t device;
+    int slot = -1;  // index into the device's read_back; -1: streamed
+  };
+  std::vector<Reading> reading(plan.outputs.size());
+  std::vector<uint64_t> out_bytes(rs.devices.size(), 0);
+  absl::flat_hash_set<uint64_t> streamed;
+  for (size_t k = 0; k < plan.outputs.size(); ++k) {
+    const PlannedOutput& o = plan.outputs[k];
     const PlannedBuffer& pb = plan.buffers[o.buffer];
-    RunState::Device& d = rs.devices[rs.device_of[o.buffer]];
+    const size_t di = rs.device_of[o.buffer];
+    RunState::Device& d = rs.devices[di];
     const uint64_t id = rs.ids[o.buffer];
-    HostTensor t;
-    t.dtype = o.dtype;
-    t.shape = o.shape;
-    uint64_t bytes = static_cast<uint64_t>(t.numel()) * scalar_bytes(o.dtype);
+    reading[k].device = di;
+    const uint64_t buffer_bytes = static_cast<uint64_t>(pb.elements) * scalar_bytes(pb.dtype);
     if (keep_outputs) {
       BufferInfo b;
       b.device = d.name;
       b.dtype = o.dtype;
       b.elements = static_cast<uint64_t>(pb.elements);
-      b.bytes = static_cast<uint64_t>(pb.elements) * scalar_bytes(pb.dtype);
+      b.bytes = buffer_bytes;
       b.worker_buffer = id;
       b.worker_id = d.w->id();
       b.worker_generation = d.generation;
@@ -631,14 +666,51 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const Plan& 
       out.kept.push_back(b);
       continue;
     }
-    auto data = read(d.w, id, 0, bytes, deadline);
-    if (!data.ok()) {
-      cleanup();
-      return data.status();
+    if (buffer_bytes <= kInlineBytes - out_bytes[di]) {
+      out_bytes[di] += buffer_bytes;
+      reading[k].slot = d.pending.read_back_size();
+      d.pending.add_read_back(id);
+    } else {
+      streamed.insert(id);
     }
-    out.bytes_out += data->size();
-    t.data = std::move(*data);
-    out.outputs.push_back(std::move(t));
+  }
+  for (RunState::Device& d : rs.devices) {
+    const wpb::ExecuteRequest& p = d.pending;
+    if (p.launches_size() == 0 && p.allocs_size() == 0 && p.read_back_size() == 0) continue;  // cleanup frees
+    for (uint64_t id : d.temps)
+      if (!streamed.contains(id)) d.pending.add_free_after(id);
+  }
+  if (absl::Status s = flush_launches(rs); !s.ok()) {
+    cleanup();
+    return s;
+  }
+  if (!keep_outputs) {
+    for (size_t k = 0; k < plan.outputs.size(); ++k) {
+      const PlannedOutput& o = plan.outputs[k];
+      RunState::Device& d = rs.devices[reading[k].device];
+      HostTensor t;
+      t.dtype = o.dtype;
+      t.shape = o.shape;
+      const uint64_t bytes = static_cast<uint64_t>(t.numel()) * scalar_bytes(o.dtype);
+      if (reading[k].slot >= 0) {
+        if (reading[k].slot >= d.answer.outputs_size() || d.answer.outputs(reading[k].slot).size() < bytes) {
+          cleanup();
+          return absl::InternalError(cat("worker ", d.w->id(), " returned ", d.answer.outputs_size(), " outputs, not output ",
+                                         reading[k].slot, " of ", bytes, " bytes"));
+        }
+        // Several outputs may be one buffer: copy, do not move, what another may need.
+        t.data = d.answer.outputs(reading[k].slot).substr(0, bytes);
+      } else {
+        auto data = read(d.w, rs.ids[o.buffer], 0, bytes, deadline);
+        if (!data.ok()) {
+          cleanup();
+          return data.status();
+        }
+        t.data = std::move(*data);
+      }
+      out.bytes_out += t.data.size();
+      out.outputs.push_back(std::move(t));
+    }
   }
   cleanup();
   return std::move(rs.out);

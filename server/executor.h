@@ -2,6 +2,9 @@
 // needs (outputs, intermediates, inline inputs) on the worker, writes inline inputs,
 // loads the programs the worker lacks, launches the kernels in order, and reads the
 // outputs back (or hands them to the session). Temporaries are freed whatever happens.
+// A cached single-device Run with small tensors is one Execute round trip to the worker:
+// the allocations, the inline inputs, the launches, the outputs read back and the frees
+// all travel in it (worker.proto's ExecuteRequest).
 // A worker that fails mid-run is reported to the WorkerPool, and the client gets the
 // pool's UNAVAILABLE status saying which worker and why.
 #pragma once
@@ -75,8 +78,10 @@ class Executor {
   absl::Status write(const Worker& w, uint64_t id, uint64_t offset, std::string_view data, absl::Time deadline);
   absl::StatusOr<std::string> read(const Worker& w, uint64_t id, uint64_t offset, uint64_t length, absl::Time deadline);
   // Streams a read chunk by chunk to `sink` (a Download); stops early if sink returns false.
+  // The sink may take the chunk's bytes (swap them out): a Download forwards them without
+  // a copy.
   absl::Status read_into(const Worker& w, uint64_t id, uint64_t offset, uint64_t length, absl::Time deadline,
-                         const std::function<bool(uint64_t offset, std::string_view data)>& sink);
+                         const std::function<bool(uint64_t offset, std::string& data)>& sink);
   absl::Status free(const Worker& w, const std::vector<uint64_t>& ids);
 
   // A fresh id for a worker buffer (the scheduler names them).
@@ -88,6 +93,9 @@ class Executor {
                       std::optional<uint64_t> generation = std::nullopt);
 
   static constexpr uint64_t kChunk = 1 << 20;
+  // Inline input bytes, and separately output bytes, one Execute carries to or from a
+  // worker; a Run's larger inputs and outputs are streamed in kChunk chunks around it.
+  static constexpr uint64_t kInlineBytes = 4 << 20;
 
   // The current process's stub, or UNAVAILABLE while the worker is not up.
   using Stub = ::uopd::worker::v1::Worker::Stub;

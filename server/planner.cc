@@ -196,19 +196,29 @@ absl::StatusOr<std::vector<CompiledKernel>> Planner::compile_per_kernel(const Pl
   // One compile per (kernel, target), all queued at once.
   absl::flat_hash_map<std::pair<Digest, std::string>, size_t> first;
   std::vector<size_t> which(plan.kernels.size());
-  std::vector<std::future<absl::StatusOr<CompiledKernel>>> futures;
+  // A CPU kernel in the memory tier is answered here, on the caller's thread: a cached Run
+  // should not wait for a pool thread to wake. Everything else goes to the compile pool.
+  std::vector<absl::StatusOr<CompiledKernel>> done;
+  std::vector<std::pair<size_t, std::future<absl::StatusOr<CompiledKernel>>>> futures;
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
     const PlannedKernel& k = plan.kernels[i];
     const std::string& arch = arch_per_kernel[i];
-    auto [it, fresh] = first.emplace(std::make_pair(k.digest, arch), futures.size());
+    auto [it, fresh] = first.emplace(std::make_pair(k.digest, arch), done.size());
     which[i] = it->second;
     if (!fresh) continue;
-    futures.push_back(compiles_.submit([this, &k, &arch, cache_namespace] {
+    if (arch.empty()) {
+      std::string key = cache_key(k.digest, cache_namespace);
+      if (std::optional<CacheResult> hit = cache_->get_fast(key)) {
+        done.push_back(kernel_from_entry(k, key, target_.id(), *hit, std::nullopt));
+        continue;
+      }
+    }
+    done.push_back(absl::UnknownError("not compiled"));
+    futures.emplace_back(done.size() - 1, compiles_.submit([this, &k, &arch, cache_namespace] {
       return arch.empty() ? compile_one(k, cache_namespace) : compile_one_cuda(k, arch, cache_namespace);
     }));
   }
-  std::vector<absl::StatusOr<CompiledKernel>> done;
-  for (auto& f : futures) done.push_back(f.get());
+  for (auto& [index, f] : futures) done[index] = f.get();
   std::vector<CompiledKernel> out;
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
     auto& r = done[which[i]];

@@ -283,12 +283,14 @@ grpc::Status UopdService::Download(grpc::ServerContext* ctx, const pb::DownloadR
   if ((*w)->id() != b->worker_id || (*w)->generation() != b->worker_generation)
     return finish("Download", absl::UnavailableError(cat("buffer ", b->id, " was held by worker ", b->worker_id, ", which restarted since; its contents are lost")));
   uint64_t sent = 0;
-  pb::DownloadChunk c;  // reused: its string keeps its capacity from chunk to chunk
+  pb::DownloadChunk c;  // reused: its buffer and the worker chunk's go back and forth
   absl::Status s = d_.executor->read_into(*w, b->worker_buffer, req->offset(), length, deadline(ctx),
-                                          [&](uint64_t offset, std::string_view data) {
+                                          [&](uint64_t offset, std::string& data) {
                                             c.set_offset(offset);
-                                            c.mutable_data()->assign(data.data(), data.size());
-                                            sent += data.size();
+                                            // The worker's chunk becomes the client's: the
+                                            // two strings trade buffers, nothing is copied.
+                                            c.mutable_data()->swap(data);
+                                            sent += c.data().size();
                                             return writer->Write(c);
                                           });
   d_.metrics->bytes_out(sent);

@@ -206,6 +206,32 @@ absl::StatusOr<double> WorkerRuntime::execute(std::span<const LaunchSpec> launch
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
+absl::StatusOr<ExecuteResult> WorkerRuntime::execute(const ExecuteBatch& batch, const std::function<bool()>& cancelled) {
+  ExecuteResult result;
+  absl::Status st = [&]() -> absl::Status {
+    for (const BufferInit& a : batch.allocs) {
+      if (a.data.size() > a.bytes)
+        return absl::InvalidArgumentError(
+            cat("allocating buffer ", a.id, ": ", a.data.size(), " bytes of data for a buffer of ", a.bytes));
+      absl::Status s = alloc_buffer(a.id, a.bytes);
+      if (s.ok()) s = write_buffer(a.id, 0, a.data);
+      if (!s.ok()) return absl::Status(s.code(), cat("allocating buffer ", a.id, ": ", s.message()));
+    }
+    auto ms = execute(batch.launches, cancelled);
+    if (!ms.ok()) return ms.status();
+    result.run_ms = *ms;
+    for (uint64_t id : batch.read_back) {
+      auto slice = read_buffer(id, 0, 0);
+      if (!slice.ok()) return absl::Status(slice.status().code(), cat("reading back: ", slice.status().message()));
+      result.outputs.push_back(*std::move(slice));
+    }
+    return absl::OkStatus();
+  }();
+  free_buffers(batch.free_after);
+  if (!st.ok()) return st;
+  return result;
+}
+
 absl::StatusOr<double> WorkerRuntime::collective(const CollectiveSpec& spec, uint64_t id,
                                                  const std::function<bool()>& cancelled) {
   auto start = std::chrono::steady_clock::now();
@@ -326,13 +352,18 @@ grpc::Status WorkerService::LoadProgram(grpc::ServerContext*, const wv1::LoadPro
 grpc::Status WorkerService::Execute(grpc::ServerContext* ctx, const wv1::ExecuteRequest* req,
                                     wv1::ExecuteResponse* resp) {
   InFlight guard(in_flight_);
-  std::vector<LaunchSpec> launches;
-  launches.reserve(req->launches_size());
+  ExecuteBatch batch;
+  batch.allocs.reserve(req->allocs_size());
+  for (const wv1::BufferInit& a : req->allocs()) batch.allocs.push_back({a.buffer_id(), a.bytes(), a.data()});
+  batch.launches.reserve(req->launches_size());
   for (const wv1::Launch& l : req->launches())
-    launches.push_back({l.key(), {l.buffer_ids().begin(), l.buffer_ids().end()}, {l.vars().begin(), l.vars().end()}});
-  auto ms = rt_->execute(launches, [ctx] { return ctx->IsCancelled(); });
-  if (!ms.ok()) return to_grpc(ms.status());
-  resp->set_run_ms(*ms);
+    batch.launches.push_back({l.key(), {l.buffer_ids().begin(), l.buffer_ids().end()}, {l.vars().begin(), l.vars().end()}});
+  batch.read_back.assign(req->read_back().begin(), req->read_back().end());
+  batch.free_after.assign(req->free_after().begin(), req->free_after().end());
+  auto result = rt_->execute(batch, [ctx] { return ctx->IsCancelled(); });
+  if (!result.ok()) return to_grpc(result.status());
+  resp->set_run_ms(result->run_ms);
+  for (const BufferSlice& out : result->outputs) resp->add_outputs(out.data, out.length);
   return grpc::Status::OK;
 }
 

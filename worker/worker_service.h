@@ -39,6 +39,26 @@ struct LaunchSpec {
   std::vector<int64_t> vars;
 };
 
+// A buffer an ExecuteBatch allocates: zeroed, then `data` written at its start.
+struct BufferInit {
+  uint64_t id = 0;
+  uint64_t bytes = 0;
+  std::string_view data;
+};
+
+// worker.proto's ExecuteRequest: what a cached Run needs of one worker in one round trip.
+struct ExecuteBatch {
+  std::vector<BufferInit> allocs;     // first, in order
+  std::vector<LaunchSpec> launches;   // then in order
+  std::vector<uint64_t> read_back;    // then each buffer whole
+  std::vector<uint64_t> free_after;   // last, whatever happened before
+};
+
+struct ExecuteResult {
+  double run_ms = 0;                 // the launches
+  std::vector<BufferSlice> outputs;  // one per read_back (they stay valid after the frees)
+};
+
 struct WorkerInfo {
   std::string device, backend, target;
   int64_t pid = 0;
@@ -73,6 +93,12 @@ class WorkerRuntime {
   // does not keep the worker busy). Returns the time spent running, in milliseconds.
   absl::StatusOr<double> execute(std::span<const LaunchSpec> launches,
                                  const std::function<bool()>& cancelled = {}) const;
+
+  // An ExecuteBatch: alloc_buffer + write_buffer for each of its allocs, the launches as
+  // execute() runs them, read_buffer of each read_back buffer, then free_buffers of
+  // free_after whether or not the rest succeeded (a failed run leaves no temporaries).
+  // Stops at the first failure; its message says which step ("allocating buffer 7: ...").
+  absl::StatusOr<ExecuteResult> execute(const ExecuteBatch& batch, const std::function<bool()>& cancelled = {});
 
   // This worker's part of a collective over buffer `id` (in place): the buffer must hold
   // spec.elements values of spec.dtype. NOT_FOUND for an unknown buffer; otherwise

@@ -26,6 +26,9 @@ class CacheTier {
   // corrupt entry is also deleted by the tier).
   virtual absl::StatusOr<std::optional<std::string>> get(std::string_view key) = 0;
   virtual absl::Status put(std::string_view key, std::string_view value) = 0;
+  // True for a tier answering from this process's memory (no I/O): CompileCache::get_fast
+  // asks only such a tier.
+  virtual bool in_process() const { return false; }
 };
 
 // Keys are SHA-256 digests in lowercase hex. Tiers that turn keys into file names or

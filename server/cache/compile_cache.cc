@@ -29,6 +29,14 @@ void CompileCache::put_into(size_t tier, std::string_view key, std::string_view 
   }
 }
 
+std::optional<CacheResult> CompileCache::get_fast(std::string_view key) {
+  if (tiers_.empty() || !tiers_[0]->in_process() || !is_cache_key(key)) return std::nullopt;
+  absl::StatusOr<std::optional<std::string>> got = tiers_[0]->get(key);
+  if (!got.ok() || !got->has_value()) return std::nullopt;
+  ++counters_[0].hits;
+  return CacheResult{std::move(**got), CacheOutcome::Hit, std::string(tiers_[0]->name())};
+}
+
 absl::StatusOr<CacheResult> CompileCache::get_or_compute(
     std::string_view key, const std::function<absl::StatusOr<std::string>()>& compute) {
   if (auto s = check_cache_key(key); !s.ok()) return s;

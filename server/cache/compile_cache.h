@@ -52,6 +52,12 @@ class CompileCache {
   absl::StatusOr<CacheResult> get_or_compute(
       std::string_view key, const std::function<absl::StatusOr<std::string>()>& compute);
 
+  // The entry if the first tier holds it and answers from memory (no I/O, no waiting):
+  // what the caller may do on its own thread before handing a lookup to a compile pool. A
+  // hit counts as that tier's hit; a miss counts nothing (the get_or_compute that follows
+  // counts it).
+  std::optional<CacheResult> get_fast(std::string_view key);
+
   std::vector<std::pair<std::string, TierStats>> stats() const;  // per tier, in order
   uint64_t computes() const { return computes_.load(); }
   uint64_t compute_errors() const { return compute_errors_.load(); }

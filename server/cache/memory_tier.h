@@ -21,6 +21,7 @@ class MemoryTier : public CacheTier {
   explicit MemoryTier(int64_t byte_budget);
 
   std::string_view name() const override { return "memory"; }
+  bool in_process() const override { return true; }
   absl::StatusOr<std::optional<std::string>> get(std::string_view key) override;
   // RESOURCE_EXHAUSTED for a value that alone exceeds the budget (a budget too small for
   // one artifact is a misconfiguration worth seeing in the put-error metric).

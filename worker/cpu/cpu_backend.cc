@@ -65,7 +65,7 @@ absl::Status CpuBackend::run(const DeviceProgram& program, std::span<DeviceMemor
   std::vector<void*> ptrs(buffers.size(), nullptr);
   for (size_t slot = 0; slot < buffers.size(); ++slot)
     if (buffers[slot]) ptrs[slot] = static_cast<HostMemory*>(buffers[slot])->data();
-  return static_cast<const CpuProgram&>(program).run(ptrs, vars, &pool_);
+  return static_cast<const CpuProgram&>(program).run(ptrs, vars, &pool_, kSerialBytes);
 }
 
 }  // namespace uop

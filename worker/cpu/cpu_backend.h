@@ -42,8 +42,13 @@ class CpuBackend final : public DeviceBackend {
                                    uint64_t length) override;
   absl::StatusOr<std::shared_ptr<const DeviceProgram>> load_program(const std::string& key, std::string_view object,
                                                                    const KernelAbi& abi) override;
+  // A kernel whose buffers hold under kSerialBytes together runs on the calling thread:
+  // waking the pool costs more than its work (microseconds on an idle machine, far more
+  // when the worker shares its cores), and small kernels are what a latency-bound cached
+  // Run launches. Larger ones split their Thread range over the pool.
   absl::Status run(const DeviceProgram& program, std::span<DeviceMemory* const> buffers,
                    std::span<const int64_t> vars) override;
+  static constexpr uint64_t kSerialBytes = 64 << 10;
 
  private:
   std::string target_;

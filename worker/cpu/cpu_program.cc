@@ -62,7 +62,14 @@ struct CpuProgram::Code {
 };
 
 CpuProgram::CpuProgram(KernelAbi abi, std::unique_ptr<Code> code, KernelFn fn)
-    : abi_(std::move(abi)), code_(std::move(code)), fn_(fn) {}
+    : abi_(std::move(abi)), code_(std::move(code)), fn_(fn) {
+  for (const KernelParam& p : abi_.params) {
+    uint64_t bytes = 0;
+    if (p.size < 0 || __builtin_mul_overflow(static_cast<uint64_t>(p.size), static_cast<uint64_t>(p.dtype.bytes()), &bytes) ||
+        __builtin_add_overflow(buffer_bytes_, bytes, &buffer_bytes_))
+      buffer_bytes_ = UINT64_MAX;
+  }
+}
 
 CpuProgram::~CpuProgram() = default;
 
@@ -90,11 +97,12 @@ absl::Status CpuProgram::check(std::span<void* const> buffers, std::span<const i
   return check_launch_args(abi_, addresses, vars);
 }
 
-absl::Status CpuProgram::run(std::span<void* const> buffers, std::span<const int64_t> vars, ThreadPool* pool) const {
+absl::Status CpuProgram::run(std::span<void* const> buffers, std::span<const int64_t> vars, ThreadPool* pool,
+                             uint64_t serial_below) const {
   if (auto st = check(buffers, vars); !st.ok()) return st;
   int64_t tasks = abi_.eval_tasks(vars);
   if (tasks <= 0) return absl::OkStatus();  // every buffer store is inside the Thread range
-  int64_t ntasks = pool ? std::min<int64_t>(tasks, pool->size()) : 1;
+  int64_t ntasks = pool && buffer_bytes_ >= serial_below ? std::min<int64_t>(tasks, pool->size()) : 1;
   void* const* b = buffers.data();
   const int64_t* v = vars.data();
   if (ntasks == 1) {

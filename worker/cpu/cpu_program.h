@@ -32,8 +32,10 @@ class CpuProgram final : public DeviceProgram {
   // number of buffers or vars, a var outside its bounds, a null or misaligned buffer,
   // or a written buffer that overlaps another one (the kernel assumes distinct buffers). The Thread
   // range's `tasks` iterations are split over min(tasks, pool size) tasks on `pool`
-  // (or one task on the calling thread without a pool). Thread-safe.
-  absl::Status run(std::span<void* const> buffers, std::span<const int64_t> vars, ThreadPool* pool) const;
+  // (or one task on the calling thread without a pool, or when the kernel's buffers
+  // total under `serial_below` bytes). Thread-safe.
+  absl::Status run(std::span<void* const> buffers, std::span<const int64_t> vars, ThreadPool* pool,
+                   uint64_t serial_below = 0) const;
 
   const KernelAbi& abi() const override { return abi_; }
 
@@ -44,6 +46,7 @@ class CpuProgram final : public DeviceProgram {
   absl::Status check(std::span<void* const> buffers, std::span<const int64_t> vars) const;
 
   KernelAbi abi_;
+  uint64_t buffer_bytes_ = 0;  // what the ABI's params hold, all together
   std::unique_ptr<Code> code_;
   KernelFn fn_;
 };

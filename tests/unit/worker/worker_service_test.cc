@@ -260,6 +260,60 @@ TEST(WorkerRuntime, StopsAtTheFirstFailedLaunch) {
   EXPECT_EQ(cancelled.code(), absl::StatusCode::kCancelled);
 }
 
+// The one-round-trip form of a cached Run: allocate (an input with data, an output
+// zeroed), launch, read back, free, in one call; and a failure at any step still frees.
+TEST(WorkerRuntime, ABatchAllocatesLaunchesReadsBackAndFrees) {
+  WorkerRuntime rt = make_runtime();
+  CpuArtifact art = scale_kernel(3);
+  ASSERT_TRUE(rt.load_program("k3", art.object, art.abi.serialize()).ok());
+  const std::vector<int32_t> in = iota_input();
+  const std::string in_bytes = bytes_of(in);
+  ExecuteBatch batch;
+  batch.allocs = {{10, N * 4, in_bytes}, {11, N * 4, {}}};
+  batch.launches = {{"k3", {11, 10}, {N}}};
+  batch.read_back = {11, 10};
+  batch.free_after = {10, 11, 999};  // 999 was never allocated: skipped
+  auto r = rt.execute(batch);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->outputs.size(), 2u);
+  ASSERT_EQ(r->outputs[0].length, N * 4u);
+  std::vector<int32_t> out(N);
+  std::memcpy(out.data(), r->outputs[0].data, N * 4);  // still valid: the slice holds the memory
+  for (int i = 0; i < N; ++i) ASSERT_EQ(out[i], in[i] * 3 + i) << i;
+  EXPECT_EQ(r->outputs[1].bytes(), in_bytes);
+  EXPECT_EQ(rt.info().buffers, 0u);  // both freed
+  EXPECT_EQ(rt.info().buffer_bytes, 0u);
+
+  // A failed launch: the allocations made by the batch are freed anyway, the error says
+  // which launch, and nothing is read back.
+  batch.launches = {{"k3", {11, 10}, {N}}, {"missing", {11, 10}, {N}}};
+  r = rt.execute(batch);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("launch 1"), std::string::npos) << r.status();
+  EXPECT_EQ(rt.info().buffers, 0u);
+
+  // A failed allocation (the id is taken by a buffer the batch does not free): named, and
+  // the buffers allocated before it are freed; the other buffer is untouched.
+  ASSERT_TRUE(rt.alloc_buffer(11, 8).ok());
+  batch.launches = {{"k3", {11, 10}, {N}}};
+  batch.free_after = {10};
+  r = rt.execute(batch);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(r.status().message().find("allocating buffer 11"), std::string::npos) << r.status();
+  EXPECT_EQ(rt.info().buffers, 1u);
+  EXPECT_EQ(rt.info().buffer_bytes, 8u);
+
+  // More data than the buffer holds: refused before anything is allocated for it.
+  batch.allocs = {{12, 4, "12345678"}};
+  batch.launches.clear();
+  batch.read_back.clear();
+  batch.free_after = {12};
+  r = rt.execute(batch);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("8 bytes of data for a buffer of 4"), std::string::npos) << r.status();
+  EXPECT_EQ(rt.info().buffers, 1u);
+}
+
 // The adapter over a real (in-process) gRPC server: chunked streaming both ways.
 TEST(WorkerService, StreamsBuffersInChunks) {
   WorkerRuntime rt = make_runtime();

@@ -88,6 +88,34 @@ TEST(CompileCache, SixteenConcurrentMissesCompileOnce) {
   EXPECT_EQ(compiles.load(), 1);
 }
 
+// get_fast answers from the memory tier only: never from disk (I/O on the caller's
+// thread), never by computing, and a miss leaves the counters to the full lookup.
+TEST(CompileCache, GetFastAnswersOnlyFromMemory) {
+  ScratchDir d;
+  CompileCache cache(memory_and_disk(d.path()));
+  const std::string key = key_of("fast kernel");
+  EXPECT_FALSE(cache.get_fast(key).has_value());
+  EXPECT_EQ(stats_of(cache, "memory").misses, 0u);
+  EXPECT_FALSE(cache.get_fast("not a key").has_value());
+  ASSERT_TRUE(cache.get_or_compute(key, [] { return absl::StatusOr<std::string>("bytes"); }).ok());
+  std::optional<CacheResult> hit = cache.get_fast(key);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->value, "bytes");
+  EXPECT_EQ(hit->outcome, CacheOutcome::Hit);
+  EXPECT_EQ(hit->tier, "memory");
+  EXPECT_EQ(stats_of(cache, "memory").hits, 1u);
+
+  // A cache whose first tier is the disk: the entry is there, but get_fast does not look.
+  std::vector<std::unique_ptr<CacheTier>> disk_only;
+  disk_only.push_back(std::make_unique<DiskTier>(d.path(), 1 << 20));
+  CompileCache on_disk(std::move(disk_only));
+  EXPECT_FALSE(on_disk.get_fast(key).has_value());
+  auto full = on_disk.get_or_compute(key, [] { return absl::StatusOr<std::string>("recompiled"); });
+  ASSERT_TRUE(full.ok());
+  EXPECT_EQ(full->value, "bytes");
+  EXPECT_EQ(full->tier, "disk");
+}
+
 TEST(CompileCache, ComputeErrorReachesEveryWaiterAndIsNotStored) {
   ScratchDir d;
   CompileCache cache(memory_and_disk(d.path()));
