@@ -1,6 +1,7 @@
 // The Registry gRPC service (proto/worker.proto): workers started elsewhere announce their
-// address and device here, and the scheduler's WorkerPool takes them on. A thin adapter:
-// decode, WorkerPool::register_remote, encode.
+// address, device and the name they want (their device, another KIND:N, or "auto") here,
+// at start and every heartbeat, and the scheduler's WorkerPool takes them on. A thin
+// adapter: decode, WorkerPool::register_remote, encode (the response names the slot).
 #pragma once
 
 #include "proto/worker.grpc.pb.h"

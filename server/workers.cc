@@ -8,9 +8,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <tuple>
 
 #include <grpcpp/grpcpp.h>
 
@@ -79,6 +81,15 @@ ProbeResult probe(wv1::Worker::Stub* stub, absl::Duration timeout) {
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   r.status = from_grpc(stub->Info(&ctx, wv1::InfoRequest(), &r.info));
   return r;
+}
+
+// "CUDA:3" -> "CUDA"; "" for anything not KIND:N.
+std::string kind_of(const std::string& device) {
+  auto colon = device.find(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == device.size() || colon + 6 < device.size() ||
+      device.find_first_not_of("0123456789", colon + 1) != std::string::npos)
+    return "";
+  return device.substr(0, colon);
 }
 
 }  // namespace
@@ -172,6 +183,7 @@ void WorkerHandle::lose_process_locked(const std::string& why) {
   state_ = State::Down;
   last_error_ = why;
   last_death_ = absl::Now();
+  down_since_ = last_death_;
 }
 
 // ---- WorkerPool ----
@@ -416,46 +428,134 @@ void WorkerPool::probe_remote(const std::shared_ptr<WorkerHandle>& h) {
   log(h->describe_locked(), " is reachable again (pid ", h->pid_, ")");
 }
 
+std::shared_ptr<WorkerHandle> WorkerPool::find_locked(const std::string& device) const {
+  for (const auto& x : handles_)
+    if (x->device() == device) return x;
+  return nullptr;
+}
+
+std::pair<std::shared_ptr<WorkerHandle>, std::string> WorkerPool::pick_auto_name_locked(const std::string& kind,
+                                                                                        const std::string& instance,
+                                                                                        const std::string& previous,
+                                                                                        absl::Time now) {
+  // A slot another instance gave up on: automatically named, remote, down for a while.
+  auto reclaimable = [now](const std::shared_ptr<WorkerHandle>& h) {
+    if (h->embedded()) return false;
+    absl::MutexLock lock(&h->mu_);
+    return !h->instance_.empty() && h->state_ != WorkerHandle::State::Up &&
+           now - h->down_since_ >= kAutoNameReclaim;
+  };
+  // The instance's own name, whatever state its slot is in.
+  for (const auto& h : handles_) {
+    if (h->embedded() || kind_of(h->device()) != kind) continue;
+    absl::MutexLock lock(&h->mu_);
+    if (h->instance_ == instance) return {h, h->device()};
+  }
+  if (!previous.empty() && kind_of(previous) == kind) {
+    auto h = find_locked(previous);
+    if (!h || reclaimable(h)) return {h, previous};
+  }
+  for (uint64_t n = 0;; ++n) {
+    std::string name = cat(kind, ":", n);
+    auto h = find_locked(name);
+    if (!h || reclaimable(h)) return {h, name};
+  }
+}
+
 absl::StatusOr<std::string> WorkerPool::register_remote(const std::string& address, const std::string& device) {
+  RemoteRegistration r;
+  r.address = address;
+  r.device = device;
+  auto got = register_remote(r);
+  if (!got.ok()) return got.status();
+  return got->worker_id;
+}
+
+absl::StatusOr<RemoteRegistered> WorkerPool::register_remote(const RemoteRegistration& r) {
+  const std::string& address = r.address;
   if (address.empty() || address.find(':') == std::string::npos)
     return absl::InvalidArgumentError(cat("a worker registers as HOST:PORT, got '", address, "'"));
-  if (device.empty()) return absl::InvalidArgumentError("a worker registers with a device name");
+  if (r.device.empty()) return absl::InvalidArgumentError("a worker registers with a device name");
+  const std::string kind = kind_of(r.device);
+  if (kind.empty()) return absl::InvalidArgumentError(cat("'", r.device, "' is not a device name (KIND:N)"));
+  const bool automatic = r.name == "auto";
+  const std::string wanted = r.name.empty() ? r.device : r.name;
+  if (!automatic && kind_of(wanted) != kind)
+    return absl::InvalidArgumentError(
+        cat("a worker serving ", r.device, " registers as ", kind, ":N or auto, not as '", wanted, "'"));
+  const std::string instance = r.instance.empty() ? address : r.instance;
   if (stopping()) return absl::UnavailableError("the scheduler is shutting down");
   auto stub = worker_stub(address);
-  ProbeResult r = probe(stub.get(), kProbeTimeout * 3);
-  if (!r.status.ok())
-    return absl::UnavailableError(cat("cannot reach the worker at ", address, ": ", r.status.message()));
-  if (r.info.device() != device)
+  ProbeResult me = probe(stub.get(), kProbeTimeout * 3);
+  if (!me.status.ok())
+    return absl::UnavailableError(cat("cannot reach the worker at ", address, ": ", me.status.message()));
+  if (me.info.device() != r.device)
     return absl::InvalidArgumentError(
-        cat("the worker at ", address, " serves ", r.info.device(), ", not ", device, " as registered"));
+        cat("the worker at ", address, " serves ", me.info.device(), ", not ", r.device, " as registered"));
+  const int64_t pid = me.info.pid();
 
-  absl::MutexLock lock(&mu_);
-  std::shared_ptr<WorkerHandle> h;
-  for (const auto& x : handles_)
-    if (x->device() == device) h = x;
-  if (h && h->embedded())
-    return absl::AlreadyExistsError(cat("device ", device, " is served by an embedded worker"));
-  if (!h) {
-    h = std::make_shared<WorkerHandle>(cat("remote-", ++remote_count_), device, false);
-    handles_.push_back(h);
-    ensure_supervisor_locked();  // to probe it again if it ever becomes unreachable
-  }
-  absl::MutexLock hl(&h->mu_);
-  bool same = h->state_ == WorkerHandle::State::Up && h->address_ == address && h->pid_ == r.info.pid();
-  if (!same) {
-    if (h->pid_ != 0) {  // a process served this slot before: its buffers are not ours now
-      ++h->generation_;
-      h->programs_.clear();
-      if (h->pid_ != r.info.pid()) ++h->restarts_;
+  // Holders of the slot found dead (address, pid): taken over on the next round.
+  std::vector<std::pair<std::string, int64_t>> dead;
+  for (int round = 0; round < 4; ++round) {
+    std::string name, holder;
+    int64_t holder_pid = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping()) return absl::UnavailableError("the scheduler is shutting down");
+      std::shared_ptr<WorkerHandle> h;
+      if (automatic) {
+        std::tie(h, name) = pick_auto_name_locked(kind, instance, r.previous_name, absl::Now());
+      } else {
+        name = wanted;
+        h = find_locked(name);
+      }
+      if (h && h->embedded())
+        return absl::AlreadyExistsError(cat("device ", name, " is served by an embedded worker"));
+      if (!h) {
+        h = std::make_shared<WorkerHandle>(cat("remote-", ++remote_count_), name, false);
+        handles_.push_back(h);
+        ensure_supervisor_locked();  // to probe it again if it ever becomes unreachable
+      }
+      absl::MutexLock hl(&h->mu_);
+      bool other = h->state_ == WorkerHandle::State::Up && h->address_ != address &&
+                   std::find(dead.begin(), dead.end(), std::make_pair(h->address_, h->pid_)) == dead.end();
+      if (other) {
+        holder = h->address_;
+        holder_pid = h->pid_;
+      } else {
+        bool same = h->address_ == address && h->pid_ == pid;
+        if (!same || h->state_ != WorkerHandle::State::Up) {
+          if (!same && h->pid_ != 0) {  // a process served this slot before: its buffers are not ours now
+            ++h->generation_;
+            h->programs_.clear();
+            ++h->restarts_;
+          }
+          h->pid_ = pid;
+          h->address_ = address;
+          h->stub_ = stub;
+          h->state_ = WorkerHandle::State::Up;
+          h->up_since_ = absl::Now();
+          h->local_device_ = r.device;
+          h->instance_ = automatic ? instance : "";
+          log(h->describe_locked(), " registered (pid ", h->pid_, ", generation ", h->generation_,
+              name == r.device ? std::string() : cat(", its own device ", r.device),
+              automatic ? cat(", instance ", instance) : std::string(), ")");
+        } else {
+          h->local_device_ = r.device;
+          h->instance_ = automatic ? instance : "";
+        }
+        return RemoteRegistered{h->id(), name};
+      }
     }
-    h->pid_ = r.info.pid();
-    h->address_ = address;
-    h->stub_ = stub;
-    h->state_ = WorkerHandle::State::Up;
-    h->up_since_ = absl::Now();
-    log(h->describe_locked(), " registered (pid ", h->pid_, ", generation ", h->generation_, ")");
+    // The slot is up with another worker: it keeps it while it answers as itself.
+    ProbeResult r2 = probe(worker_stub(holder).get(), kProbeTimeout);
+    if (r2.status.ok() && r2.info.pid() == holder_pid)
+      return absl::AlreadyExistsError(cat(name, " is served by the worker at ", holder, " (pid ", holder_pid,
+                                          "), which still answers",
+                                          automatic ? cat(" (is instance ", instance, " given to two workers?)") : ""));
+    dead.emplace_back(holder, holder_pid);
   }
-  return h->id();
+  return absl::AbortedError("the workers changed while registering; register again");
 }
 
 absl::StatusOr<std::shared_ptr<WorkerHandle>> WorkerPool::worker_for(const std::string& device, absl::Duration wait) {
@@ -523,6 +623,7 @@ absl::Status WorkerPool::on_failure(const std::shared_ptr<WorkerHandle>& w, cons
     w->state_ = WorkerHandle::State::Down;
     w->stub_.reset();
     w->last_error_ = why;
+    w->down_since_ = absl::Now();
     w->next_probe_ = absl::Now() + kRemoteProbeEvery;
     log(why);
     return absl::UnavailableError(cat(why, " (the request failed with: ", rpc_status.message(), ")"));

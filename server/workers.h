@@ -9,6 +9,11 @@
 // A worker that finds its device unusable at start (no CUDA driver, no GPU: it prints
 // `UNAVAILABLE <why>` and exits with status 3) makes its slot unavailable for good: it is
 // not restarted, and worker_for answers UNAVAILABLE with the worker's message at once.
+// A remote slot has a cluster-wide name (its device(): what sessions, buffers and plans
+// say), which is the worker's own device unless it registered under another name or asked
+// for one ("auto": the lowest free name of its kind, kept for the same instance). Remote
+// workers register again every few seconds (a heartbeat); a registration of the process
+// that already serves the slot changes nothing.
 #pragma once
 
 #include <atomic>
@@ -17,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -38,6 +44,20 @@ struct WorkerOptions {
   absl::Duration restart_backoff_min = absl::Milliseconds(100);
   absl::Duration restart_backoff_max = absl::Seconds(5);
   absl::Duration stop_timeout = absl::Seconds(5);  // shutdown: SIGTERM, then SIGKILL
+};
+
+// What a remote worker sends Registry.Register (proto/worker.proto RegisterRequest).
+struct RemoteRegistration {
+  std::string address;        // HOST:PORT where the scheduler reaches it
+  std::string device;         // its own device, checked against what its Info says
+  std::string name;           // "" (= device), "KIND:N" of the device's kind, or "auto"
+  std::string instance;       // auto: its stable identity; empty: the address
+  std::string previous_name;  // auto: the name it was given before, kept when still free
+};
+
+struct RemoteRegistered {
+  std::string worker_id;
+  std::string name;  // the slot's (cluster-wide) device name
 };
 
 struct WorkerStatusSnapshot {
@@ -112,6 +132,12 @@ class WorkerHandle {
   uint64_t failed_starts_ ABSL_GUARDED_BY(mu_) = 0;
   // Remote only: when to probe a down worker next.
   absl::Time next_probe_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time down_since_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // when it was last seen to go down
+  // Remote only: the device the worker itself serves (its Info), which differs from
+  // device_ for a worker registered under another name; and, for an automatic name, the
+  // instance the name belongs to (empty for a name the worker chose).
+  std::string local_device_ ABSL_GUARDED_BY(mu_);
+  std::string instance_ ABSL_GUARDED_BY(mu_);
 };
 
 class WorkerPool {
@@ -128,12 +154,26 @@ class WorkerPool {
   // such failure: its slot is marked unavailable and the others serve.
   absl::Status start_embedded(const WorkerOptions& options);
 
-  // Registry.Register: reaches the worker at `address` (Info) and serves `device` with it.
-  // A worker registering again (same device) replaces the slot's old process: same pid and
-  // address is a no-op, anything else a new generation. ALREADY_EXISTS for a device an
-  // embedded worker serves, UNAVAILABLE if the address cannot be reached, INVALID_ARGUMENT
-  // if the worker says it serves another device. Returns the worker id.
+  // Registry.Register: reaches the worker at `r.address` (Info; INVALID_ARGUMENT if it says
+  // it serves another device than `r.device`, UNAVAILABLE if it cannot be reached) and
+  // serves a slot with it:
+  //  - name "" or "KIND:N" (the device's kind): that slot. ALREADY_EXISTS when an embedded
+  //    worker serves it, or a worker at another address that still answers Info with the
+  //    pid the slot knows (two live workers never take a name from each other in turn).
+  //  - name "auto": the slot already named for `r.instance` (the address if empty), else
+  //    `r.previous_name` if free, else the lowest free KIND:N. Free: no slot has the name,
+  //    or an automatically named remote slot has been down for kAutoNameReclaim (its
+  //    instance did not come back; the slot moves to a new generation).
+  // The process already serving the slot (same address and pid) registering again is a
+  // no-op (a heartbeat; a slot marked down comes back up with its generation); another
+  // process replaces it with a new generation.
+  absl::StatusOr<RemoteRegistered> register_remote(const RemoteRegistration& r);
+  // The same with name "" (the worker's device is its name): returns the worker id.
   absl::StatusOr<std::string> register_remote(const std::string& address, const std::string& device);
+
+  // How long an automatically named remote slot must have been down before another
+  // instance may take its name.
+  static constexpr absl::Duration kAutoNameReclaim = absl::Seconds(60);
 
   // The worker for `device` (names are exact: "CPU:0", "CUDA:0"), waiting up to `wait`
   // while it (re)starts. UNAVAILABLE naming the device and the last error if none is up,
@@ -168,6 +208,13 @@ class WorkerPool {
   bool read_startup_output_locked(WorkerHandle& h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu_);
   void schedule_restart_locked(WorkerHandle& h, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu_);
   void probe_remote(const std::shared_ptr<WorkerHandle>& h);
+  std::shared_ptr<WorkerHandle> find_locked(const std::string& device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // register_remote's choice for name "auto": a slot to take (null: none yet) and its name.
+  std::pair<std::shared_ptr<WorkerHandle>, std::string> pick_auto_name_locked(const std::string& kind,
+                                                                              const std::string& instance,
+                                                                              const std::string& previous,
+                                                                              absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<std::shared_ptr<WorkerHandle>> handles() const;
   void ensure_supervisor_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool stopping() const;

@@ -4,8 +4,11 @@
 // scheduler waits for it), or, when its device cannot be used (no driver, no GPU), one
 // `UNAVAILABLE <why>` line and exit status 3, so that the scheduler marks the device
 // unavailable instead of restarting it. With --scheduler it registers itself with a
-// remote scheduler's Registry. SIGTERM / SIGINT drain: stop accepting, let in-flight calls
-// finish, exit 0. Logs go to stderr.
+// remote scheduler's Registry, and again every --heartbeat-seconds, so that a scheduler
+// that restarted learns it back; --name=auto lets the scheduler pick its cluster-wide name.
+// SIGTERM / SIGINT drain: stop accepting, let in-flight calls finish, exit 0. With
+// --health-check=ADDR it is a client instead: grpc.health.v1 Check of ADDR, exit 0 / 1.
+// Logs go to stderr.
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -20,7 +23,9 @@
 #include <string>
 #include <thread>
 #include <variant>
+#include <vector>
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
@@ -47,15 +52,29 @@ Serves one device to a uopd scheduler (proto/worker.proto).
   --threads=N               cpu: kernel threads (default: the machine's hardware threads)
   --max-buffer-bytes=N      budget for all buffers together (default: cpu 3/4 of RAM,
                             cuda 15/16 of the GPU's free memory; 0: none)
-  --scheduler=HOST:PORT     register with this scheduler's Registry (retries until it works)
+  --scheduler=HOST:PORT     register with this scheduler's Registry (retries until it works),
+                            then again every heartbeat: a restarted scheduler learns this
+                            worker back within one period
   --advertise=HOST[:PORT]   the address to register (default: the listen address, or this
                             host's name when listening on a wildcard address)
+  --heartbeat-seconds=N     how often to register again (default 5; 0: register once)
+  --name=KIND:N|auto        the cluster-wide name clients use for this worker (default: its
+                            --device). auto: the scheduler picks the lowest free name of the
+                            device's kind (CUDA:0, CUDA:1, ...), the same one again for the
+                            same --instance; e.g. one GPU per pod: --device=cuda:0 --name=auto
+  --instance=ID             with --name=auto: this worker's stable identity, by which it gets
+                            its name back after it or the scheduler restarts (default: the
+                            advertised address; a pod's node name, say, when that changes)
   --drain-seconds=N         on SIGTERM, how long in-flight calls may take (default 30)
   --tls-cert=PEM --tls-key=PEM --tls-ca=PEM
                             mutual TLS: serve with this certificate, accept only callers
                             whose certificate chains to the CA, and register with the
                             scheduler over TLS the same way
   --embedded                started by uopd itself: exit when the parent dies
+  --health-check=HOST:PORT  do not serve: ask the worker (or uopd) at HOST:PORT for its
+                            grpc.health.v1 status (3 s deadline; with the --tls-* flags over
+                            mutual TLS), print it, exit 0 if SERVING, else 1 (a container
+                            healthcheck)
   --help                    this text
 
 Prints `LISTENING HOST:PORT` on stdout once serving, or `UNAVAILABLE <why>` when the
@@ -74,6 +93,10 @@ struct Flags {
   std::optional<uint64_t> max_buffer_bytes;
   std::string scheduler;
   std::string advertise;
+  int heartbeat_seconds = 5;
+  std::string name;      // "", "auto" or a canonical KIND:N
+  std::string instance;
+  std::string health_check;
   int drain_seconds = 30;
   bool embedded = false;
   tls::TlsFiles tls;
@@ -149,6 +172,23 @@ std::optional<int> parse(int argc, char** argv, Flags* f) {
       f->scheduler = value;
     } else if (name == "advertise") {
       f->advertise = value;
+    } else if (name == "heartbeat-seconds") {
+      if (!parse_uint(value, &n) || n > 86400) return usage_error("--heartbeat-seconds takes a number of seconds");
+      f->heartbeat_seconds = static_cast<int>(n);
+    } else if (name == "name") {
+      if (value == "auto") {
+        f->name = value;
+      } else {
+        auto d = canonical_device(value);
+        if (!d) return usage_error(cat("--name: '", value, "' is not a device name (KIND:N) or auto"));
+        f->name = *d;
+      }
+    } else if (name == "instance") {
+      if (value.empty()) return usage_error("--instance needs a value");
+      f->instance = value;
+    } else if (name == "health-check") {
+      if (value.empty()) return usage_error("--health-check needs HOST:PORT");
+      f->health_check = value;
     } else if (name == "tls-cert") {
       f->tls.cert = value;
     } else if (name == "tls-key") {
@@ -162,6 +202,11 @@ std::optional<int> parse(int argc, char** argv, Flags* f) {
       return usage_error(cat("unknown option --", name));
     }
   }
+  if ((!f->name.empty() || !f->instance.empty()) && f->scheduler.empty())
+    return usage_error("--name and --instance name this worker to a scheduler: give --scheduler too");
+  if (!f->instance.empty() && f->name != "auto") return usage_error("--instance goes with --name=auto");
+  if (!f->name.empty() && f->name != "auto" && f->name.substr(0, f->name.find(':')) != f->device.substr(0, f->device.find(':')))
+    return usage_error(cat("--name=", f->name, ": a ", f->device, " worker's name is of its kind"));
   return std::nullopt;
 }
 
@@ -187,7 +232,9 @@ std::string advertised_address(const Flags& f, int port) {
   return cat(host, ":", port);
 }
 
-// Registers with the scheduler until it works or stop() is called, backing off up to 5 s.
+// Registers with the scheduler until it works, then again every --heartbeat-seconds (a
+// no-op for a scheduler that knows us; how a restarted one learns us back), until stop().
+// Logs what changes (registered, lost, registered again, a new name), not each heartbeat.
 // stop() also cancels a call in progress, so that draining never waits on a slow scheduler.
 class Registrar {
  public:
@@ -206,6 +253,7 @@ class Registrar {
 
  private:
   void loop();
+  std::unique_ptr<uopd::worker::v1::Registry::Stub> connect() const;
   const Flags& f_;
   const std::string address_;
   absl::Notification stop_;
@@ -214,24 +262,44 @@ class Registrar {
   std::thread thread_;
 };
 
+// A fresh channel after every failure: a scheduler that comes back may be at a new IP
+// behind the same name (a channel re-resolves at most every 30 s) and an old channel may
+// sit in a long reconnect backoff.
+std::unique_ptr<uopd::worker::v1::Registry::Stub> Registrar::connect() const {
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (f_.tls.any()) {
+    auto tls_creds = tls::channel_credentials(f_.tls);  // checked at startup: cannot fail here
+    if (tls_creds.ok()) creds = *tls_creds;
+  }
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
+  return uopd::worker::v1::Registry::NewStub(grpc::CreateCustomChannel(f_.scheduler, creds, args));
+}
+
 void Registrar::loop() {
   const Flags& f = f_;
   const std::string& address = address_;
   absl::Notification* stop = &stop_;
-  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
-  if (f.tls.any()) {
-    auto tls_creds = tls::channel_credentials(f.tls);  // checked at startup: cannot fail here
-    if (tls_creds.ok()) creds = *tls_creds;
-  }
-  auto channel = grpc::CreateChannel(f.scheduler, creds);
-  auto stub = uopd::worker::v1::Registry::NewStub(channel);
+  const absl::Duration heartbeat = absl::Seconds(f.heartbeat_seconds);
+  const absl::Duration max_backoff = f.heartbeat_seconds > 0 ? std::min(absl::Seconds(5), heartbeat) : absl::Seconds(5);
+  std::unique_ptr<uopd::worker::v1::Registry::Stub> stub;
   absl::Duration backoff = absl::Milliseconds(100);
+  bool registered = false;
+  std::string name;        // what the scheduler last called us
+  std::string last_error;  // the last failure logged
   while (!stop->HasBeenNotified()) {
+    if (!stub) stub = connect();
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     uopd::worker::v1::RegisterRequest req;
     req.set_address(address);
     req.set_device(f.device);
+    req.set_name(f.name);
+    if (f.name == "auto") {
+      req.set_instance(f.instance);
+      req.set_previous_name(name);
+    }
     uopd::worker::v1::RegisterResponse resp;
     {
       std::lock_guard lock(mu_);
@@ -244,15 +312,77 @@ void Registrar::loop() {
       current_ = nullptr;
     }
     if (st.ok()) {
-      log("registered ", address, " (", f.device, ") with the scheduler at ", f.scheduler, " as ", resp.worker_id());
-      return;
+      // A scheduler that predates names registers us as our device and says nothing.
+      std::string now_name = resp.name().empty() ? f.device : resp.name();
+      std::string as = now_name == f.device ? std::string() : cat(" as ", now_name);
+      if (!registered) {
+        log(name.empty() ? "registered " : "registered again ", address, " (", f.device, ")", as,
+            " with the scheduler at ", f.scheduler, " (", resp.worker_id(), ")");
+      } else if (now_name != name) {
+        log("the scheduler at ", f.scheduler, " now serves this worker as ", now_name, " (was ", name, ")");
+      }
+      registered = true;
+      name = now_name;
+      last_error.clear();
+      backoff = absl::Milliseconds(100);
+      if (f.heartbeat_seconds == 0) return;
+      stop->WaitForNotificationWithTimeout(heartbeat);
+      continue;
     }
     if (stop->HasBeenNotified()) return;
-    log("cannot register with the scheduler at ", f.scheduler, ": ", st.error_message(), "; retrying in ",
-        absl::ToInt64Milliseconds(backoff), " ms");
+    stub.reset();
+    if (registered) {
+      log("lost the scheduler at ", f.scheduler, ": ", st.error_message(), "; registering again");
+      registered = false;
+    } else if (st.error_message() != last_error) {
+      log("cannot register with the scheduler at ", f.scheduler, ": ", st.error_message(),
+          "; retrying (every ", absl::FormatDuration(max_backoff), " at most)");
+    }
+    last_error = st.error_message();
     stop->WaitForNotificationWithTimeout(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(5));
+    backoff = std::min(backoff * 2, max_backoff);
   }
+}
+
+// --health-check=ADDR: grpc.health.v1.Health/Check for the whole server (service ""),
+// spoken with a generic stub: the request is empty, the response is field 1, a varint.
+int health_check(const Flags& f) {
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (f.tls.any()) {
+    auto tls_creds = tls::channel_credentials(f.tls);
+    if (!tls_creds.ok()) {
+      std::fprintf(stderr, "uop-worker: %s\n", std::string(tls_creds.status().message()).c_str());
+      return 1;
+    }
+    creds = *tls_creds;
+  }
+  grpc::GenericStub stub(grpc::CreateChannel(f.health_check, creds));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+  grpc::ByteBuffer request, response;
+  grpc::Slice empty("");
+  request = grpc::ByteBuffer(&empty, 1);
+  absl::Notification done;
+  grpc::Status st;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
+                   st = std::move(s);
+                   done.Notify();
+                 });
+  done.WaitForNotification();
+  if (!st.ok()) {
+    std::printf("%s: %s\n", f.health_check.c_str(), st.error_message().c_str());
+    return 1;
+  }
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (response.Dump(&slices).ok())
+    for (const auto& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  // HealthCheckResponse.status: 0 UNKNOWN (an empty message), 1 SERVING, 2 NOT_SERVING.
+  int status = bytes.size() == 2 && bytes[0] == 0x08 ? static_cast<unsigned char>(bytes[1]) : 0;
+  static constexpr const char* kNames[] = {"UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"};
+  std::printf("%s: %s\n", f.health_check.c_str(), status < 4 ? kNames[status] : "UNKNOWN");
+  return status == 1 ? 0 : 1;
 }
 
 // Set when a kernel fault lost the CUDA context: the worker drains and exits for a restart.
@@ -294,6 +424,7 @@ uint64_t default_buffer_budget() {
 int run(int argc, char** argv) {
   Flags f;
   if (auto rc = parse(argc, argv, &f)) return *rc;
+  if (!f.health_check.empty()) return health_check(f);
 
   if (f.embedded) {
     // The scheduler owns us: when it dies, so do we (drained like any SIGTERM). If it

@@ -261,12 +261,17 @@ TEST(Tls, RemoteWorkersRegisterOverMutualTls) {
   ASSERT_TRUE(up) << read(certs.dir() + "/good.log") << (*server)->log_tail();
   absl::Status r = run_square(**c);
   EXPECT_TRUE(r.ok()) << r;
-  // By now the rogue worker has tried (it started first) and failed.
+  // The rogue worker tries (and keeps trying) and fails: wait, bounded, until its log says
+  // so; it never appears among the workers.
+  std::string rogue_log;
+  for (int i = 0; i < 300 && rogue_log.find("cannot register") == std::string::npos; ++i) {  // bounded: 30 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    rogue_log = read(certs.dir() + "/rogue.log");
+  }
+  EXPECT_NE(rogue_log.find("cannot register"), std::string::npos) << rogue_log;
   auto s = (*c)->stats();
   ASSERT_TRUE(s.ok());
   for (auto& w : s->workers) EXPECT_NE(w.device, "CPU:1") << "a worker without the CA's certificate registered";
-  std::string rogue_log = read(certs.dir() + "/rogue.log");
-  EXPECT_NE(rogue_log.find("cannot register"), std::string::npos) << rogue_log;
 }
 
 TEST(Tls, BadCertificateFilesStopTheServerWithAClearMessage) {

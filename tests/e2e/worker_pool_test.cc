@@ -23,6 +23,7 @@
 
 #include "absl/time/clock.h"
 #include "compiler/support/strings.h"
+#include "tests/e2e/worker_proc.h"
 #include "server/registry_service.h"
 #include "server/workers.h"
 #include "tests/unit/compiler/codegen/linear_builder.h"
@@ -193,54 +194,9 @@ bool wait_until(const std::function<bool()>& cond, absl::Duration limit = absl::
   return true;
 }
 
-// A uop-worker started by the test itself, its LISTENING line read. Killed and reaped
-// when it goes out of scope, and it dies with the test (PR_SET_PDEATHSIG) if that crashes.
-struct Proc {
-  pid_t pid = -1;
-  std::string address;
-  Proc() = default;
-  Proc(const Proc&) = delete;
-  Proc& operator=(const Proc&) = delete;
-  ~Proc() {
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-  }
-};
+using Proc = testing::WorkerProc;
 
-void spawn_worker(const std::vector<std::string>& flags, Proc* p) {
-  std::vector<std::string> args = {kBinary};
-  args.insert(args.end(), flags.begin(), flags.end());
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  int out[2];
-  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
-  pid_t parent = getpid();
-  p->pid = fork();
-  if (p->pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(0);
-    dup2(out[1], STDOUT_FILENO);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(out[1]);
-  std::string got;
-  absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (got.find('\n') == std::string::npos && absl::Now() < deadline) {
-    pollfd pfd{out[0], POLLIN, 0};
-    if (poll(&pfd, 1, 100) <= 0) continue;
-    char buf[256];
-    ssize_t n = ::read(out[0], buf, sizeof buf);
-    if (n <= 0) break;
-    got.append(buf, n);
-  }
-  close(out[0]);
-  ASSERT_EQ(got.rfind("LISTENING ", 0), 0u) << got;
-  p->address = got.substr(10, got.find('\n') - 10);
-}
+void spawn_worker(const std::vector<std::string>& flags, Proc* p) { testing::spawn_worker(kBinary, flags, p); }
 
 // The exit status of a child of ours, or -1 if it did not exit in time (then killed).
 int wait_exit(Proc& p, absl::Duration limit = absl::Seconds(60)) {

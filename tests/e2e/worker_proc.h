@@ -1,0 +1,74 @@
+// A uop-worker process started by an e2e test itself (not by uopd): its LISTENING line
+// read, killed and reaped when it goes out of scope, and dead with the test
+// (PR_SET_PDEATHSIG) if the test crashes. Shared by the tests of remote workers.
+#pragma once
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "absl/time/clock.h"
+
+namespace uop::testing {
+
+struct WorkerProc {
+  pid_t pid = -1;
+  std::string address;  // HOST:PORT from the LISTENING line
+  WorkerProc() = default;
+  WorkerProc(const WorkerProc&) = delete;
+  WorkerProc& operator=(const WorkerProc&) = delete;
+  ~WorkerProc() { kill_now(); }
+  void kill_now() {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      pid = -1;
+    }
+  }
+  bool running() const { return pid > 0 && waitpid(pid, nullptr, WNOHANG) == 0; }
+};
+
+// Starts `binary flags...` with stdout on a pipe and waits (up to 30 s) for its first
+// line, which must be "LISTENING HOST:PORT". Fails the test (ASSERT) otherwise.
+inline void spawn_worker(const std::string& binary, const std::vector<std::string>& flags, WorkerProc* p) {
+  std::vector<std::string> args = {binary};
+  args.insert(args.end(), flags.begin(), flags.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int out[2];
+  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+  pid_t parent = getpid();
+  p->pid = fork();
+  if (p->pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(0);
+    dup2(out[1], STDOUT_FILENO);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(out[1]);
+  std::string got;
+  absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (got.find('\n') == std::string::npos && absl::Now() < deadline) {
+    pollfd pfd{out[0], POLLIN, 0};
+    if (poll(&pfd, 1, 100) <= 0) continue;
+    char buf[256];
+    ssize_t n = ::read(out[0], buf, sizeof buf);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  close(out[0]);
+  ASSERT_EQ(got.rfind("LISTENING ", 0), 0u) << got;
+  p->address = got.substr(10, got.find('\n') - 10);
+}
+
+}  // namespace uop::testing
