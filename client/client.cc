@@ -291,14 +291,16 @@ absl::StatusOr<std::unique_ptr<Client>> Client::connect(const ClientOptions& opt
   // the kernel when freed, and every chunk page-faults its memory in again: a 256 MiB
   // download spent most of its time in page faults. Blocks up to 64 MiB stay on the heap
   // and up to 256 MiB of freed heap stays mapped. Once per process, and not where the
-  // process chose its own malloc settings (GLIBC_TUNABLES).
-  static const bool tuned = [] {
-    if (std::getenv("GLIBC_TUNABLES") != nullptr) return false;
-    mallopt(M_MMAP_THRESHOLD, 64 << 20);
-    mallopt(M_TRIM_THRESHOLD, 256 << 20);
-    return true;
-  }();
-  (void)tuned;
+  // process chose its own malloc settings (GLIBC_TUNABLES) or said no (tune_malloc).
+  if (options.tune_malloc) {
+    static const bool tuned = [] {
+      if (std::getenv("GLIBC_TUNABLES") != nullptr) return false;
+      mallopt(M_MMAP_THRESHOLD, 64 << 20);
+      mallopt(M_TRIM_THRESHOLD, 256 << 20);
+      return true;
+    }();
+    (void)tuned;
+  }
   auto conn = std::make_shared<detail::Connection>();
   conn->options = options;
   conn->options.chunk_bytes = effective_chunk_bytes(options.chunk_bytes);

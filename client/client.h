@@ -57,6 +57,12 @@ struct ClientOptions {
   bool tls = false;
   std::string tls_ca, tls_cert, tls_key, tls_server_name;
   bool uses_tls() const { return tls || !tls_ca.empty() || !tls_cert.empty() || !tls_key.empty(); }
+  // The first connect() of the process raises glibc's mmap and trim thresholds (mallopt)
+  // so that the 1-4 MiB blocks of uploads and downloads are reused instead of page-faulted
+  // in again for every chunk (a 256 MiB download otherwise spends most of its time in
+  // page faults). These settings are process-wide: an application with its own allocator
+  // policy sets this to false (setting GLIBC_TUNABLES has the same effect).
+  bool tune_malloc = true;
 };
 
 // What to compile for. Empty backend: the server's default ("cpu").
