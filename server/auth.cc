@@ -48,14 +48,42 @@ bool parse_rate(const std::string& s, double* out) {
 }  // namespace
 
 Tenant::Tenant(std::string name, TenantQuota quota, bool private_cache)
-    : name_(std::move(name)), quota_(quota), cache_namespace_(private_cache ? cat("tenant/", name_) : "") {
+    : name_(std::move(name)), quota_(quota), private_cache_(private_cache) {
   bucket_ = quota_.burst;
+}
+
+TenantQuota Tenant::quota() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return quota_;
+}
+
+std::string Tenant::cache_namespace() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return private_cache_ ? cat("tenant/", name_) : std::string();
+}
+
+bool Tenant::private_cache() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return private_cache_;
+}
+
+void Tenant::update(const TenantQuota& quota, bool private_cache) {
+  std::lock_guard<std::mutex> l(mu_);
+  bool was_limited = quota_.requests_per_second > 0;
+  quota_ = quota;
+  private_cache_ = private_cache;
+  if (was_limited) {
+    bucket_ = std::min(bucket_, quota_.burst);
+  } else {
+    bucket_ = quota_.burst;
+    refilled_ = absl::InfinitePast();
+  }
 }
 
 absl::Status Tenant::admit_request(absl::Time now) {
   ++requests_;
-  if (quota_.requests_per_second <= 0) return absl::OkStatus();
   std::lock_guard<std::mutex> l(mu_);
+  if (quota_.requests_per_second <= 0) return absl::OkStatus();
   if (refilled_ != absl::InfinitePast() && now > refilled_)
     bucket_ = std::min(quota_.burst, bucket_ + absl::ToDoubleSeconds(now - refilled_) * quota_.requests_per_second);
   refilled_ = now;
@@ -69,11 +97,12 @@ absl::Status Tenant::admit_request(absl::Time now) {
 }
 
 absl::StatusOr<Tenant::CompileSlot> Tenant::begin_compile() {
+  uint64_t limit = quota().max_compiles;
   uint64_t now = ++compiles_;
-  if (quota_.max_compiles != 0 && now > quota_.max_compiles) {
+  if (limit != 0 && now > limit) {
     --compiles_;
     count_rejection("compiles");
-    return absl::ResourceExhaustedError(cat("tenant '", name_, "': concurrent compile limit of ", quota_.max_compiles,
+    return absl::ResourceExhaustedError(cat("tenant '", name_, "': concurrent compile limit of ", limit,
                                             " reached; retry when one of its compiles has finished"));
   }
   return CompileSlot(this);
@@ -161,11 +190,13 @@ absl::StatusOr<std::unique_ptr<Tenants>> Tenants::load(const std::string& path) 
 }
 
 absl::StatusOr<Tenant*> Tenants::authenticate(const std::vector<std::string_view>& authorization) {
-  if (!enabled_) return tenants_.front().get();
+  if (!enabled_) return tenants_.front().get();  // never reloaded: no lock needed
   constexpr std::string_view kBearer = "Bearer ";
   for (std::string_view v : authorization) {
     if (v.size() <= kBearer.size() || v.substr(0, kBearer.size()) != kBearer) continue;
-    auto it = by_token_hash_.find(sha256(v.substr(kBearer.size())).hex());
+    std::string hash = sha256(v.substr(kBearer.size())).hex();
+    std::shared_lock<std::shared_mutex> l(mu_);
+    auto it = by_token_hash_.find(hash);
     if (it != by_token_hash_.end()) return it->second;
   }
   ++auth_failures_;
@@ -181,7 +212,86 @@ absl::StatusOr<Tenant*> Tenants::admit(const std::vector<std::string_view>& auth
   return *t;
 }
 
+absl::StatusOr<std::string> Tenants::adopt(std::unique_ptr<Tenants> fresh) {
+  if (!enabled_) {
+    ++reloads_failed_;
+    return absl::FailedPreconditionError("no tokens file: there is nothing to reload (tenants are off)");
+  }
+  if (!fresh || !fresh->enabled_) {
+    ++reloads_failed_;
+    return absl::FailedPreconditionError("a reload needs a tokens file's tenants, not the anonymous tenant");
+  }
+  std::vector<std::string> added, removed, changed;
+  std::unique_lock<std::shared_mutex> l(mu_);
+  // The objects of the names that stay (or come back) are kept: their usage carries over.
+  absl::flat_hash_map<std::string, std::unique_ptr<Tenant>> old;
+  for (auto& t : tenants_) old.emplace(t->name(), std::move(t));
+  absl::flat_hash_map<std::string, std::unique_ptr<Tenant>> gone;
+  for (auto& t : retired_) gone.emplace(t->name(), std::move(t));
+  // The old token of each tenant, to tell a changed token.
+  absl::flat_hash_map<const Tenant*, std::vector<std::string>> old_hashes;
+  for (auto& [hash, t] : by_token_hash_) old_hashes[t].push_back(hash);
+  absl::flat_hash_map<const Tenant*, Tenant*> now_of;  // fresh -> kept
+  std::vector<std::unique_ptr<Tenant>> next;
+  for (auto& f : fresh->tenants_) {
+    std::unique_ptr<Tenant> keep;
+    if (auto it = old.find(f->name()); it != old.end()) {
+      keep = std::move(it->second);
+      old.erase(it);
+      TenantQuota a = keep->quota(), b = f->quota();
+      bool same = a.max_bytes == b.max_bytes && a.max_sessions == b.max_sessions && a.max_compiles == b.max_compiles &&
+                  a.requests_per_second == b.requests_per_second && a.burst == b.burst &&
+                  keep->private_cache() == f->private_cache();
+      std::vector<std::string> hashes_before = old_hashes[keep.get()], hashes_after;
+      for (auto& [hash, t] : fresh->by_token_hash_)
+        if (t == f.get()) hashes_after.push_back(hash);
+      if (!same || hashes_before != hashes_after) changed.push_back(f->name());
+      keep->update(b, f->private_cache());
+    } else if (auto it = gone.find(f->name()); it != gone.end()) {  // back again
+      keep = std::move(it->second);
+      gone.erase(it);
+      keep->update(f->quota(), f->private_cache());
+      added.push_back(f->name());
+    } else {
+      keep = std::move(f);
+      added.push_back(keep->name());
+    }
+    now_of[f ? f.get() : keep.get()] = keep.get();
+    next.push_back(std::move(keep));
+  }
+  absl::flat_hash_map<std::string, Tenant*> hashes;
+  for (auto& [hash, t] : fresh->by_token_hash_) hashes.emplace(hash, now_of.at(t));
+  retired_.clear();
+  for (auto& [name, t] : gone) retired_.push_back(std::move(t));
+  for (auto& [name, t] : old) {
+    removed.push_back(name);
+    retired_.push_back(std::move(t));
+  }
+  tenants_ = std::move(next);
+  by_token_hash_ = std::move(hashes);
+  size_t n = tenants_.size();
+  l.unlock();
+  ++reloads_ok_;
+  std::sort(removed.begin(), removed.end());
+  std::string summary = cat(n, " tenant", n == 1 ? "" : "s");
+  if (!added.empty()) summary = cat(summary, "; added ", join(added, ", "));
+  if (!removed.empty()) summary = cat(summary, "; removed ", join(removed, ", "));
+  if (!changed.empty()) summary = cat(summary, "; changed ", join(changed, ", "));
+  if (added.empty() && removed.empty() && changed.empty()) summary = cat(summary, "; nothing changed");
+  return summary;
+}
+
+absl::StatusOr<std::string> Tenants::reload(const std::string& path) {
+  auto fresh = load(path);
+  if (!fresh.ok()) {
+    ++reloads_failed_;
+    return fresh.status();
+  }
+  return adopt(std::move(*fresh));
+}
+
 std::vector<Tenant*> Tenants::all() const {
+  std::shared_lock<std::shared_mutex> l(mu_);
   std::vector<Tenant*> out;
   for (auto& t : tenants_) out.push_back(t.get());
   return out;

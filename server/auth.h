@@ -20,6 +20,19 @@
 // written only by the server's compiler, so no tenant can plant one.
 //
 // Tokens are compared by their SHA-256 (a hash-map lookup), never byte by byte.
+//
+// Reloading (uopd: SIGHUP). Tenants::reload reads the file again and, only if the whole of
+// it parses, makes it the configuration at once: new tenants and tokens are accepted, a
+// token no longer listed is refused (UNAUTHENTICATED) from then on, changed limits apply
+// to requests from then on. A tenant is the same tenant across reloads by its NAME: what
+// it holds and uses (sessions, buffer bytes, compiles running, its rate bucket, its
+// counters) carries over, whatever its token or limits became; a limit lowered below what
+// it already holds refuses new requests and takes nothing away. A file that does not
+// parse changes nothing (the error names the file and the line). A removed tenant's
+// object lives on (requests it had in flight keep a valid Tenant*, and the tenant is
+// revived with its usage if its name comes back); its sessions cannot be reached by any
+// token any more and close when they idle out (--session-idle-timeout-s), freeing their
+// buffers then. Every Tenant* handed out stays valid for the life of the Tenants.
 #pragma once
 
 #include <atomic>
@@ -27,6 +40,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,9 +65,12 @@ class Tenant {
   Tenant(std::string name, TenantQuota quota, bool private_cache);
 
   const std::string& name() const { return name_; }
-  const TenantQuota& quota() const { return quota_; }
-  // "" for the shared cache; otherwise what cache keys of this tenant are salted with.
-  const std::string& cache_namespace() const { return cache_namespace_; }
+  // Copies: a reload (Tenants::reload) may change them while a request runs.
+  TenantQuota quota() const;
+  // "" for the shared cache; otherwise what cache keys (kernels and plans) of this tenant
+  // are salted with.
+  std::string cache_namespace() const;
+  bool private_cache() const;
 
   // Takes one request from the rate bucket: RESOURCE_EXHAUSTED naming the limit when it
   // is empty.
@@ -74,19 +91,24 @@ class Tenant {
   };
   absl::StatusOr<CompileSlot> begin_compile();
 
+  // New limits and cache setting (a reload); the usage and counters stay. The rate bucket
+  // keeps its level, capped at the new burst (full when the rate was unlimited before).
+  void update(const TenantQuota& quota, bool private_cache);
+
   // Refusals by limit ("rps", "compiles", "sessions", "bytes"), for metrics.
   void count_rejection(std::string_view limit);
   std::map<std::string, uint64_t> rejections() const;
   uint64_t requests() const { return requests_.load(); }
+  uint64_t compiles_running() const { return compiles_.load(); }
 
  private:
   const std::string name_;
-  const TenantQuota quota_;
-  const std::string cache_namespace_;
   std::atomic<uint64_t> compiles_{0};
   std::atomic<uint64_t> requests_{0};
   mutable std::mutex mu_;
-  double bucket_ = 0;  // guarded by mu_
+  TenantQuota quota_;          // guarded by mu_
+  bool private_cache_ = false;  // guarded by mu_
+  double bucket_ = 0;          // guarded by mu_
   absl::Time refilled_ = absl::InfinitePast();
   std::map<std::string, uint64_t> rejections_;
 };
@@ -110,15 +132,34 @@ class Tenants {
   // authenticate, then the tenant's request rate: what every RPC goes through.
   absl::StatusOr<Tenant*> admit(const std::vector<std::string_view>& authorization, absl::Time now);
 
+  // Reloading (see the top of this file). `fresh` is a parsed configuration (parse/load):
+  // adopt makes it this one's, atomically for concurrent authenticate/admit calls, keeping
+  // the Tenant objects of the names that stay. Returns a one-line summary ("4 tenants;
+  // added erin; removed bob; changed alice, carol"). FAILED_PRECONDITION on the anonymous
+  // configuration (nothing to reload) or for an anonymous `fresh`.
+  absl::StatusOr<std::string> adopt(std::unique_ptr<Tenants> fresh);
+  // load(path), then adopt; on any error the configuration is unchanged. Counted in
+  // reloads().
+  absl::StatusOr<std::string> reload(const std::string& path);
+  // Reloads that took effect / that failed (the configuration was kept), for metrics.
+  uint64_t reloads_ok() const { return reloads_ok_.load(); }
+  uint64_t reloads_failed() const { return reloads_failed_.load(); }
+  // Counts a failed reload that never reached adopt (a caller's own load).
+  void count_failed_reload() { ++reloads_failed_; }
+
   uint64_t auth_failures() const { return auth_failures_.load(); }
+  // The tenants configured now (not those removed by a reload).
   std::vector<Tenant*> all() const;
 
  private:
   Tenants() = default;
   bool enabled_ = false;
+  mutable std::shared_mutex mu_;  // guards the three below; readers: every request
   std::vector<std::unique_ptr<Tenant>> tenants_;
   absl::flat_hash_map<std::string, Tenant*> by_token_hash_;  // hex SHA-256 of the token
+  std::vector<std::unique_ptr<Tenant>> retired_;  // removed by a reload; kept alive (see above)
   std::atomic<uint64_t> auth_failures_{0};
+  std::atomic<uint64_t> reloads_ok_{0}, reloads_failed_{0};
 };
 
 // The name of the tenant without a tokens file (and what its sessions are owned by).

@@ -5,7 +5,10 @@
 //
 // On startup it prints one line, `LISTENING <host>:<port>`, once it serves (clients and
 // tests started with --listen=127.0.0.1:0 read the port from it). SIGTERM or SIGINT
-// drain in-flight requests, then stop the workers; nothing is left running.
+// drain in-flight requests, then stop the workers; nothing is left running. SIGHUP reloads
+// the --tokens-file (server/auth.h: Tenants::adopt), keeping the old tenants when the new
+// file does not parse; it is logged either way, and counted in
+// uopd_config_reloads_total{result="ok|error"}.
 #include <signal.h>
 #include <unistd.h>
 
@@ -71,7 +74,13 @@ under $XDG_CACHE_HOME/uopd (or ~/.cache/uopd), serve metrics on 127.0.0.1:9464.
                               addresses                                          [auto]
   --allow-custom              accept CUSTOM / CUSTOMI / CUSTOM_FUNCTION ops (inline code)
   --tokens-file=PATH          tenants, bearer tokens and quotas (format: server/auth.h);
-                              every request then needs a token; none: one anonymous tenant
+                              every request then needs a token; none: one anonymous tenant.
+                              SIGHUP reloads it: new tenants and tokens work, a token no
+                              longer listed is refused, changed limits apply to new
+                              requests; a tenant's sessions, bytes and compiles carry
+                              over. A removed tenant's sessions close when they idle out.
+                              A file that does not parse is logged (file:line) and the
+                              tenants in force stay.
   --tls-cert=PEM --tls-key=PEM  serve the client API over TLS
   --tls-client-ca=PEM         and require client certificates signed by this CA (mTLS)
   --worker-tls-cert=PEM --worker-tls-key=PEM --worker-tls-ca=PEM
@@ -185,7 +194,37 @@ std::vector<SampledFamily> sample_tenants(const Tenants& tenants, SessionManager
     bytes.samples.push_back({{{"tenant", t->name()}}, double(u.bytes)});
   }
   return {reqs, refused, open, bytes,
-          {"uopd_auth_failures_total", "requests without a valid bearer token", true, {{{}, double(tenants.auth_failures())}}}};
+          {"uopd_auth_failures_total", "requests without a valid bearer token", true, {{{}, double(tenants.auth_failures())}}},
+          {"uopd_config_reloads_total", "tokens file reloads (SIGHUP) that took effect (ok) or were refused, keeping the tenants in force (error)",
+           true, {{{{"result", "ok"}}, double(tenants.reloads_ok())}, {{{"result", "error"}}, double(tenants.reloads_failed())}}}};
+}
+
+// SIGHUP: the tokens file again. Either all of it takes effect or none of it does.
+void reload_tokens(const std::string& path, Tenants& tenants, SessionManager& sessions) {
+  if (path.empty() || !tenants.enabled()) {
+    std::cerr << "uopd: SIGHUP: no --tokens-file, nothing to reload\n";
+    return;
+  }
+  auto fresh = Tenants::load(path);
+  if (!fresh.ok()) {
+    tenants.count_failed_reload();
+    std::cerr << "uopd: SIGHUP: error: tokens file " << path << " not reloaded, the tenants in force stay: "
+              << fresh.status().message() << "\n";
+    return;
+  }
+  // The session and byte limits first, so that by the time a new token is accepted the
+  // new limits hold too. (A CreateSession admitted just before the swap may still set its
+  // tenant's old limits; the next session that tenant opens sets the new ones.)
+  for (Tenant* t : (*fresh)->all()) {
+    TenantQuota q = t->quota();
+    sessions.set_limits(SessionOwner{t->name(), q.max_sessions, q.max_bytes});
+  }
+  auto summary = tenants.adopt(std::move(*fresh));
+  if (!summary.ok()) {
+    std::cerr << "uopd: SIGHUP: error: tokens file " << path << " not reloaded: " << summary.status().message() << "\n";
+    return;
+  }
+  std::cerr << "uopd: SIGHUP: reloaded tokens file " << path << ": " << *summary << "\n";
 }
 
 int run(int argc, char** argv) {
@@ -201,11 +240,13 @@ int run(int argc, char** argv) {
   }
   quiet_protobuf_logs();
   // Signals are taken by one thread with sigwait, so block them before any thread starts.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // SIGHUP too: it reloads the tokens file (and must never kill the server).
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   auto metrics = Metrics::create(f.v["metrics-listen"]);
@@ -335,7 +376,11 @@ int run(int argc, char** argv) {
   });
 
   int sig = 0;
-  sigwait(&stop_signals, &sig);
+  for (;;) {
+    if (sigwait(&signals, &sig) != 0) continue;
+    if (sig != SIGHUP) break;
+    reload_tokens(f.v["tokens-file"], *tenants, sessions);
+  }
   std::cerr << "uopd: signal " << sig << ", draining\n";
   // Drain: with the listener still open, every new request is refused with a clear
   // UNAVAILABLE ("uopd is shutting down") and the health service reports NOT_SERVING, while

@@ -35,15 +35,17 @@ std::string Planner::cache_key(const Digest& kernel, std::string_view cache_name
   return sha256(material).hex();
 }
 
-absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan(const DecodedGraph& g, bool* cached) {
+absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan(const DecodedGraph& g, bool* cached,
+                                                         std::string_view cache_namespace) {
   Digest digest = g.root->digest();  // computes every digest below the root, once, here
+  std::pair<std::string, Digest> key(std::string(cache_namespace), digest);
   {
     std::lock_guard<std::mutex> l(mu_);
     for (auto it = lru_.begin(); it != lru_.end(); ++it) {
-      if (it->first != digest) continue;
+      if (it->first != key) continue;
       auto plan = it->second;
       lru_.erase(it);
-      lru_.emplace_back(digest, plan);
+      lru_.emplace_back(std::move(key), plan);
       ++hits_;
       *cached = true;
       return plan;
@@ -122,7 +124,7 @@ absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan(const DecodedGraph& g,
   plan->plan_ms = ms_since(t0);
 
   std::lock_guard<std::mutex> l(mu_);
-  lru_.emplace_back(digest, plan);
+  lru_.emplace_back(std::move(key), plan);
   while (lru_.size() > opts_.plan_cache_entries) lru_.erase(lru_.begin());
   return std::shared_ptr<const Plan>(plan);
 }

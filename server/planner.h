@@ -119,7 +119,12 @@ class Planner {
 
   // The plan of a decoded (not yet verified) graph; INVALID_ARGUMENT naming the node and
   // rule for a graph the pipeline refuses. `cached` says whether it came from the cache.
-  absl::StatusOr<std::shared_ptr<const Plan>> plan(const DecodedGraph& g, bool* cached);
+  // The plan cache is keyed by (`cache_namespace`, graph digest): a tenant with a private
+  // namespace (server/auth.h) neither finds plans others made nor warms theirs, so
+  // `cached` (CompileResponse.plan_cached, Run's plan time) tells it nothing about other
+  // tenants' graphs. Empty is the namespace everyone shares.
+  absl::StatusOr<std::shared_ptr<const Plan>> plan(const DecodedGraph& g, bool* cached,
+                                                   std::string_view cache_namespace = {});
 
   // Every kernel of the plan, compiled or found in the cache. Concurrent requests for a
   // kernel being compiled wait for that compile (singleflight in the cache).
@@ -167,7 +172,8 @@ class Planner {
   int vector_bits_;
   TaskQueue compiles_;
   mutable std::mutex mu_;
-  std::vector<std::pair<Digest, std::shared_ptr<const Plan>>> lru_;  // most recent last
+  // (namespace, graph digest) -> plan, most recent last.
+  std::vector<std::pair<std::pair<std::string, Digest>, std::shared_ptr<const Plan>>> lru_;
   uint64_t hits_ = 0, misses_ = 0;
 };
 

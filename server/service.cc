@@ -322,7 +322,7 @@ grpc::Status UopdService::Compile(grpc::ServerContext* ctx, const pb::CompileReq
   auto slot = (*tenant)->begin_compile();
   if (!slot.ok()) return finish("Compile", slot.status());
   bool cached = false;
-  auto plan = d_.planner->plan(*g, &cached);
+  auto plan = d_.planner->plan(*g, &cached, (*tenant)->cache_namespace());
   if (!plan.ok()) return finish("Compile", plan.status());
   std::string arch;
   if (cuda) {
@@ -362,7 +362,7 @@ grpc::Status UopdService::Run(grpc::ServerContext* ctx, const pb::RunRequest* re
   }
   auto t0 = std::chrono::steady_clock::now();
   bool cached = false;
-  auto plan = d_.planner->plan(*g, &cached);
+  auto plan = d_.planner->plan(*g, &cached, (*tenant)->cache_namespace());
   if (!plan.ok()) return finish("Run", plan.status());
   const Plan& p = **plan;
   resp->set_plan_ms(ms_since(t0));

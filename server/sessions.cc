@@ -59,6 +59,14 @@ TenantUsage SessionManager::usage(const std::string& tenant) const {
   return it == owners_.end() ? TenantUsage{} : it->second.used;
 }
 
+void SessionManager::set_limits(const SessionOwner& owner) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = owners_.find(owner.tenant);
+  if (it == owners_.end()) return;  // open() sets them with its first session
+  it->second.max_sessions = owner.max_sessions;
+  it->second.max_bytes = owner.max_bytes;
+}
+
 absl::StatusOr<SessionManager::Session*> SessionManager::find(const std::string& id, const std::string& tenant) {
   auto it = sessions_.find(id);
   // Another tenant's session is one that does not exist, word for word.

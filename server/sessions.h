@@ -82,6 +82,10 @@ class SessionManager {
   uint64_t buffers() const;
   uint64_t bytes() const;
   TenantUsage usage(const std::string& tenant) const;
+  // New limits for a tenant (a tokens file reload, server/auth.h); what it holds stays,
+  // and a limit now below it refuses new sessions / buffers only. open() also takes its
+  // owner's limits at each call.
+  void set_limits(const SessionOwner& owner);
 
  private:
   struct Owner {

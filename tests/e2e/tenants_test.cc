@@ -5,6 +5,7 @@
 // nothing of it changes); quotas refused with RESOURCE_EXHAUSTED naming the limit; the
 // compile cache shared by digest, except for a tenant that asked for a namespace of its own.
 // The tokens file parser and the rate / compile limits are checked without a server first.
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -13,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/time/clock.h"
 #include "client/client.h"
 #include "client/embedded_server.h"
 #include "compiler/ir/digest.h"
@@ -398,6 +400,224 @@ TEST_F(TenantsE2E, TheUopCommandTakesATokenFromFlagOrEnvironment) {
   EXPECT_EQ(run("env -u UOPD_TOKEN", "--token=carol-secret-3"), 0);
   EXPECT_EQ(run("env UOPD_TOKEN=carol-secret-3", ""), 0);
   EXPECT_EQ(run("env UOPD_TOKEN=wrong", ""), 1);
+}
+
+// ---- Reloading the tokens file (SIGHUP) ----
+
+TEST(Tenants, AReloadKeepsEachTenantByNameWithItsUsage) {
+  auto t = Tenants::parse("alice a-token compiles=1\nbob b-token\n", "tokens");
+  ASSERT_TRUE(t.ok()) << t.status();
+  Tenant* alice = *(*t)->authenticate({"Bearer a-token"});
+  Tenant* bob = *(*t)->authenticate({"Bearer b-token"});
+  auto running = alice->begin_compile();  // in flight across the reload
+  ASSERT_TRUE(running.ok());
+  EXPECT_FALSE(alice->begin_compile().ok());
+
+  // A file that does not parse changes nothing.
+  auto broken = Tenants::parse("alice a-token compiles=2\nerin e-token colour=red\n", "tokens");
+  EXPECT_FALSE(broken.ok());
+  EXPECT_TRUE(contains(broken.status(), "tokens:2")) << broken.status();
+
+  auto next = Tenants::parse("alice a-token2 compiles=2 cache=private\ncarol c-token\n", "tokens");
+  ASSERT_TRUE(next.ok()) << next.status();
+  auto summary = (*t)->adopt(std::move(*next));
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_NE(summary->find("added carol"), std::string::npos) << *summary;
+  EXPECT_NE(summary->find("removed bob"), std::string::npos) << *summary;
+  EXPECT_NE(summary->find("changed alice"), std::string::npos) << *summary;
+  EXPECT_EQ((*t)->reloads_ok(), 1u);
+
+  // Same object for the same name: the compile in flight still counts against the new limit.
+  EXPECT_EQ((*t)->authenticate({"Bearer a-token"}).status().code(), absl::StatusCode::kUnauthenticated);
+  auto alice2 = (*t)->authenticate({"Bearer a-token2"});
+  ASSERT_TRUE(alice2.ok());
+  EXPECT_EQ(*alice2, alice);
+  EXPECT_EQ(alice->quota().max_compiles, 2u);
+  EXPECT_NE(alice->cache_namespace(), "");
+  auto second = alice->begin_compile();
+  EXPECT_TRUE(second.ok()) << second.status();
+  EXPECT_FALSE(alice->begin_compile().ok()) << "two running, limit 2";
+  // Bob's token is refused, his object stays valid for what he had in flight.
+  EXPECT_EQ((*t)->authenticate({"Bearer b-token"}).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(bob->name(), "bob");
+  EXPECT_EQ((*t)->all().size(), 2u);
+  EXPECT_TRUE((*t)->authenticate({"Bearer c-token"}).ok());
+
+  // Bob back under his name is the same tenant again.
+  auto again = Tenants::parse("alice a-token2\nbob b-token3\n", "tokens");
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE((*t)->adopt(std::move(*again)).ok());
+  EXPECT_EQ(*(*t)->authenticate({"Bearer b-token3"}), bob);
+  EXPECT_EQ(alice->cache_namespace(), "") << "cache=shared again";
+  { auto done = std::move(*running); }
+  EXPECT_EQ(alice->compiles_running(), 1u);
+
+  // The anonymous configuration has nothing to reload.
+  auto anon = Tenants::anonymous();
+  EXPECT_EQ(anon->adopt(*Tenants::parse("x y\n", "t")).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Polls `done` until it holds or `limit` passes: a bound for a server that never gets
+// there, not a timing check.
+template <typename F>
+bool eventually(F done, absl::Duration limit = absl::Seconds(60)) {
+  for (absl::Time until = absl::Now() + limit; !done();) {
+    if (absl::Now() > until) return false;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return true;
+}
+
+class TenantsReloadE2E : public TenantsE2E {
+ protected:
+  // The whole file at once (a reload never reads half of it), then SIGHUP.
+  void rewrite_and_hup(const std::string& text) {
+    std::ofstream(tokens_ + ".new") << text;
+    std::filesystem::rename(tokens_ + ".new", tokens_);
+    ASSERT_EQ(::kill(server_->pid(), SIGHUP), 0);
+  }
+  size_t count_in_log(std::string_view what) const {
+    std::string log = server_->log_tail(1 << 20);
+    size_t n = 0;
+    for (size_t p = log.find(what); p != std::string::npos; p = log.find(what, p + 1)) ++n;
+    return n;
+  }
+};
+
+TEST_F(TenantsReloadE2E, SighupReloadsTokensAndQuotasKeepingUsage) {
+  auto alice = as("alice-secret-1"), bob = as("bob-secret-2"), carol = as("carol-secret-3"), erin = as("erin-secret-5");
+  ASSERT_TRUE(alice && bob && carol && erin);
+  EXPECT_EQ(erin->stats().status().code(), absl::StatusCode::kUnauthenticated);
+  auto held = alice->create_session();
+  ASSERT_TRUE(held.ok()) << held.status();
+  HostTensor data = HostTensor::random(Scalar::Float32, {256}, 7);  // 1024 bytes of alice's 4096
+  auto buf = held->upload_tensor(data);
+  ASSERT_TRUE(buf.ok()) << buf.status();
+  auto bobs = bob->create_session();
+  ASSERT_TRUE(bobs.ok());
+
+  // Bob goes, Carol's token changes, Erin comes, Alice's limits shrink.
+  rewrite_and_hup("alice alice-secret-1 bytes=1536 sessions=1\n"
+                  "carol carol-secret-new\n"
+                  "dave  dave-secret-4  rps=0.001 burst=3\n"
+                  "erin  erin-secret-5  sessions=1\n");
+  ASSERT_TRUE(eventually([&] { return erin->stats().ok(); })) << server_->log_tail();
+  EXPECT_EQ(count_in_log("reloaded tokens file"), 1u) << server_->log_tail();
+
+  for (auto* gone : {bob.get(), carol.get()}) {
+    auto st = gone->stats();
+    EXPECT_EQ(st.status().code(), absl::StatusCode::kUnauthenticated) << st.status();
+    EXPECT_EQ(gone->create_session().status().code(), absl::StatusCode::kUnauthenticated);
+  }
+  // Bob's session is out of reach of every token left.
+  EXPECT_EQ(bobs->create_buffer(Scalar::Float32, 4).status().code(), absl::StatusCode::kUnauthenticated);
+  auto carol2 = as("carol-secret-new");
+  ASSERT_TRUE(carol2);
+  EXPECT_TRUE(carol2->stats().ok());
+
+  // Alice keeps her session and her 1024 bytes; the new limits count them.
+  auto back = held->download(*buf);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, data.data);
+  auto over = held->create_buffer(Scalar::Float32, 256);  // 1024 + 1024 > 1536
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted) << over.status();
+  EXPECT_TRUE(contains(over.status(), "byte quota")) << over.status();
+  EXPECT_TRUE(held->create_buffer(Scalar::Float32, 128).ok()) << "1024 + 512 fits";
+  auto second = alice->create_session();  // one open, limit 1
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted) << second.status();
+  EXPECT_TRUE(contains(second.status(), "session limit")) << second.status();
+  auto erins = erin->create_session();
+  ASSERT_TRUE(erins.ok()) << erins.status();
+  EXPECT_EQ(erin->create_session().status().code(), absl::StatusCode::kResourceExhausted);
+
+  // A file that does not parse: logged with its file and line, and nothing changes.
+  rewrite_and_hup("alice alice-secret-1\n"
+                  "frank frank-secret-6 colour=red\n");
+  ASSERT_TRUE(eventually([&] { return count_in_log("not reloaded") == 1; })) << server_->log_tail();
+  EXPECT_EQ(count_in_log(tokens_ + ":2:"), 1u) << server_->log_tail();
+  EXPECT_TRUE(erin->stats().ok());
+  EXPECT_TRUE(carol2->stats().ok());
+  EXPECT_EQ(as("frank-secret-6")->stats().status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(alice->create_session().status().code(), absl::StatusCode::kResourceExhausted) << "the limits in force stay";
+
+  // The next good file takes effect as usual.
+  rewrite_and_hup("alice alice-secret-1 sessions=2\nfrank frank-secret-6\n");
+  auto frank = as("frank-secret-6");
+  ASSERT_TRUE(eventually([&] { return frank->stats().ok(); })) << server_->log_tail();
+  EXPECT_EQ(erin->stats().status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_TRUE(alice->create_session().ok()) << "limit raised to 2";
+  EXPECT_TRUE(server_->stop().ok()) << server_->log_tail();
+}
+
+TEST(TenantsReload, SighupWithoutATokensFileIsHarmless) {
+  std::string dir = scratch("nohup");
+  auto p = EmbeddedServer::start(UOPD_BINARY, {"--cache-dir=" + dir + "/cache", "--workers=1"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(::kill((*p)->pid(), SIGHUP), 0);
+  ASSERT_TRUE(eventually([&] { return (*p)->log_tail().find("nothing to reload") != std::string::npos; }))
+      << (*p)->log_tail();
+  ClientOptions o;
+  o.address = (*p)->address();
+  auto c = Client::connect(o);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE((*c)->stats().ok());
+  EXPECT_TRUE((*p)->stop().ok()) << (*p)->log_tail();
+}
+
+// ---- The plan cache and private namespaces ----
+
+TEST_F(TenantsE2E, APrivateTenantNeitherSeesNorWarmsOthersPlans) {
+  auto alice = as("alice-secret-1"), bob = as("bob-secret-2"), carol = as("carol-secret-3");
+  ASSERT_TRUE(alice && bob && carol);
+  Graphs g(80);
+  auto first = alice->compile(g.root, {});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE(first->plan_cached);
+  // Two shared tenants share plans as they share kernels.
+  auto shared = carol->compile(g.root, {});
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  EXPECT_TRUE(shared->plan_cached);
+  // Bob (cache=private) learns nothing from Alice's compile: plan and kernels are his own.
+  auto own = bob->compile(g.root, {});
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_FALSE(own->plan_cached);
+  EXPECT_EQ(own->graph_digest, first->graph_digest);
+  ASSERT_EQ(own->kernels.size(), first->kernels.size());
+  for (size_t i = 0; i < own->kernels.size(); ++i) {
+    EXPECT_EQ(own->kernels[i].status, client::CacheStatus::Miss);
+    EXPECT_NE(own->kernels[i].cache_key, first->kernels[i].cache_key);
+  }
+  auto again = bob->compile(g.root, {});
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->plan_cached);
+
+  // The other way round: what Bob plans first warms nothing for the shared tenants.
+  Graphs h(48);
+  auto bobs = bob->compile(h.root, {});
+  ASSERT_TRUE(bobs.ok()) << bobs.status();
+  EXPECT_FALSE(bobs->plan_cached);
+  auto alices = alice->compile(h.root, {});
+  ASSERT_TRUE(alices.ok()) << alices.status();
+  EXPECT_FALSE(alices->plan_cached);
+  for (auto& k : alices->kernels) EXPECT_EQ(k.status, client::CacheStatus::Miss);
+
+  // Run plans in the tenant's namespace too: Bob running a graph Carol planned is a plan
+  // cache miss (the server's counters, one request at a time here).
+  Graphs r(112);
+  auto carols = carol->compile(r.root, {});
+  ASSERT_TRUE(carols.ok());
+  auto before = carol->stats();
+  ASSERT_TRUE(before.ok());
+  auto session = bob->create_session();
+  ASSERT_TRUE(session.ok()) << session.status();
+  HostTensor x = HostTensor::random(Scalar::Float32, {112}, 5);
+  auto out = session->run(r.root, {}, {{r.x, x}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  for (auto& k : out->kernels) EXPECT_EQ(k.status, client::CacheStatus::Miss);
+  auto after = carol->stats();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->plan_cache_hits, before->plan_cache_hits);
+  EXPECT_EQ(after->plan_cache_misses, before->plan_cache_misses + 1);
 }
 
 }  // namespace
