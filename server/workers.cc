@@ -251,8 +251,10 @@ absl::Status WorkerPool::start_embedded(const WorkerOptions& options) {
 }
 
 bool WorkerPool::spawn_locked(WorkerHandle& h) {
+  // --embedded=PID, not a parent of pid 1, tells the worker it was orphaned: uopd may be
+  // pid 1 itself (a container without an init).
   std::vector<std::string> args = {options_.worker_binary, cat("--device=", h.device_), "--listen=127.0.0.1:0",
-                                   "--embedded"};
+                                   cat("--embedded=", getpid())};
   if (options_.threads_per_worker > 0) args.push_back(cat("--threads=", options_.threads_per_worker));
   args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
   auto child = spawn_child(args);

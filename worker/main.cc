@@ -70,7 +70,10 @@ Serves one device to a uopd scheduler (proto/worker.proto).
                             mutual TLS: serve with this certificate, accept only callers
                             whose certificate chains to the CA, and register with the
                             scheduler over TLS the same way
-  --embedded                started by uopd itself: exit when the parent dies
+  --embedded[=PID]          started by uopd itself (PID: its process id): exit when the
+                            parent dies. Without PID, a parent of pid 1 means it died
+                            already, which is wrong where uopd itself is pid 1 (a container
+                            without an init): uopd always passes its pid
   --health-check=HOST:PORT  do not serve: ask the worker (or uopd) at HOST:PORT for its
                             grpc.health.v1 status (3 s deadline; with the --tls-* flags over
                             mutual TLS), print it, exit 0 if SERVING, else 1 (a container
@@ -99,6 +102,7 @@ struct Flags {
   std::string health_check;
   int drain_seconds = 30;
   bool embedded = false;
+  pid_t parent_pid = 0;  // --embedded=PID; 0: not given
   tls::TlsFiles tls;
 };
 
@@ -142,6 +146,14 @@ std::optional<int> parse(int argc, char** argv, Flags* f) {
     }
     if (s == "--embedded") {
       f->embedded = true;
+      continue;
+    }
+    if (s.rfind("--embedded=", 0) == 0) {
+      uint64_t pid = 0;
+      if (!parse_uint(s.substr(11), &pid) || pid == 0 || pid > INT32_MAX)
+        return usage_error(cat("--embedded=PID wants the parent's process id, got '", s.substr(11), "'"));
+      f->embedded = true;
+      f->parent_pid = static_cast<pid_t>(pid);
       continue;
     }
     auto eq = s.find('=');
@@ -430,7 +442,7 @@ int run(int argc, char** argv) {
     // The scheduler owns us: when it dies, so do we (drained like any SIGTERM). If it
     // died before this line ran, we were reparented already and nobody will ask for us.
     prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() == 1) return 0;
+    if (f.parent_pid ? getppid() != f.parent_pid : getppid() == 1) return 0;
   }
   // SIGTERM / SIGINT are taken by sigwait on the main thread: blocked before any thread
   // starts, so every thread inherits the mask, with the default disposition restored (a

@@ -373,6 +373,34 @@ TEST(WorkerProcess, SigtermDrainsTheExecuteInFlight) {
   EXPECT_FALSE(info(stub.get(), &i).ok());  // and nothing listens there any more
 }
 
+// `--embedded=PID` names the parent: a worker whose parent is that process serves, one
+// whose parent is another (it was orphaned and reparented before it looked) exits at once.
+// Pid 1 is no special case: uopd is pid 1 in a container without an init, and its
+// workers' parent is then pid 1 legitimately.
+TEST(WorkerProcess, EmbeddedWorkerKnowsItsParentByPid) {
+  Proc ours;
+  ASSERT_NO_FATAL_FAILURE(spawn_worker({"--threads=1", cat("--embedded=", getpid())}, &ours));
+  EXPECT_TRUE(ours.running());
+  wv1::InfoResponse i;
+  EXPECT_TRUE(info(worker_stub(ours.address).get(), &i).ok());
+
+  // Its exit status, stdout and stderr dropped.
+  auto exit_status = [](const char* flag) {
+    Proc p;
+    p.pid = fork();
+    if (p.pid == 0) {
+      int devnull = open("/dev/null", O_WRONLY);
+      dup2(devnull, STDOUT_FILENO);
+      dup2(devnull, STDERR_FILENO);
+      execl(kBinary, kBinary, "--threads=1", flag, static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    return p.pid < 0 ? -2 : wait_exit(p, absl::Seconds(20));
+  };
+  EXPECT_EQ(exit_status("--embedded=1"), 0) << "a worker told another parent kept running";
+  EXPECT_EQ(exit_status("--embedded=x"), 2);  // a usage error
+}
+
 TEST(WorkerProcess, EmbeddedWorkerDiesWithItsParent) {
   // The shell is the worker's parent; when it exits, PR_SET_PDEATHSIG stops the worker.
   // As a subreaper this process inherits the orphan, so it can see how it ended (and
