@@ -22,7 +22,8 @@
 # output compared byte for byte as .npy; a second run answered from the compile cache; a
 # uop-worker container registering with the scheduler (as in deploy/compose.yaml) and
 # running a graph; /metrics; no missing shared library; the non-root user; a clean
-# SIGTERM drain. One PASS/FAIL line per check; exit status 1 if any failed.
+# SIGTERM drain; uopd as PID 1 (no init) starting its workers. One PASS/FAIL line per
+# check; exit status 1 if any failed.
 # The run-mode functions below are called only through each other: shellcheck cannot tell.
 # shellcheck disable=SC2317
 set -euo pipefail
@@ -249,8 +250,9 @@ log "smoke check mode: $mode"
 
 server=uopd-smoke-$$
 worker=uopd-smoke-worker-$$
+pid1=uopd-smoke-pid1-$$
 cleanup() {
-  remove "$worker"; remove "$server"
+  remove "$worker"; remove "$server"; remove "$pid1"
   if [ "$mode" = chroot ]; then
     umount "$root/smoke" "$root/proc" 2>/dev/null || true; umount -R "$root/dev" 2>/dev/null || true
     buildah "${storage[@]}" rm "$wc" >/dev/null 2>&1 || true
@@ -359,6 +361,22 @@ stop "$worker"
 if [ "$stop_rc" = 0 ]; then pass "uop-worker stops cleanly on SIGTERM"; else fail "uop-worker exit status $stop_rc after SIGTERM"; fi
 stop "$server"
 if [ "$stop_rc" = 0 ]; then pass "uopd drains and exits 0 on SIGTERM"; else fail "uopd exit status $stop_rc after SIGTERM"; fi
+
+# uopd as PID 1 itself (`--entrypoint uopd`: a runtime without an init): its embedded
+# workers must not take their parent of pid 1 for a dead one. Containers only: chroot
+# has no pid namespace.
+if [ "$mode" != chroot ]; then
+  api1=$(free_port); metrics1=$(free_port)
+  start "$pid1" --entrypoint uopd "$tag" --listen="127.0.0.1:$api1" --metrics-listen="127.0.0.1:$metrics1" \
+    --cache-dir=/var/cache/uopd
+  if wait_log "$pid1" 'uopd: serving.*2 CPU workers' 60 && [ "$(cexec "$pid1" cat /proc/1/comm)" = uopd ]; then
+    pass "uopd as PID 1 starts its 2 embedded workers"
+  else
+    fail "uopd as PID 1; its output:"; logs "$pid1" | tail -n 20
+  fi
+  stop "$pid1"
+  if [ "$stop_rc" = 0 ]; then pass "uopd as PID 1 drains and exits 0 on SIGTERM"; else fail "uopd as PID 1: exit status $stop_rc"; fi
+fi
 
 "${ctr[@]}" images 2>/dev/null | grep -E "uopd|debian" || true
 if [ $fails = 0 ]; then echo "PASS all checks ($mode, $tag)"; rm -rf "$smoke"; exit 0; fi
