@@ -698,8 +698,9 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const Plan& 
           return absl::InternalError(cat("worker ", d.w->id(), " returned ", d.answer.outputs_size(), " outputs, not output ",
                                          reading[k].slot, " of ", bytes, " bytes"));
         }
-        // Several outputs may be one buffer: copy, do not move, what another may need.
-        t.data = d.answer.outputs(reading[k].slot).substr(0, bytes);
+        // Each output has its own slot (one buffer read back twice comes back twice): take it.
+        t.data = std::move(*d.answer.mutable_outputs(reading[k].slot));
+        t.data.resize(bytes);
       } else {
         auto data = read(d.w, rs.ids[o.buffer], 0, bytes, deadline);
         if (!data.ok()) {
