@@ -49,6 +49,22 @@ void trace(const PipelineOptions& o, std::string_view stage, std::string_view ke
   if (o.trace) o.trace(stage, kernel, ir);
 }
 
+// The stages every backend runs after its own optimizer: upcasts expanded, reductions
+// lowered to accumulators, then every memory access proven inside its buffer.
+absl::StatusOr<const UOp*> expand_reduce_and_check(Graph& g, const UOp* kernel, const PipelineOptions& opts,
+                                                   std::string_view name) {
+  auto k = expand_upcasts(g, kernel);
+  if (!k.ok()) return k.status();
+  trace(opts, "expand", name, *k);
+  k = lower_reduce(g, *k);
+  if (k.ok()) k = simplify(g, *k);
+  if (!k.ok()) return k.status();
+  trace(opts, "lower_reduce", name, *k);
+  if (absl::Status s = check_bounds(g, *k); !s.ok()) return s;
+  trace(opts, "bounds", name, *k);
+  return k;
+}
+
 // The value of a dim with every DEFINE_VAR at its bound value.
 absl::StatusOr<int64_t> eval_dim(const UOp* d, const std::vector<std::pair<const UOp*, int64_t>>& vars) {
   if (auto c = const_dim(d)) return *c;
@@ -184,15 +200,8 @@ absl::StatusOr<const UOp*> lower_for_cpu(Graph& g, const UOp* kernel, const Pipe
   auto k = optimize_cpu(g, kernel, oo);
   if (!k.ok()) return k.status();
   trace(opts, "optimize", name, *k);
-  k = expand_upcasts(g, *k);
+  k = expand_reduce_and_check(g, *k, opts, name);
   if (!k.ok()) return k.status();
-  trace(opts, "expand", name, *k);
-  k = lower_reduce(g, *k);
-  if (k.ok()) k = simplify(g, *k);
-  if (!k.ok()) return k.status();
-  trace(opts, "lower_reduce", name, *k);
-  if (absl::Status s = check_bounds(g, *k); !s.ok()) return s;
-  trace(opts, "bounds", name, *k);
   k = linearize(g, *k);
   if (!k.ok()) return k.status();
   trace(opts, "linearize", name, *k);
@@ -209,16 +218,8 @@ absl::StatusOr<const UOp*> lower_for_cuda(Graph& g, const UOp* kernel, const Pip
   if (!k.ok()) return k.status();
   trace(opts, "optimize", name, *k);
   k = group_reduce(g, *k);
+  if (k.ok()) k = expand_reduce_and_check(g, *k, opts, name);
   if (!k.ok()) return k.status();
-  k = expand_upcasts(g, *k);
-  if (!k.ok()) return k.status();
-  trace(opts, "expand", name, *k);
-  k = lower_reduce(g, *k);
-  if (k.ok()) k = simplify(g, *k);
-  if (!k.ok()) return k.status();
-  trace(opts, "lower_reduce", name, *k);
-  if (absl::Status s = check_bounds(g, *k); !s.ok()) return s;
-  trace(opts, "bounds", name, *k);
   k = map_gpu_dims(g, *k, gpu.max_threads);
   if (k.ok()) k = simplify(g, *k);
   if (!k.ok()) return k.status();
