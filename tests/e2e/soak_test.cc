@@ -60,20 +60,6 @@ std::pair<uint64_t, uint64_t> memory_kib(pid_t pid) {
   return {rss, hwm};
 }
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  int port = -1;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-    port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
-
 // One graph variant (its shapes, hence its kernels, differ from the others'), its inputs
 // and the interpreter's outputs.
 struct Variant {
@@ -285,7 +271,7 @@ TEST(Soak, MixedLoadWithFaultsLosesNothing) {
   testing::RedisServer redis;
   ASSERT_TRUE(redis.start());
   const int redis_port = redis.port();
-  const int port = free_port();
+  const int port = testing::free_port();
   ASSERT_GT(port, 0);
   const std::string address = "127.0.0.1:" + std::to_string(port);
   const std::vector<std::string> args = {"--listen=" + address, "--cache-dir=" + cache_dir, "--workers=2",
