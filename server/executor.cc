@@ -403,7 +403,8 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const Plan& 
   // that worker, of this generation), everything else allocated for the run.
   rs.ids.assign(plan.buffers.size(), 0);
   rs.device_of.assign(plan.buffers.size(), 0);
-  std::vector<size_t> fresh;  // plan buffers to allocate
+  // Inline inputs too large to travel in the first Execute: plan buffer and data.
+  std::vector<std::pair<size_t, std::string_view>> streamed_inputs;
   for (size_t i = 0; i < plan.buffers.size(); ++i) {
     const PlannedBuffer& pb = plan.buffers[i];
     auto di = device_index(pb.device);
@@ -440,7 +441,7 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const Plan& 
       out.bytes_in += data.size();
       continue;
     }
-    fresh.push_back(i);
+    streamed_inputs.emplace_back(i, data);
   }
   // Larger inline inputs are allocated and streamed in chunks before the first Execute,
   // all at once: each write starts as soon as its allocation is answered (from gRPC's
@@ -504,22 +505,17 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const Plan& 
       wpb::AllocBufferResponse resp;
       absl::Status status;
       std::shared_ptr<Stub> stub;
-      std::string_view data;           // an inline input's bytes, written once allocated
-      bool has_data = false;
+      std::string_view data;           // the input's bytes, written once allocated
       std::unique_ptr<Writer> writer;  // set (by the callback) when the write started
     };
     std::vector<std::unique_ptr<Call>> calls;
-    for (size_t i : fresh) {
+    for (const auto& [i, data] : streamed_inputs) {
       const PlannedBuffer& pb = plan.buffers[i];
       auto call = std::make_unique<Call>();
       set_deadline(call->ctx, deadline);
       call->req.set_buffer_id(rs.ids[i]);
       call->req.set_bytes(static_cast<uint64_t>(pb.elements) * scalar_bytes(pb.dtype));
-      auto in = inputs.find(static_cast<int>(i));
-      if (in != inputs.end() && in->second.tensor) {
-        call->data = in->second.tensor->data;
-        call->has_data = true;
-      }
+      call->data = data;
       Call* c = call.get();
       calls.push_back(std::move(call));
       auto st = stub(rs.devices[rs.device_of[i]].w);
@@ -531,7 +527,7 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const Plan& 
       pending.add();
       c->stub->async()->AllocBuffer(&c->ctx, &c->req, &c->resp, [c, &pending, deadline](grpc::Status g) {
         c->status = from_grpc(g);
-        if (c->status.ok() && c->has_data) {
+        if (c->status.ok()) {
           c->writer = std::make_unique<Writer>(&pending, c->req.buffer_id(), c->data);
           set_deadline(c->writer->ctx, deadline);
           pending.add();  // before this call's own done(): the count never passes 0 early
@@ -545,8 +541,8 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const Plan& 
       std::unique_lock<std::mutex> l(pending.mu);
       pending.cv.wait(l, [&] { return pending.left == 0; });
     }
-    for (size_t k = 0; k < fresh.size(); ++k) {
-      const RunState::Device& d = rs.devices[rs.device_of[fresh[k]]];
+    for (size_t k = 0; k < streamed_inputs.size(); ++k) {
+      const RunState::Device& d = rs.devices[rs.device_of[streamed_inputs[k].first]];
       absl::Status s = calls[k]->status;
       const char* what = "allocating a buffer";
       if (s.ok() && calls[k]->writer) {
@@ -554,7 +550,7 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const Plan& 
         what = "writing a buffer";
       }
       if (s.ok()) {
-        if (calls[k]->has_data) out.bytes_in += calls[k]->data.size();
+        out.bytes_in += calls[k]->data.size();
         continue;
       }
       s = failed(d.w, s, what, d.generation);

@@ -124,6 +124,27 @@ TEST(Uopd, RunMatchesTheInterpreter) {
   EXPECT_EQ(u.stats().buffers, 0u);  // closing the session freed them
 }
 
+// Inline tensors larger than one Execute carries (Executor::kInlineBytes, 4 MiB): the
+// input is allocated and streamed before the Execute, the output streamed back after it,
+// the small ones travel inside it; all of it still matches the interpreter.
+TEST(Uopd, LargeInlineTensorsStreamAroundTheExecute) {
+  Uopd u = Uopd::start({"--cache-dir=" + scratch("large")});
+  ASSERT_TRUE(u.client);
+  auto session = u.client->create_session();
+  ASSERT_TRUE(session.ok()) << session.status();
+  Model m(3, /*n=*/50000, /*k=*/24, /*m=*/24);  // x and probs: 4.8 MB each; w and b small
+  ASSERT_GT(std::get<HostTensor>(m.bindings[0].value).nbytes(), int64_t{4} << 20);
+  auto got = session->run(m.root, m.names, m.bindings);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_GT(got->outputs.at(0).tensor.nbytes(), int64_t{4} << 20);
+  expect_matches(m.expected(), *got);
+  // And a small run after it, on the same worker, is unaffected.
+  Model small(4);
+  auto again = session->run(small.root, small.names, small.bindings);
+  ASSERT_TRUE(again.ok()) << again.status();
+  expect_matches(small.expected(), *again);
+}
+
 TEST(Uopd, SecondCompileIsAHitAndCompilesNothing) {
   Uopd u = Uopd::start({"--cache-dir=" + scratch("hit")});
   ASSERT_TRUE(u.client);
