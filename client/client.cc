@@ -386,6 +386,8 @@ absl::StatusOr<Stats> Client::stats() {
   out.plan_cache_hits = r.plan_cache_hits();
   out.plan_cache_misses = r.plan_cache_misses();
   out.kernels_run = r.kernels_run();
+  out.worker_executes_lane = r.worker_executes_lane();
+  out.worker_executes_grpc = r.worker_executes_grpc();
   out.sessions = r.sessions();
   out.buffers = r.buffers();
   out.buffer_bytes = r.buffer_bytes();

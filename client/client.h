@@ -120,6 +120,8 @@ struct Stats {
   uint64_t cache_misses = 0, cache_coalesced = 0, cache_errors = 0;
   uint64_t plan_cache_hits = 0, plan_cache_misses = 0;
   uint64_t kernels_run = 0;
+  // Execute calls uopd made to workers: through shared memory (embedded workers) / gRPC.
+  uint64_t worker_executes_lane = 0, worker_executes_grpc = 0;
   uint64_t sessions = 0, buffers = 0, buffer_bytes = 0;
   std::vector<WorkerStatus> workers;
   std::string compiler_build_id;

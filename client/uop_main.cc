@@ -355,6 +355,8 @@ int cmd_stats(Context& c) {
   std::cout << "uopd at " << c.client.address() << ", compiler " << s->compiler_build_id << "\n"
             << "sessions " << s->sessions << ", buffers " << s->buffers << " (" << s->buffer_bytes << " bytes)\n"
             << "kernels compiled " << s->compiles << ", run " << s->kernels_run << "\n"
+            << "worker executes: " << s->worker_executes_lane << " shared-memory lane, " << s->worker_executes_grpc
+            << " gRPC\n"
             << "compile cache: hits " << s->cache_hits_memory << " memory, " << s->cache_hits_disk << " disk, "
             << s->cache_hits_redis << " redis; misses " << s->cache_misses << "; coalesced " << s->cache_coalesced
             << "; errors " << s->cache_errors << "\n"

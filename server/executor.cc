@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
 #include "absl/container/flat_hash_set.h"
 #include "compiler/support/strings.h"
 #include "proto/worker.grpc.pb.h"
+#include "worker/lane_messages.h"
 
 namespace uop::server {
 namespace {
@@ -73,6 +75,27 @@ bool worker_gone(absl::StatusCode c) {
          c == absl::StatusCode::kUnknown || c == absl::StatusCode::kAborted || c == absl::StatusCode::kInternal;
 }
 
+// An Execute through the worker's execute lane. nullopt when it does not go that way (the
+// request or the reply it may bring would not fit a slot, or every slot is busy): the
+// caller sends it over gRPC. `reply_bytes` bounds the outputs read back.
+std::optional<absl::Status> execute_on_lane(ExecLane& lane, const wpb::ExecuteRequest& req, uint64_t reply_bytes,
+                                            absl::Time deadline, wpb::ExecuteResponse* resp) {
+  const size_t n = 1 + req.ByteSizeLong();
+  // The reply's framing: a tag and a length per output, and run_ms.
+  const uint64_t reply_bound = reply_bytes + 16 * static_cast<uint64_t>(req.read_back_size()) + 16;
+  if (n > lane.capacity() || reply_bound > lane.capacity()) return std::nullopt;
+  std::optional<ExecLane::Call> call = lane.claim();
+  if (!call) return std::nullopt;
+  std::span<char> out = call->request();
+  out[0] = static_cast<char>(lane::Kind::Execute);
+  req.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(out.data() + 1));
+  absl::StatusOr<std::string_view> reply = call->call(n, deadline);
+  if (!reply.ok()) return reply.status();
+  if (!resp->ParseFromArray(reply->data(), static_cast<int>(reply->size())))
+    return absl::InternalError(cat("the worker's ", reply->size(), "-byte reply on the execute lane is not an ExecuteResponse"));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<Executor::Stub>> Executor::stub(const Worker& w) {
@@ -100,28 +123,122 @@ absl::Status Executor::alloc(const Worker& w, uint64_t id, uint64_t bytes, absl:
   return s.ok() ? s : failed(w, s, "allocating a buffer");
 }
 
-absl::Status Executor::write(const Worker& w, uint64_t id, uint64_t offset, std::string_view data, absl::Time deadline) {
-  grpc::ClientContext ctx;
-  set_deadline(ctx, deadline);
-  wpb::WriteBufferResponse resp;
-  auto st = stub(w);
-  if (!st.ok()) return st.status();
-  auto stream = (*st)->WriteBuffer(&ctx, &resp);
-  for (uint64_t at = 0; at < data.size() || (at == 0 && data.empty()); at += kChunk) {
-    wpb::WriteChunk chunk;
-    chunk.set_buffer_id(id);
-    chunk.set_offset(offset + at);
-    chunk.set_data(std::string(data.substr(at, kChunk)));
-    if (!stream->Write(chunk)) break;  // the status below says why
-    if (data.empty()) break;
+namespace {
+
+// A writer that sends each piece through the lane while a slot is free, and what is left
+// over one gRPC WriteBuffer stream, opened when first needed.
+class LaneOrStreamWriter final : public Executor::BufferWriter {
+ public:
+  LaneOrStreamWriter(Executor* ex, Executor::Worker w, uint64_t id, absl::Time deadline)
+      : ex_(ex), w_(std::move(w)), id_(id), deadline_(deadline), generation_(w_->generation()), lane_(w_->lane()) {}
+  ~LaneOrStreamWriter() override { (void)finish(); }
+
+  absl::Status write(uint64_t offset, std::string& data) override {
+    if (!status_.ok()) return status_;
+    if (broken_) return absl::AbortedError("writing a buffer: the stream to the worker closed");
+    std::string_view rest = data;
+    if (lane_) {
+      const size_t room = lane_->capacity() - lane::kWriteHeader;
+      while (!rest.empty()) {
+        std::optional<ExecLane::Call> call = lane_->claim();
+        if (!call) break;  // every slot busy: the rest goes over gRPC
+        const size_t n = std::min(room, rest.size());
+        std::span<char> req = call->request();
+        lane::encode_write_header(req, id_, offset);
+        std::memcpy(req.data() + lane::kWriteHeader, rest.data(), n);
+        absl::StatusOr<std::string_view> reply = call->call(lane::kWriteHeader + n, deadline_);
+        if (!reply.ok()) return status_ = ex_->failed(w_, reply.status(), "writing a buffer", generation_);
+        rest.remove_prefix(n);
+        offset += n;
+      }
+      if (rest.empty()) return absl::OkStatus();
+    }
+    if (!stream_) {
+      auto st = Executor::stub(w_);
+      if (!st.ok()) return status_ = st.status();
+      stub_ = *st;
+      set_deadline(ctx_, deadline_);
+      stream_ = stub_->WriteBuffer(&ctx_, &resp_);
+      chunk_.set_buffer_id(id_);
+    }
+    chunk_.set_offset(offset);
+    // The whole string: trade buffers with the chunk (they are reused chunk after chunk).
+    if (rest.size() == data.size()) chunk_.mutable_data()->swap(data);
+    else chunk_.mutable_data()->assign(rest.data(), rest.size());
+    if (stream_->Write(chunk_)) return absl::OkStatus();
+    broken_ = true;  // finish() says why
+    return absl::AbortedError("writing a buffer: the stream to the worker closed");
   }
-  stream->WritesDone();
-  absl::Status s = from_grpc(stream->Finish());
-  return s.ok() ? s : failed(w, s, "writing a buffer");
+
+  absl::Status finish() override {
+    if (stream_) {
+      stream_->WritesDone();
+      absl::Status s = from_grpc(stream_->Finish());
+      stream_.reset();
+      if (!s.ok() && status_.ok()) status_ = ex_->failed(w_, s, "writing a buffer", generation_);
+      else if (broken_ && status_.ok()) status_ = absl::InternalError("writing a buffer: the stream broke");
+    }
+    return status_;
+  }
+
+ private:
+  Executor* ex_;
+  Executor::Worker w_;
+  uint64_t id_;
+  absl::Time deadline_;
+  uint64_t generation_;
+  std::shared_ptr<ExecLane> lane_;
+  absl::Status status_;
+  std::shared_ptr<Executor::Stub> stub_;
+  grpc::ClientContext ctx_;
+  wpb::WriteBufferResponse resp_;
+  std::unique_ptr<grpc::ClientWriter<wpb::WriteChunk>> stream_;
+  wpb::WriteChunk chunk_;
+  bool broken_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Executor::BufferWriter> Executor::open_writer(const Worker& w, uint64_t id, absl::Time deadline) {
+  return std::make_unique<LaneOrStreamWriter>(this, w, id, deadline);
+}
+
+absl::Status Executor::write(const Worker& w, uint64_t id, uint64_t offset, std::string_view data, absl::Time deadline) {
+  LaneOrStreamWriter writer(this, w, id, deadline);
+  std::string piece;
+  for (uint64_t at = 0; at < data.size(); at += kChunk) {
+    std::string_view part = data.substr(at, kChunk);
+    piece.assign(part.data(), part.size());
+    if (!writer.write(offset + at, piece).ok()) break;
+  }
+  return writer.finish();
 }
 
 absl::Status Executor::read_into(const Worker& w, uint64_t id, uint64_t offset, uint64_t length, absl::Time deadline,
                                  const std::function<bool(uint64_t, std::string&)>& sink) {
+  const uint64_t end = offset + length;
+  if (std::shared_ptr<ExecLane> lane = w->lane(); lane && length > 0) {
+    const uint64_t generation = w->generation();
+    const uint64_t most = std::min<uint64_t>(kChunk, lane->capacity());
+    std::string piece;
+    while (offset < end) {
+      const uint64_t n = std::min(most, end - offset);
+      {
+        std::optional<ExecLane::Call> call = lane->claim();
+        if (!call) break;  // every slot busy: the rest comes over gRPC
+        lane::encode_read(call->request(), {id, offset, n});
+        absl::StatusOr<std::string_view> reply = call->call(lane::kReadRequest, deadline);
+        if (!reply.ok()) return failed(w, reply.status(), "reading a buffer", generation);
+        if (reply->size() != n)
+          return absl::InternalError(cat("worker ", w->id(), " returned ", reply->size(), " of ", n, " bytes"));
+        piece.assign(reply->data(), reply->size());
+      }  // the slot is free again before the sink (a client's pace) runs
+      if (!sink(offset, piece)) return absl::OkStatus();
+      offset += n;
+    }
+    if (offset == end) return absl::OkStatus();
+    length = end - offset;
+  }
   grpc::ClientContext ctx;
   set_deadline(ctx, deadline);
   wpb::ReadBufferRequest req;
@@ -192,6 +309,7 @@ struct Executor::RunState {
     // outputs to read back and the temporaries to free.
     wpb::ExecuteRequest pending;
     uint64_t pending_inline = 0;   // data bytes in pending.allocs
+    uint64_t pending_out = 0;      // bytes of the buffers in pending.read_back
     wpb::ExecuteResponse answer;   // the last Execute's (its outputs)
   };
   std::vector<Device> devices;  // in first-use order
@@ -232,9 +350,17 @@ absl::Status Executor::flush_launches(RunState& rs) {
   std::vector<absl::Status> status(busy.size());
   auto execute = [&](size_t k) {
     RunState::Device& d = rs.devices[busy[k]];
+    d.answer.Clear();
+    if (std::shared_ptr<ExecLane> lane = d.w->lane()) {
+      if (auto done = execute_on_lane(*lane, d.pending, d.pending_out, rs.deadline, &d.answer)) {
+        lane_executes_.fetch_add(1, std::memory_order_relaxed);
+        status[k] = *done;
+        return;
+      }
+    }
+    grpc_executes_.fetch_add(1, std::memory_order_relaxed);
     grpc::ClientContext ctx;
     set_deadline(ctx, rs.deadline);
-    d.answer.Clear();
     auto st = stub(d.w);
     status[k] = st.ok() ? from_grpc((*st)->Execute(&ctx, d.pending, &d.answer)) : st.status();
   };
@@ -261,6 +387,7 @@ absl::Status Executor::flush_launches(RunState& rs) {
     }
     d.pending.Clear();
     d.pending_inline = 0;
+    d.pending_out = 0;
   }
   if (failures.empty()) return absl::OkStatus();
   return first_failure(rs, std::move(failures), "running the kernels");
@@ -666,6 +793,7 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const Plan& 
       out_bytes[di] += buffer_bytes;
       reading[k].slot = d.pending.read_back_size();
       d.pending.add_read_back(id);
+      d.pending_out += buffer_bytes;
     } else {
       streamed.insert(id);
     }

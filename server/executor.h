@@ -4,7 +4,9 @@
 // outputs back (or hands them to the session). Temporaries are freed whatever happens.
 // A cached single-device Run with small tensors is one Execute round trip to the worker:
 // the allocations, the inline inputs, the launches, the outputs read back and the frees
-// all travel in it (worker.proto's ExecuteRequest).
+// all travel in it (worker.proto's ExecuteRequest). To a worker this uopd started, that
+// Execute goes through the worker's execute lane (shared memory, worker/exec_lane.h) when
+// it fits a slot and one is free, else over gRPC like every other call.
 // A worker that fails mid-run is reported to the WorkerPool, and the client gets the
 // pool's UNAVAILABLE status saying which worker and why.
 #pragma once
@@ -71,11 +73,24 @@ class Executor {
                                  const absl::flat_hash_map<int, BoundInput>& inputs, bool keep_outputs,
                                  absl::Time deadline);
 
-  // Buffer traffic for the buffer RPCs (and the run), in chunks of `chunk` bytes.
-  // Failures come back as failed() says.
+  // Buffer traffic for the buffer RPCs (and the run), in chunks of kChunk bytes: through
+  // the worker's execute lane (worker/lane_messages.h) while it has one with a slot free,
+  // else over gRPC. Failures come back as failed() says.
   using Worker = std::shared_ptr<WorkerHandle>;
   absl::Status alloc(const Worker& w, uint64_t id, uint64_t bytes, absl::Time deadline);
   absl::Status write(const Worker& w, uint64_t id, uint64_t offset, std::string_view data, absl::Time deadline);
+  // Writes into one worker buffer piece after piece (an Upload's chunks as they arrive).
+  class BufferWriter {
+   public:
+    virtual ~BufferWriter() = default;
+    // Writes `data` at `offset`, and may take its bytes. A failure means: stop writing;
+    // finish() says why.
+    virtual absl::Status write(uint64_t offset, std::string& data) = 0;
+    // Waits for the writes still in flight: the first failure of all (as failed() says
+    // it), or OK.
+    virtual absl::Status finish() = 0;
+  };
+  std::unique_ptr<BufferWriter> open_writer(const Worker& w, uint64_t id, absl::Time deadline);
   absl::StatusOr<std::string> read(const Worker& w, uint64_t id, uint64_t offset, uint64_t length, absl::Time deadline);
   // Streams a read chunk by chunk to `sink` (a Download); stops early if sink returns false.
   // The sink may take the chunk's bytes (swap them out): a Download forwards them without
@@ -83,6 +98,12 @@ class Executor {
   absl::Status read_into(const Worker& w, uint64_t id, uint64_t offset, uint64_t length, absl::Time deadline,
                          const std::function<bool(uint64_t offset, std::string& data)>& sink);
   absl::Status free(const Worker& w, const std::vector<uint64_t>& ids);
+
+  // Execute calls sent so far through execute lanes, and over gRPC.
+  struct ExecuteCounts {
+    uint64_t lane = 0, grpc = 0;
+  };
+  ExecuteCounts execute_counts() const { return {lane_executes_.load(), grpc_executes_.load()}; }
 
   // A fresh id for a worker buffer (the scheduler names them).
   uint64_t new_buffer_id() { return next_id_.fetch_add(1) + 1; }
@@ -113,6 +134,7 @@ class Executor {
   CollectiveOptions collectives_;
   std::atomic<uint64_t> next_id_{0};
   std::atomic<uint64_t> next_group_{0};
+  std::atomic<uint64_t> lane_executes_{0}, grpc_executes_{0};
 };
 
 }  // namespace uop::server

@@ -55,6 +55,9 @@ under $XDG_CACHE_HOME/uopd (or ~/.cache/uopd), serve metrics on 127.0.0.1:9464.
   --worker-binary=PATH        the uop-worker to start       [next to uopd, then PATH]
   --worker-threads=N          threads per worker                        [all cores]
   --worker-max-buffer-bytes=N buffer memory per worker                  [worker default]
+  --exec-lane=shm|grpc        how a Run's Execute and buffer traffic reach embedded
+                              workers: a shared-memory lane (16 slots of 1 MiB; gRPC
+                              still for what does not fit) or gRPC only          [shm]
   --cache-dir=DIR             on-disk compile cache; empty: none  [$XDG_CACHE_HOME/uopd]
   --disk-cache-bytes=N        its size budget (LRU eviction)                  [4 GiB]
   --memory-cache-bytes=N      in-memory compile cache budget                [512 MiB]
@@ -100,7 +103,7 @@ struct Flags {
       {"request-deadline-s", "300"}, {"allow-custom", "false"},
       {"collective-timeout-ms", "30000"}, {"collective-transport", "auto"}, {"tokens-file", ""}, {"tls-cert", ""},
       {"tls-key", ""}, {"tls-client-ca", ""}, {"worker-tls-cert", ""}, {"worker-tls-key", ""}, {"worker-tls-ca", ""},
-      {"worker-tls-server-name", ""},
+      {"worker-tls-server-name", ""}, {"exec-lane", "shm"},
   };
   int64_t num(const std::string& k) const { return std::stoll(v.at(k)); }
 };
@@ -131,6 +134,10 @@ bool parse(int argc, char** argv, Flags* f, std::string* err) {
       return false;
     }
   }
+  if (f->v["exec-lane"] != "shm" && f->v["exec-lane"] != "grpc") {
+    *err = cat("--exec-lane takes shm or grpc, got '", f->v["exec-lane"], "'");
+    return false;
+  }
   return true;
 }
 
@@ -150,7 +157,8 @@ std::string find_worker(const std::string& flag) {
   return "uop-worker";
 }
 
-std::vector<SampledFamily> sample(CompileCache& cache, WorkerPool& pool, Planner& planner, SessionManager& sessions) {
+std::vector<SampledFamily> sample(CompileCache& cache, WorkerPool& pool, Planner& planner, SessionManager& sessions,
+                                  const Executor& executor) {
   std::vector<SampledFamily> out;
   SampledFamily hits{"uopd_cache_hits_total", "compile cache hits by tier", true, {}};
   SampledFamily misses{"uopd_cache_misses_total", "compile cache misses by tier", true, {}};
@@ -175,6 +183,9 @@ std::vector<SampledFamily> sample(CompileCache& cache, WorkerPool& pool, Planner
   }
   out.push_back({"uopd_workers_up", "workers serving", false, {{{}, up}}});
   out.push_back(restarts);
+  const Executor::ExecuteCounts ex = executor.execute_counts();
+  out.push_back({"uopd_worker_executes_total", "Execute calls to workers by transport (lane: shared memory to an embedded worker)",
+                 true, {{{{"transport", "lane"}}, double(ex.lane)}, {{{"transport", "grpc"}}, double(ex.grpc)}}});
   out.push_back({"uopd_sessions", "open sessions", false, {{{}, double(sessions.sessions())}}});
   out.push_back({"uopd_buffer_bytes", "bytes held in session buffers", false, {{{}, double(sessions.bytes())}}});
   return out;
@@ -276,6 +287,7 @@ int run(int argc, char** argv) {
   wo.embedded_cpu_workers = static_cast<int>(f.num("workers"));
   wo.embedded_cuda_workers = static_cast<int>(f.num("cuda-workers"));
   wo.threads_per_worker = static_cast<int>(f.num("worker-threads"));
+  wo.exec_lane = f.v["exec-lane"] == "shm";
   if (!f.v["worker-max-buffer-bytes"].empty()) wo.extra_args.push_back(cat("--max-buffer-bytes=", f.v["worker-max-buffer-bytes"]));
   tls::TlsFiles worker_tls{f.v["worker-tls-cert"], f.v["worker-tls-key"], f.v["worker-tls-ca"]};
   if (worker_tls.any()) {
@@ -323,7 +335,7 @@ int run(int argc, char** argv) {
   RegistryService registry(&pool);
   // The rendezvous of Gloo collectives between workers on different hosts (DESIGN §4).
   RendezvousService rendezvous;
-  (*metrics)->add_sampler([&] { return sample(cache, pool, planner, sessions); });
+  (*metrics)->add_sampler([&] { return sample(cache, pool, planner, sessions, executor); });
   if (tenants->enabled()) (*metrics)->add_sampler([&] { return sample_tenants(*tenants, sessions); });
 
   grpc::EnableDefaultHealthCheckService(true);

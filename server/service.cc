@@ -232,36 +232,24 @@ grpc::Status UopdService::Upload(grpc::ServerContext* ctx, grpc::ServerReader<pb
   if ((*w)->id() != b->worker_id || (*w)->generation() != b->worker_generation)
     return finish("Upload", absl::UnavailableError(cat("buffer ", b->id, " was held by worker ", b->worker_id,
                                                        ", which restarted since; its contents are lost")));
-  // Forward the chunks as they arrive: the upload never sits whole in the scheduler.
-  grpc::ClientContext wctx;
-  wctx.set_deadline(absl::ToChronoTime(deadline(ctx)));
-  ::uopd::worker::v1::WriteBufferResponse wresp;
-  auto wstub = Executor::stub(*w);
-  if (!wstub.ok()) return finish("Upload", wstub.status());
-  auto out = (*wstub)->WriteBuffer(&wctx, &wresp);
+  // Forward the chunks as they arrive: the upload never sits whole in the scheduler. The
+  // writer may take each chunk's bytes (gRPC: the strings trade buffers, chunk after chunk).
+  std::unique_ptr<Executor::BufferWriter> out = d_.executor->open_writer(*w, b->worker_buffer, deadline(ctx));
   uint64_t total = 0;
   absl::Status bad;
-  // One outgoing message for the whole stream: the chunk's bytes are swapped in and out,
-  // so the two strings' buffers are reused chunk after chunk (no allocation per chunk).
-  ::uopd::worker::v1::WriteChunk wc;
-  wc.set_buffer_id(b->worker_buffer);
   do {
     if (chunk.offset() > b->bytes || chunk.data().size() > b->bytes - chunk.offset()) {
       bad = absl::OutOfRangeError(cat("upload: chunk at byte ", chunk.offset(), " of ", chunk.data().size(),
                                       " bytes does not fit buffer ", b->id, " of ", b->bytes, " bytes"));
       break;
     }
-    wc.set_offset(chunk.offset());
-    wc.mutable_data()->swap(*chunk.mutable_data());
-    total += wc.data().size();
-    if (!out->Write(wc)) break;
+    total += chunk.data().size();
+    if (!out->write(chunk.offset(), *chunk.mutable_data()).ok()) break;
   } while (reader->Read(&chunk));
-  out->WritesDone();
-  grpc::Status finished = out->Finish();
-  absl::Status ws(static_cast<absl::StatusCode>(finished.error_code()), finished.error_message());
+  absl::Status ws = out->finish();
   if (!bad.ok()) return finish("Upload", bad);
   if (ctx->IsCancelled()) return finish("Upload", absl::CancelledError("upload: the client went away"));
-  if (!ws.ok()) return finish("Upload", d_.executor->failed(*w, ws, "uploading"));
+  if (!ws.ok()) return finish("Upload", absl::Status(ws.code(), cat("uploading: ", ws.message())));
   d_.metrics->bytes_in(total);
   resp->set_bytes(total);
   return finish("Upload", absl::OkStatus());
@@ -614,6 +602,9 @@ grpc::Status UopdService::Stats(grpc::ServerContext* ctx, const pb::StatsRequest
   resp->set_cache_coalesced(d_.cache->coalesced());
   resp->set_plan_cache_hits(d_.planner->plan_hits());
   resp->set_kernels_run(kernels_run_.load());
+  const Executor::ExecuteCounts executes = d_.executor->execute_counts();
+  resp->set_worker_executes_lane(executes.lane);
+  resp->set_worker_executes_grpc(executes.grpc);
   resp->set_plan_cache_misses(d_.planner->plan_misses());
   if (d_.tenants->enabled()) {  // a tenant counts its own sessions only
     TenantUsage u = d_.sessions->usage(who);

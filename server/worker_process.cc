@@ -33,7 +33,7 @@ void close_pair(int fds[2]) {
 
 }  // namespace
 
-absl::StatusOr<ChildProcess> spawn_child(const std::vector<std::string>& args) {
+absl::StatusOr<ChildProcess> spawn_child(const std::vector<std::string>& args, const std::vector<int>& inherit) {
   std::vector<std::string> copy = args;
   std::vector<char*> argv;
   for (auto& a : copy) argv.push_back(a.data());
@@ -61,6 +61,9 @@ absl::StatusOr<ChildProcess> spawn_child(const std::vector<std::string>& args) {
     signal(SIGTERM, SIG_DFL);
     signal(SIGINT, SIG_DFL);
     if (dup2(out[1], STDOUT_FILENO) < 0) _exit(126);  // dup2 clears close-on-exec on fd 1
+    // Only in this child: a worker forked meanwhile by another thread does not get them.
+    for (int fd : inherit)
+      if (fcntl(fd, F_SETFD, 0) != 0) _exit(126);
     execv(argv[0], argv.data());
     int e = errno;
     ssize_t ignored = write(err[1], &e, sizeof e);

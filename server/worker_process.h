@@ -21,8 +21,9 @@ struct ChildProcess {
 };
 
 // fork + execv(argv[0], argv). FAILED_PRECONDITION naming the binary when exec fails
-// (the child is reaped already), INTERNAL when pipe or fork fails.
-absl::StatusOr<ChildProcess> spawn_child(const std::vector<std::string>& argv);
+// (the child is reaped already), INTERNAL when pipe or fork fails. The descriptors in
+// `inherit` (close-on-exec here) stay open in the child under the same numbers.
+absl::StatusOr<ChildProcess> spawn_child(const std::vector<std::string>& argv, const std::vector<int>& inherit = {});
 
 // waitpid: nullopt while the child runs (never with `block`), else how it ended
 // ("killed by signal 9 (SIGKILL)", "exited with status 3").

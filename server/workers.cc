@@ -153,6 +153,11 @@ std::shared_ptr<wv1::Worker::Stub> WorkerHandle::stub() const {
   return state_ == State::Up ? stub_ : nullptr;
 }
 
+std::shared_ptr<ExecLane> WorkerHandle::lane() const {
+  absl::MutexLock lock(&mu_);
+  return state_ == State::Up && lane_ && lane_->served() ? lane_ : nullptr;
+}
+
 uint64_t WorkerHandle::generation() const {
   absl::MutexLock lock(&mu_);
   return generation_;
@@ -180,6 +185,7 @@ void WorkerHandle::lose_process_locked(const std::string& why) {
   ++generation_;
   programs_.clear();
   stub_.reset();
+  lane_.reset();
   state_ = State::Down;
   last_error_ = why;
   last_death_ = absl::Now();
@@ -257,13 +263,27 @@ bool WorkerPool::spawn_locked(WorkerHandle& h) {
                                    cat("--embedded=", getpid())};
   if (options_.threads_per_worker > 0) args.push_back(cat("--threads=", options_.threads_per_worker));
   args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
-  auto child = spawn_child(args);
+  // A lane of its own for each process: one that died takes its segment (and whatever a
+  // slot of it held) along.
+  std::shared_ptr<ExecLane> lane;
+  if (options_.exec_lane) {
+    auto made = ExecLane::create();
+    if (made.ok()) {
+      lane = std::move(*made);
+      args.push_back(cat("--lane-fd=", lane->fd()));
+    } else {
+      log("no execute lane for worker ", h.device_, " (", made.status().message(), "): its calls go over gRPC");
+    }
+  }
+  auto child = lane ? spawn_child(args, {lane->fd()}) : spawn_child(args);
   if (!child.ok()) {
     ++h.failed_starts_;
     schedule_restart_locked(h, cat("cannot start worker ", h.device_, ": ", child.status().message()));
     return false;
   }
   h.pid_ = child->pid;
+  if (lane) lane->set_peer(child->pid);
+  h.lane_ = std::move(lane);
   h.reaped_ = false;
   h.stdout_fd_ = child->stdout_fd;
   h.stdout_buf_.clear();
@@ -715,6 +735,7 @@ void WorkerPool::shutdown() {
     }
     h->state_ = WorkerHandle::State::Down;
     h->stub_.reset();
+    h->lane_.reset();
     h->last_error_ = cat(h->describe_locked(), " stopped: the scheduler is shutting down");
   }
 }

@@ -31,6 +31,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/worker.grpc.pb.h"
+#include "worker/exec_lane.h"
 
 namespace uop {
 
@@ -40,6 +41,9 @@ struct WorkerOptions {
   int embedded_cuda_workers = 0;  // CUDA:0 .. CUDA:N-1, each started with --device=CUDA:i
   int threads_per_worker = 0;  // 0: the worker's default (hardware threads)
   std::vector<std::string> extra_args;  // passed to every embedded worker, e.g. --max-buffer-bytes=N
+  // Execute and buffer traffic to embedded workers through shared memory
+  // (worker/exec_lane.h) rather than gRPC.
+  bool exec_lane = true;
   absl::Duration start_timeout = absl::Seconds(15);  // until the LISTENING line
   absl::Duration restart_backoff_min = absl::Milliseconds(100);
   absl::Duration restart_backoff_max = absl::Seconds(5);
@@ -85,6 +89,9 @@ class WorkerHandle {
   // The stub of the current process; null while the worker is not up. Shared so that a
   // restart replacing it does not pull it from under a call in progress.
   std::shared_ptr<uopd::worker::v1::Worker::Stub> stub() const;
+  // The execute lane to the current process: an embedded worker's, once it serves it;
+  // null otherwise (then Execute goes through stub()). Shared for the same reason.
+  std::shared_ptr<ExecLane> lane() const;
   uint64_t generation() const;
 
   // What the scheduler loaded on this worker, cleared whenever the generation changes.
@@ -118,6 +125,7 @@ class WorkerHandle {
   std::string unavailable_ ABSL_GUARDED_BY(mu_);
   absl::Time last_death_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::shared_ptr<uopd::worker::v1::Worker::Stub> stub_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<ExecLane> lane_ ABSL_GUARDED_BY(mu_);  // made for each embedded process
   absl::flat_hash_set<std::string> programs_ ABSL_GUARDED_BY(mu_);
 
   // Embedded only: the process being started or running, and when to start the next one.

@@ -74,6 +74,9 @@ Serves one device to a uopd scheduler (proto/worker.proto).
                             parent dies. Without PID, a parent of pid 1 means it died
                             already, which is wrong where uopd itself is pid 1 (a container
                             without an init): uopd always passes its pid
+  --lane-fd=N               embedded: also serve Execute and buffer reads and writes through
+                            the shared-memory execute lane behind inherited descriptor N
+                            (uopd passes it)
   --health-check=HOST:PORT  do not serve: ask the worker (or uopd) at HOST:PORT for its
                             grpc.health.v1 status (3 s deadline; with the --tls-* flags over
                             mutual TLS), print it, exit 0 if SERVING, else 1 (a container
@@ -103,6 +106,7 @@ struct Flags {
   int drain_seconds = 30;
   bool embedded = false;
   pid_t parent_pid = 0;  // --embedded=PID; 0: not given
+  int lane_fd = -1;      // --lane-fd=N
   tls::TlsFiles tls;
 };
 
@@ -207,6 +211,9 @@ std::optional<int> parse(int argc, char** argv, Flags* f) {
       f->tls.key = value;
     } else if (name == "tls-ca") {
       f->tls.ca = value;
+    } else if (name == "lane-fd") {
+      if (!parse_uint(value, &n) || n < 3 || n > 1 << 20) return usage_error("--lane-fd takes a descriptor number (3 or more)");
+      f->lane_fd = static_cast<int>(n);
     } else if (name == "drain-seconds") {
       if (!parse_uint(value, &n) || n > 86400) return usage_error("--drain-seconds takes a number of seconds");
       f->drain_seconds = static_cast<int>(n);
@@ -477,6 +484,16 @@ int run(int argc, char** argv) {
   if (!backend) backend = std::make_unique<CpuBackend>(opts.target, opts.threads);
   WorkerRuntime runtime(opts, std::move(backend));
   WorkerService service(&runtime);
+  // The execute lane, when uopd gave one: a lane that cannot be used is only slower
+  // (uopd sees it unserved and makes every call over gRPC).
+  std::shared_ptr<ExecLane> lane;
+  if (f.lane_fd >= 0) {
+    auto attached = ExecLane::attach(f.lane_fd);
+    absl::Status s = attached.ok() ? (*attached)->serve(lane_handler(&runtime)) : attached.status();
+    if (s.ok()) lane = std::move(*attached);
+    else log("not serving the execute lane: ", s.message());
+  }
+  auto in_flight = [&] { return service.in_flight() + (lane ? lane->in_flight() : 0); };
 
   int port = 0;
   // grpc.health.v1.Health (Kubernetes' grpc probes, grpc_health_probe): SERVING while it
@@ -546,9 +563,9 @@ int run(int argc, char** argv) {
   });
   for (;;) {
     if (shut.WaitForNotificationWithTimeout(absl::Milliseconds(20))) break;
-    if (service.in_flight() > 0) continue;
+    if (in_flight() > 0) continue;
     // A call accepted just before Shutdown may not have reached its handler yet.
-    if (shut.WaitForNotificationWithTimeout(absl::Milliseconds(300)) || service.in_flight() == 0) break;
+    if (shut.WaitForNotificationWithTimeout(absl::Milliseconds(300)) || in_flight() == 0) break;
   }
   log("drained, exiting");
   // Leave now, without destructors: nothing is left to flush or hand back (buffers and

@@ -18,6 +18,7 @@
 #include "compiler/support/strings.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/cuda/cuda_device.h"
+#include "worker/lane_messages.h"
 
 namespace uop {
 
@@ -349,22 +350,63 @@ grpc::Status WorkerService::LoadProgram(grpc::ServerContext*, const wv1::LoadPro
   return to_grpc(rt_->load_program(req->key(), req->object(), req->abi()));
 }
 
+absl::Status run_execute(WorkerRuntime& rt, const wv1::ExecuteRequest& req, wv1::ExecuteResponse* resp,
+                         const std::function<bool()>& cancelled) {
+  ExecuteBatch batch;
+  batch.allocs.reserve(req.allocs_size());
+  for (const wv1::BufferInit& a : req.allocs()) batch.allocs.push_back({a.buffer_id(), a.bytes(), a.data()});
+  batch.launches.reserve(req.launches_size());
+  for (const wv1::Launch& l : req.launches())
+    batch.launches.push_back({l.key(), {l.buffer_ids().begin(), l.buffer_ids().end()}, {l.vars().begin(), l.vars().end()}});
+  batch.read_back.assign(req.read_back().begin(), req.read_back().end());
+  batch.free_after.assign(req.free_after().begin(), req.free_after().end());
+  auto result = rt.execute(batch, cancelled);
+  if (!result.ok()) return result.status();
+  resp->set_run_ms(result->run_ms);
+  for (const BufferSlice& out : result->outputs) resp->add_outputs(out.data, out.length);
+  return absl::OkStatus();
+}
+
+ExecLane::Handler lane_handler(WorkerRuntime* rt) {
+  return [rt](std::string_view request, std::span<char> reply,
+              const std::function<bool()>& abandoned) -> absl::StatusOr<size_t> {
+    const std::optional<lane::Kind> kind = lane::kind_of(request);
+    if (kind == lane::Kind::Write) {
+      auto w = lane::decode_write(request);
+      if (!w) return absl::InvalidArgumentError(cat("a lane write of ", request.size(), " bytes has no header"));
+      if (absl::Status s = rt->write_buffer(w->first.buffer_id, w->first.offset, w->second); !s.ok()) return s;
+      return 0;
+    }
+    if (kind == lane::Kind::Read) {
+      auto r = lane::decode_read(request);
+      if (!r) return absl::InvalidArgumentError(cat("a lane read of ", request.size(), " bytes is malformed"));
+      if (r->length == 0 || r->length > reply.size())
+        return absl::InvalidArgumentError(cat("a lane read of ", r->length, " bytes: the slot holds 1 to ", reply.size()));
+      auto slice = rt->read_buffer(r->buffer_id, r->offset, r->length);
+      if (!slice.ok()) return slice.status();
+      std::memcpy(reply.data(), slice->data, slice->length);
+      return slice->length;
+    }
+    if (kind != lane::Kind::Execute)
+      return absl::InvalidArgumentError(cat("a lane request of ", request.size(), " bytes of no known kind"));
+    request.remove_prefix(1);
+    wv1::ExecuteRequest req;
+    if (!req.ParseFromArray(request.data(), static_cast<int>(request.size())))
+      return absl::InvalidArgumentError(cat("the lane's ", request.size(), " bytes are not an ExecuteRequest"));
+    wv1::ExecuteResponse resp;
+    if (absl::Status s = run_execute(*rt, req, &resp, abandoned); !s.ok()) return s;
+    const size_t n = resp.ByteSizeLong();
+    if (n > reply.size())
+      return absl::ResourceExhaustedError(cat("the reply of ", n, " bytes does not fit the lane's slot of ", reply.size()));
+    resp.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(reply.data()));
+    return n;
+  };
+}
+
 grpc::Status WorkerService::Execute(grpc::ServerContext* ctx, const wv1::ExecuteRequest* req,
                                     wv1::ExecuteResponse* resp) {
   InFlight guard(in_flight_);
-  ExecuteBatch batch;
-  batch.allocs.reserve(req->allocs_size());
-  for (const wv1::BufferInit& a : req->allocs()) batch.allocs.push_back({a.buffer_id(), a.bytes(), a.data()});
-  batch.launches.reserve(req->launches_size());
-  for (const wv1::Launch& l : req->launches())
-    batch.launches.push_back({l.key(), {l.buffer_ids().begin(), l.buffer_ids().end()}, {l.vars().begin(), l.vars().end()}});
-  batch.read_back.assign(req->read_back().begin(), req->read_back().end());
-  batch.free_after.assign(req->free_after().begin(), req->free_after().end());
-  auto result = rt_->execute(batch, [ctx] { return ctx->IsCancelled(); });
-  if (!result.ok()) return to_grpc(result.status());
-  resp->set_run_ms(result->run_ms);
-  for (const BufferSlice& out : result->outputs) resp->add_outputs(out.data, out.length);
-  return grpc::Status::OK;
+  return to_grpc(run_execute(*rt_, *req, resp, [ctx] { return ctx->IsCancelled(); }));
 }
 
 grpc::Status WorkerService::Collective(grpc::ServerContext* ctx, const wv1::CollectiveRequest* req,

@@ -23,6 +23,7 @@
 #include "proto/worker.grpc.pb.h"
 #include "worker/collectives/collective.h"
 #include "worker/device_backend.h"
+#include "worker/exec_lane.h"
 
 namespace uop {
 
@@ -169,6 +170,16 @@ class WorkerService final : public uopd::worker::v1::Worker::Service {
   WorkerRuntime* rt_;
   std::atomic<int> in_flight_{0};
 };
+
+// worker.proto's Execute on the runtime: what the gRPC handler and the execute lane both run.
+absl::Status run_execute(WorkerRuntime& rt, const uopd::worker::v1::ExecuteRequest& req,
+                         uopd::worker::v1::ExecuteResponse* resp, const std::function<bool()>& cancelled);
+
+// The execute lane's handler (worker/exec_lane.h, messages in worker/lane_messages.h):
+// Execute as run_execute, Write and Read as write_buffer and read_buffer. INVALID_ARGUMENT
+// for a request that is none of them; RESOURCE_EXHAUSTED for a reply that does not fit
+// the slot (uopd asks only for what fits).
+ExecLane::Handler lane_handler(WorkerRuntime* rt);
 
 // absl::Status -> grpc::Status (the codes are the same numbers).
 grpc::Status to_grpc(const absl::Status& st);

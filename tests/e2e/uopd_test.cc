@@ -145,6 +145,51 @@ TEST(Uopd, LargeInlineTensorsStreamAroundTheExecute) {
   expect_matches(small.expected(), *again);
 }
 
+// Execute reaches an embedded worker through its shared-memory execute lane; a request
+// that does not fit a lane slot (a 2 MiB inline input: inside one Execute, over the 1 MiB
+// slot) goes over gRPC, and so does everything with --exec-lane=grpc. The results match
+// the interpreter whichever way they went, and Stats counts each way.
+TEST(Uopd, EmbeddedWorkersExecuteThroughTheLaneOrGrpc) {
+  for (std::string mode : {"shm", "grpc"}) {
+    SCOPED_TRACE("--exec-lane=" + mode);
+    Uopd u = Uopd::start({"--cache-dir=" + scratch("lane"), "--workers=1", "--exec-lane=" + mode});
+    ASSERT_TRUE(u.client);
+    auto session = u.client->create_session();
+    ASSERT_TRUE(session.ok()) << session.status();
+    for (uint64_t seed : {11, 12, 13}) {
+      Model m(seed);
+      auto got = session->run(m.root, m.names, m.bindings);
+      ASSERT_TRUE(got.ok()) << got.status();
+      expect_matches(m.expected(), *got);
+    }
+    client::Stats small = u.stats();
+    EXPECT_EQ(small.worker_executes_lane, mode == "shm" ? 3u : 0u);
+    EXPECT_EQ(small.worker_executes_grpc, mode == "shm" ? 0u : 3u);
+
+    Model big(14, /*n=*/20000, /*k=*/24, /*m=*/24);  // x: 1.9 MB
+    ASSERT_GT(std::get<HostTensor>(big.bindings[0].value).nbytes(), int64_t{1} << 20);
+    auto got = session->run(big.root, big.names, big.bindings);
+    ASSERT_TRUE(got.ok()) << got.status();
+    expect_matches(big.expected(), *got);
+    client::Stats after = u.stats();
+    EXPECT_EQ(after.worker_executes_lane, small.worker_executes_lane);
+    EXPECT_EQ(after.worker_executes_grpc, small.worker_executes_grpc + 1);
+
+    // Buffer traffic takes the same way: 3 MiB up at an offset, in pieces of a slot or
+    // less, and back down byte for byte.
+    auto id = session->create_buffer(Scalar::UInt8, 3 << 20);
+    ASSERT_TRUE(id.ok()) << id.status();
+    std::string bytes(3 * (1 << 20) - 1000, '\0');
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 2654435761u) >> 13);
+    ASSERT_TRUE(session->upload(*id, bytes, 1000).ok());
+    auto back = session->download(*id);
+    ASSERT_TRUE(back.ok()) << back.status();
+    ASSERT_EQ(back->size(), size_t{3} << 20);
+    EXPECT_EQ(back->substr(0, 1000), std::string(1000, '\0'));
+    EXPECT_TRUE(back->substr(1000) == bytes) << "the downloaded bytes differ from the uploaded ones";
+  }
+}
+
 TEST(Uopd, SecondCompileIsAHitAndCompilesNothing) {
   Uopd u = Uopd::start({"--cache-dir=" + scratch("hit")});
   ASSERT_TRUE(u.client);

@@ -32,6 +32,7 @@
 
 #include "compiler/support/strings.h"
 #include "worker/collectives/reduce.h"
+#include "worker/shm_sync.h"
 
 namespace uop {
 namespace {
@@ -116,14 +117,8 @@ Member& member_at(ShmRing::Segment* seg, int i) {
   return reinterpret_cast<Member*>(reinterpret_cast<uint8_t*>(seg) + seg->members_offset)[i];
 }
 
-// futex on a word of a MAP_SHARED mapping: not FUTEX_PRIVATE, the waker is another process.
-void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::nanoseconds slice) {
-  timespec ts{0, static_cast<long>(slice.count())};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
-}
-void futex_wake_all(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-}
+using shm::futex_wait;
+using shm::futex_wake_all;
 
 // seq_cst on both sides (here and in wait_for) so that a waiter that registered before
 // the bump is always seen: either it sees the new value or we see it waiting.
@@ -140,8 +135,6 @@ void bump(Counter& c) {
 }
 
 bool reached(uint32_t value, uint32_t target) { return static_cast<int32_t>(value - target) >= 0; }
-
-int pidfd_open(int pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
 
 std::string errno_text(const char* call) { return cat(call, ": ", std::strerror(errno)); }
 
@@ -309,14 +302,8 @@ absl::Status ShmRing::check_peers() {
     if (q == opts_.rank) continue;
     if (pids_[q] == 0) pids_[q] = member_at(seg_, q).pid.load(std::memory_order_acquire);
     if (pids_[q] == 0) continue;  // not joined yet
-    if (pidfds_[q] == -2) pidfds_[q] = pidfd_open(pids_[q]);  // -1 (gone already, or no pidfd): kill(pid, 0)
-    bool dead = false;
-    if (pidfds_[q] >= 0) {
-      pollfd pfd{pidfds_[q], POLLIN, 0};
-      dead = poll(&pfd, 1, 0) > 0;
-    } else {
-      dead = kill(pids_[q], 0) != 0 && errno == ESRCH;
-    }
+    if (pidfds_[q] == -2) pidfds_[q] = shm::pidfd_open(pids_[q]);  // -1 (gone already, or no pidfd): kill(pid, 0)
+    bool dead = shm::process_exited(pidfds_[q], pids_[q]);
     if (dead && ops_ > 0 && reached(member_at(seg_, q).finished.value.load(std::memory_order_acquire), ops_)) dead = false;
     if (dead) return fail(absl::StatusCode::kUnavailable, cat("rank ", q, " (pid ", pids_[q], ") died"));
   }

@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "compiler/support/strings.h"
 #include "tests/unit/compiler/codegen/linear_builder.h"
+#include "worker/lane_messages.h"
 
 namespace uop {
 namespace {
@@ -404,6 +406,134 @@ TEST(WorkerService, StreamsBuffersInChunks) {
     EXPECT_EQ(info.pid(), getpid());
   }
   server->Shutdown();
+}
+
+}  // namespace
+}  // namespace uop
+
+namespace uop {
+namespace {
+
+// The execute lane's handler, called as a lane slot thread calls it: one buffer of slot
+// bytes holds the request and then the reply (lane_messages.h's framing).
+struct LaneSlot {
+  explicit LaneSlot(size_t bytes) : buf(bytes, '\0') {}
+  absl::StatusOr<std::string> call(const ExecLane::Handler& h, std::string_view request) {
+    std::memcpy(buf.data(), request.data(), request.size());
+    auto n = h(std::string_view(buf.data(), request.size()), std::span<char>(buf.data(), buf.size()), [] { return false; });
+    if (!n.ok()) return n.status();
+    return buf.substr(0, *n);
+  }
+  std::string buf;
+};
+
+std::string lane_write(uint64_t id, uint64_t offset, std::string_view data) {
+  std::string r(lane::kWriteHeader, '\0');
+  lane::encode_write_header(std::span<char>(r.data(), r.size()), id, offset);
+  return r.append(data);
+}
+
+std::string lane_read(uint64_t id, uint64_t offset, uint64_t length) {
+  std::string r(lane::kReadRequest, '\0');
+  lane::encode_read(std::span<char>(r.data(), r.size()), {id, offset, length});
+  return r;
+}
+
+std::string lane_execute(const wv1::ExecuteRequest& req) {
+  return std::string(1, static_cast<char>(lane::Kind::Execute)) + req.SerializeAsString();
+}
+
+// Writes and reads at offsets reach the runtime's buffers as write_buffer / read_buffer
+// would, with their errors (unknown buffer, out of range) as the runtime says them.
+TEST(LaneHandler, WritesAndReadsBuffersAtOffsets) {
+  WorkerRuntime rt = make_runtime();
+  ExecLane::Handler h = lane_handler(&rt);
+  LaneSlot slot(4096);
+  ASSERT_TRUE(rt.alloc_buffer(5, 256).ok());
+  std::string data(100, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 + 1);
+  auto w = slot.call(h, lane_write(5, 100, data));
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(*w, "");
+  auto whole = rt.read_buffer(5, 0, 0);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(whole->bytes().substr(100, 100), data);
+  EXPECT_EQ(whole->bytes().substr(0, 100), std::string(100, '\0'));  // untouched, still zero
+
+  auto r = slot.call(h, lane_read(5, 150, 50));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, data.substr(50, 50));
+
+  EXPECT_EQ(slot.call(h, lane_write(6, 0, "x")).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(slot.call(h, lane_write(5, 250, "0123456789")).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(slot.call(h, lane_read(6, 0, 4)).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(slot.call(h, lane_read(5, 200, 100)).status().code(), absl::StatusCode::kOutOfRange);
+}
+
+// What is not a lane request, or asks for more than the slot holds, is refused with
+// INVALID_ARGUMENT (RESOURCE_EXHAUSTED for an Execute whose reply would not fit), and the
+// buffers are untouched.
+TEST(LaneHandler, RefusesMalformedRequests) {
+  WorkerRuntime rt = make_runtime();
+  ExecLane::Handler h = lane_handler(&rt);
+  LaneSlot slot(300);
+  ASSERT_TRUE(rt.alloc_buffer(5, 1000).ok());
+  ASSERT_TRUE(rt.write_buffer(5, 0, std::string(1000, 'a')).ok());
+  for (const std::string& bad : {std::string(), std::string("\x09hello"), std::string("\x02short"),
+                                 lane_read(5, 0, 8).substr(0, 20), lane_read(5, 0, 8) + "x", lane_read(5, 0, 0),
+                                 lane_read(5, 0, 301), std::string("\x01not a protobuf \xff\xff\xff")}) {
+    auto r = slot.call(h, bad);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << absl::CEscape(bad) << ": " << r.status();
+  }
+  // An Execute reading back 1000 bytes into a 300-byte slot.
+  wv1::ExecuteRequest req;
+  req.add_read_back(5);
+  auto r = slot.call(h, lane_execute(req));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  auto still = rt.read_buffer(5, 0, 0);
+  ASSERT_TRUE(still.ok());
+  EXPECT_EQ(still->bytes(), std::string(1000, 'a'));
+}
+
+// An Execute through the lane runs as the gRPC Execute does: allocations with their
+// data, the launch, the outputs read back (parsed from the reply), the frees.
+TEST(LaneHandler, ExecutesABatch) {
+  WorkerRuntime rt = make_runtime();
+  CpuArtifact art = scale_kernel(5);
+  ASSERT_TRUE(rt.load_program("k5", art.object, art.abi.serialize()).ok());
+  ExecLane::Handler h = lane_handler(&rt);
+  LaneSlot slot(8192);
+  const std::vector<int32_t> in = iota_input();
+  wv1::ExecuteRequest req;
+  wv1::BufferInit* a = req.add_allocs();
+  a->set_buffer_id(10);
+  a->set_bytes(N * 4);
+  a->set_data(bytes_of(in));
+  a = req.add_allocs();
+  a->set_buffer_id(11);
+  a->set_bytes(N * 4);
+  wv1::Launch* l = req.add_launches();
+  l->set_key("k5");
+  l->add_buffer_ids(11);
+  l->add_buffer_ids(10);
+  l->add_vars(N);
+  req.add_read_back(11);
+  req.add_free_after(10);
+  req.add_free_after(11);
+  auto r = slot.call(h, lane_execute(req));
+  ASSERT_TRUE(r.ok()) << r.status();
+  wv1::ExecuteResponse resp;
+  ASSERT_TRUE(resp.ParseFromString(*r));
+  ASSERT_EQ(resp.outputs_size(), 1);
+  std::vector<int32_t> out = ints_of(resp.outputs(0));
+  ASSERT_EQ(out.size(), static_cast<size_t>(N));
+  for (int i = 0; i < N; ++i) EXPECT_EQ(out[i], in[i] * 5 + i) << i;
+  EXPECT_EQ(rt.info().buffers, 0u);
+  // A launch of a program never loaded fails as it does over gRPC, and frees anyway.
+  req.mutable_launches(0)->set_key("missing");
+  r = slot.call(h, lane_execute(req));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_EQ(rt.info().buffers, 0u);
 }
 
 }  // namespace
