@@ -8,8 +8,10 @@
 //                           Compile of a graph never seen vs the same graph again
 //   BM_Upload / BM_Download 256 MiB through Session::upload / download, vs memcpy
 //
-// The peers are measured once per process and cached (as in bench_cpu.cc), so each
-// ratio compares two figures taken on the same machine in the same run. Latencies are
+// The echo is measured interleaved with the Runs, one round trip before each Run, so a
+// busy moment of the machine weighs on both alike; memcpy is measured once per process
+// and cached (as in bench_cpu.cc). Each ratio compares two figures taken on the same
+// machine in the same run. Latencies are
 // collected per call and reported as nearest-rank percentiles; the mean Time column is
 // Google Benchmark's. Not part of ctest: speed is measured here, never asserted.
 #include <benchmark/benchmark.h>
@@ -87,12 +89,21 @@ Service* g_service = nullptr;  // set by main() before any benchmark runs
 // directory makes the first compile of every graph a real miss (no disk hits from
 // earlier runs). One worker: the figures are for one device's path, and the machine
 // this runs on may have few cores to share between client, scheduler and worker.
+// $UOPD_BENCH_ARGS (space-separated) adds uopd flags: `--exec-lane=grpc` measures the
+// worker hop over gRPC, for comparison.
 absl::StatusOr<std::unique_ptr<Service>> start_service() {
   auto svc = std::make_unique<Service>();
   std::string tmpl = (std::filesystem::temp_directory_path() / "uopd-bench-XXXXXX").string();
   if (!::mkdtemp(tmpl.data())) return absl::InternalError(cat("mkdtemp ", tmpl, ": ", std::strerror(errno)));
   svc->cache_dir = tmpl;
-  auto proc = client::EmbeddedServer::start(UOPD_BINARY, {"--cache-dir=" + svc->cache_dir, "--workers=1"});
+  std::vector<std::string> args = {"--cache-dir=" + svc->cache_dir, "--workers=1"};
+  if (const char* extra = std::getenv("UOPD_BENCH_ARGS"))
+    for (std::string_view rest = extra; !rest.empty();) {
+      const size_t sp = rest.find(' ');
+      if (sp != 0) args.emplace_back(rest.substr(0, sp));
+      rest = sp == std::string_view::npos ? std::string_view() : rest.substr(sp + 1);
+    }
+  auto proc = client::EmbeddedServer::start(UOPD_BINARY, args);
   if (!proc.ok()) return proc.status();
   svc->proc = std::move(*proc);
   ClientOptions o;
@@ -243,57 +254,67 @@ EchoServer& echo_server() {
   return *e;
 }
 
-// Round trips of `request` through the echo, one at a time on this thread, in µs. The
-// client side mirrors the client library's: a channel made the same way, a context with
-// a deadline per call, and the calling thread waiting on the completion itself (the
+// Round trips of one request through the echo, one at a time on the calling thread. The
+// client side mirrors the client library's: a channel made the same way, a context with a
+// deadline per call, and the calling thread waiting on the completion itself (the
 // generated synchronous stub does the same), so no thread hand-off is added.
-absl::StatusOr<std::vector<double>> echo_round_trips(const std::string& request, int min_calls, double min_seconds) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);
-  auto channel = grpc::CreateCustomChannel(cat("127.0.0.1:", echo_server().port), grpc::InsecureChannelCredentials(), args);
-  if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)))
-    return absl::UnavailableError("the echo server is not reachable");
-  grpc::GenericStub stub(channel);
-  grpc::CompletionQueue cq;
-  auto call = [&](grpc::ByteBuffer* response) -> absl::Status {
+class EchoClient {
+ public:
+  // Connects, checks that the first reply is the request byte for byte (the peer must
+  // really carry the payload) and warms up as the Run side does.
+  static absl::StatusOr<std::unique_ptr<EchoClient>> connect(const std::string& request) {
+    std::unique_ptr<EchoClient> c(new EchoClient(request));
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    auto channel = grpc::CreateCustomChannel(cat("127.0.0.1:", echo_server().port), grpc::InsecureChannelCredentials(), args);
+    if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)))
+      return absl::UnavailableError("the echo server is not reachable");
+    c->stub_ = std::make_unique<grpc::GenericStub>(channel);
+    grpc::ByteBuffer first;
+    if (absl::Status s = c->call(&first); !s.ok()) return s;
+    std::vector<grpc::Slice> slices;
+    (void)first.Dump(&slices);
+    std::string echoed;
+    for (const grpc::Slice& sl : slices) echoed.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+    if (echoed != request) return absl::InternalError("echo: the reply differs from the request");
+    for (int i = 0; i < 100; ++i) {
+      grpc::ByteBuffer r;
+      if (absl::Status s = c->call(&r); !s.ok()) return s;
+    }
+    return c;
+  }
+  ~EchoClient() { cq_.Shutdown(); }
+
+  // One round trip, in µs.
+  absl::StatusOr<double> round_trip_us() {
+    grpc::ByteBuffer r;
+    auto t0 = Clock::now();
+    if (absl::Status s = call(&r); !s.ok()) return s;
+    return seconds_since(t0) * 1e6;
+  }
+
+ private:
+  explicit EchoClient(std::string request) : request_(std::move(request)) {}
+  absl::Status call(grpc::ByteBuffer* response) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    grpc::Slice slice(request);  // copies, as serializing a message into a call does
+    grpc::Slice slice(request_);  // copies, as serializing a message into a call does
     grpc::ByteBuffer req(&slice, 1);
-    auto rpc = stub.PrepareUnaryCall(&ctx, "/bench.Echo/Echo", req, &cq);
+    auto rpc = stub_->PrepareUnaryCall(&ctx, "/bench.Echo/Echo", req, &cq_);
     rpc->StartCall();
     grpc::Status status;
     rpc->Finish(response, &status, reinterpret_cast<void*>(1));
     void* tag;
     bool ok;
-    if (!cq.Next(&tag, &ok) || !ok) return absl::InternalError("echo: the completion queue failed");
+    if (!cq_.Next(&tag, &ok) || !ok) return absl::InternalError("echo: the completion queue failed");
     if (!status.ok()) return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-    if (response->Length() != request.size()) return absl::InternalError("echo: the reply differs in size");
+    if (response->Length() != request_.size()) return absl::InternalError("echo: the reply differs in size");
     return absl::OkStatus();
-  };
-  // The first reply is checked byte for byte: the peer must really carry the payload.
-  grpc::ByteBuffer first;
-  if (absl::Status s = call(&first); !s.ok()) return s;
-  std::vector<grpc::Slice> slices;
-  (void)first.Dump(&slices);
-  std::string echoed;
-  for (const grpc::Slice& sl : slices) echoed.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
-  if (echoed != request) return absl::InternalError("echo: the reply differs from the request");
-  for (int i = 0; i < 100; ++i) {  // warm-up, as the Run side gets
-    grpc::ByteBuffer r;
-    if (absl::Status s = call(&r); !s.ok()) return s;
   }
-  std::vector<double> us;
-  auto start = Clock::now();
-  while (static_cast<int>(us.size()) < min_calls || seconds_since(start) < min_seconds) {
-    grpc::ByteBuffer r;
-    auto t0 = Clock::now();
-    if (absl::Status s = call(&r); !s.ok()) return s;
-    us.push_back(seconds_since(t0) * 1e6);
-  }
-  cq.Shutdown();
-  return us;
-}
+  std::string request_;
+  std::unique_ptr<grpc::GenericStub> stub_;
+  grpc::CompletionQueue cq_;
+};
 
 // ---------------------------------------------------------------------------------------
 // Cached Run latency vs the echo.
@@ -309,25 +330,23 @@ void BM_CachedRun(benchmark::State& state) {
 
   // The peer sends what this session's Run sends. Checked first: the same bytes sent to
   // uopd's Run must be a valid cached Run, or the comparison would be of unequal things.
+  // Each iteration makes one echo round trip, then one Run: the two see the same machine
+  // (a busy moment slows both), which a peer measured apart from the Runs would not.
   const std::string request = run_request_bytes(session->id());
-  std::vector<double> echo_us;
-  {
-    static std::vector<double> cached;  // measured once per process, like every peer
-    if (cached.empty()) {
-      auto e = echo_round_trips(request, 3000, 1.5);
-      if (!e.ok()) return skip(state, e.status());
-      cached = std::move(*e);
-    }
-    echo_us = cached;
-  }
+  auto echo = EchoClient::connect(request);
+  if (!echo.ok()) return skip(state, echo.status());
 
-  std::vector<double> us, plan_us, compile_us, run_us;
+  std::vector<double> us, echo_us, plan_us, compile_us, run_us;
   for (auto _ : state) {
+    auto e = (*echo)->round_trip_us();
+    if (!e.ok()) return skip(state, e.status());
+    echo_us.push_back(*e);
     auto t0 = Clock::now();
     absl::Status s = cached_run(*session, cached_graph(), &r);
-    double dt = seconds_since(t0) * 1e6;
+    const double dt = seconds_since(t0);
     if (!s.ok()) return skip(state, s);
-    us.push_back(dt);
+    state.SetIterationTime(dt);  // the Run alone
+    us.push_back(dt * 1e6);
     plan_us.push_back(r.plan_ms * 1e3);
     compile_us.push_back(r.compile_ms * 1e3);
     run_us.push_back(r.run_ms * 1e3);
@@ -345,10 +364,9 @@ void BM_CachedRun(benchmark::State& state) {
   state.counters["srv_compile_us"] = percentile(compile_us, 0.5);
   state.counters["srv_run_us"] = percentile(run_us, 0.5);
   state.counters["request_bytes"] = static_cast<double>(request.size());
-  state.SetLabel(cat(r.kernels.size(), " kernel(s) ", client::describe_cache(r.kernels.at(0)), ", ", echo_us.size(),
-                     " echo calls"));
+  state.SetLabel(cat(r.kernels.size(), " kernel(s) ", client::describe_cache(r.kernels.at(0)), ", echo interleaved"));
 }
-BENCHMARK(BM_CachedRun)->MinTime(3)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CachedRun)->MinTime(3)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 // ---------------------------------------------------------------------------------------
 // Throughput: 16 clients, each its own Client (channel) and Session, issuing cached Runs
