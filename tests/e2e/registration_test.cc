@@ -42,14 +42,7 @@ using client::EmbeddedServer;
 constexpr const char* kWorker = UOP_WORKER_BINARY;
 constexpr const char* kUopd = UOPD_BINARY;
 
-bool wait_until(const std::function<bool()>& cond, absl::Duration limit = absl::Seconds(30)) {
-  absl::Time deadline = absl::Now() + limit;
-  while (!cond()) {
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return true;
-}
+using testing::wait_until;
 
 std::string scratch(const std::string& tag) {
   auto dir = std::filesystem::temp_directory_path() /

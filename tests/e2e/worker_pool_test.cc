@@ -185,14 +185,7 @@ bool dead(int64_t pid) {
   return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z';
 }
 
-bool wait_until(const std::function<bool()>& cond, absl::Duration limit = absl::Seconds(20)) {
-  absl::Time deadline = absl::Now() + limit;
-  while (!cond()) {
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return true;
-}
+using testing::wait_until;
 
 using Proc = testing::WorkerProc;
 

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,17 @@
 #include "absl/time/clock.h"
 
 namespace uop::testing {
+
+// Polls `cond` until it holds (true) or `limit` passed (false): waits on processes and
+// schedulers end on a condition, never on a fixed sleep.
+inline bool wait_until(const std::function<bool()>& cond, absl::Duration limit = absl::Seconds(30)) {
+  const absl::Time deadline = absl::Now() + limit;
+  while (!cond()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return true;
+}
 
 struct WorkerProc {
   pid_t pid = -1;
