@@ -38,8 +38,8 @@ std::string encode(const ClusterKey& mac_key, std::string_view key, std::string_
   return out;
 }
 
-absl::StatusOr<std::string> decode(const ClusterKey& mac_key, std::string_view key, std::string stored,
-                                   std::string_view where) {
+absl::StatusOr<std::string> decode(const ClusterKey& mac_key, std::string_view key,
+                                   std::string stored, std::string_view where) {
   auto loss = [&](std::string_view what) {
     return absl::DataLossError(cat("corrupt cache entry ", key, " in ", where, ": ", what));
   };
@@ -52,9 +52,11 @@ absl::StatusOr<std::string> decode(const ClusterKey& mac_key, std::string_view k
   append_key_bytes(want_key, key);
   if (view.substr(kKeyAt, 32) != want_key) return loss("header names another key");
   uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= uint64_t{static_cast<unsigned char>(stored[kLengthAt + i])} << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    n |= uint64_t{static_cast<unsigned char>(stored[kLengthAt + i])} << (8 * i);
   if (n != stored.size() - kHeaderSize)
-    return loss(cat("length mismatch: header says ", n, " bytes, found ", stored.size() - kHeaderSize));
+    return loss(
+        cat("length mismatch: header says ", n, " bytes, found ", stored.size() - kHeaderSize));
   std::array<uint8_t, 32> mac = mac_of(mac_key, view);
   if (CRYPTO_memcmp(mac.data(), stored.data() + kMacAt, mac.size()) != 0)
     return loss("HMAC mismatch (not written under this server's cache key)");

@@ -25,7 +25,7 @@ std::string encode(const ClusterKey& mac_key, std::string_view key, std::string_
 // Checks magic, key, length and the HMAC (in constant time); returns the payload, or
 // DATA_LOSS naming the key, `where` (a file path, a redis address) and what did not match.
 // Takes the stored bytes by value so the payload is returned without another copy.
-absl::StatusOr<std::string> decode(const ClusterKey& mac_key, std::string_view key, std::string stored,
-                                   std::string_view where);
+absl::StatusOr<std::string> decode(const ClusterKey& mac_key, std::string_view key,
+                                   std::string stored, std::string_view where);
 
 }  // namespace uop::cache_entry

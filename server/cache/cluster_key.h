@@ -32,8 +32,9 @@ class ClusterKey {
   // The embedded default: `dir`/cluster.key, made on first use (32 random bytes, mode
   // 0600). It is written to a temp file and published with link(), which fails when the
   // name exists, so servers starting at once on one directory all end up reading the one
-  // key that was linked first. An existing file must pass from_file's checks and belong to
-  // this user (a directory others can write, like /tmp, must not hand us their key).
+  // key that was linked first. An existing file must pass from_file's checks, belong to
+  // this user and not be a link (a directory others can write, like /tmp, must not hand us
+  // their key).
   // UNAVAILABLE when the key can neither be read nor made (a read-only or unusable
   // directory: the caller runs without the disk tier); any other error means the file
   // there is unsafe or broken and the caller should refuse to start.
@@ -58,6 +59,7 @@ class ClusterKey {
 // `max_bytes` that neither group nor others may read or write, else FAILED_PRECONDITION
 // naming `what` and the path (NOT_FOUND when it does not exist, PERMISSION_DENIED when this
 // user may not open it).
-absl::StatusOr<std::string> read_secret_file(const std::string& path, std::string_view what, size_t max_bytes);
+absl::StatusOr<std::string> read_secret_file(const std::string& path, std::string_view what,
+                                             size_t max_bytes);
 
 }  // namespace uop

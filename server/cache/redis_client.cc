@@ -28,9 +28,9 @@ namespace uop {
 namespace {
 
 constexpr size_t kReadChunk = 64 << 10;
-constexpr size_t kMaxLine = 64 << 10;      // a status, error or length line
-constexpr int64_t kMaxArray = 1 << 16;     // elements of one array reply
-constexpr int kMaxDepth = 4;               // nested arrays
+constexpr size_t kMaxLine = 64 << 10;   // a status, error or length line
+constexpr int64_t kMaxArray = 1 << 16;  // elements of one array reply
+constexpr int kMaxDepth = 4;            // nested arrays
 
 // OpenSSL writes to the socket with write(), and writing to a connection the server has
 // closed raises SIGPIPE, whose default action kills the process. Block it on this thread
@@ -125,20 +125,25 @@ RedisConnection::~RedisConnection() {
   ::close(fd_);
 }
 
-absl::Status RedisConnection::wait(short events, RedisDeadline deadline) { return wait_fd(fd_, events, deadline); }
+absl::Status RedisConnection::wait(short events, RedisDeadline deadline) {
+  return wait_fd(fd_, events, deadline);
+}
 
 absl::Status RedisConnection::write_all(std::string_view data, RedisDeadline deadline) {
   while (!data.empty()) {
     if (ssl_ != nullptr) {
       ERR_clear_error();
-      int n = SSL_write(ssl_, data.data(), static_cast<int>(std::min<size_t>(data.size(), INT_MAX)));
+      int n =
+          SSL_write(ssl_, data.data(), static_cast<int>(std::min<size_t>(data.size(), INT_MAX)));
       if (n > 0) {
         data.remove_prefix(static_cast<size_t>(n));
         continue;
       }
       int e = SSL_get_error(ssl_, n);
-      if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) return absl::UnavailableError(cat("TLS write: ", ssl_errors()));
-      if (absl::Status s = wait(e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline); !s.ok()) return s;
+      if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
+        return absl::UnavailableError(cat("TLS write: ", ssl_errors()));
+      if (absl::Status s = wait(e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline); !s.ok())
+        return s;
       continue;
     }
     ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
@@ -147,7 +152,8 @@ absl::Status RedisConnection::write_all(std::string_view data, RedisDeadline dea
       continue;
     }
     if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return absl::UnavailableError(cat("write: ", std::strerror(errno)));
+    if (errno != EAGAIN && errno != EWOULDBLOCK)
+      return absl::UnavailableError(cat("write: ", std::strerror(errno)));
     if (absl::Status s = wait(POLLOUT, deadline); !s.ok()) return s;
   }
   return absl::OkStatus();
@@ -155,6 +161,8 @@ absl::Status RedisConnection::write_all(std::string_view data, RedisDeadline dea
 
 absl::Status RedisConnection::fill(RedisDeadline deadline) {
   if (pos_ == in_.size()) {
+    // After a large reply, give its buffer back rather than hold it for the connection's life.
+    if (in_.capacity() > 4 * kReadChunk) std::string().swap(in_);
     in_.clear();
     pos_ = 0;
   } else if (pos_ > kReadChunk) {
@@ -180,7 +188,8 @@ absl::Status RedisConnection::fill(RedisDeadline deadline) {
         continue;
       }
       in_.resize(old);
-      if (e == SSL_ERROR_ZERO_RETURN) return absl::UnavailableError("connection closed by the server");
+      if (e == SSL_ERROR_ZERO_RETURN)
+        return absl::UnavailableError("connection closed by the server");
       return absl::UnavailableError(cat("TLS read: ", ssl_errors()));
     }
     ssize_t n = ::recv(fd_, in_.data() + old, kReadChunk, 0);
@@ -197,7 +206,8 @@ absl::Status RedisConnection::fill(RedisDeadline deadline) {
       continue;
     }
     in_.resize(old);
-    return absl::UnavailableError(n == 0 ? "connection closed by the server" : cat("read: ", std::strerror(errno)));
+    return absl::UnavailableError(n == 0 ? "connection closed by the server"
+                                         : cat("read: ", std::strerror(errno)));
   }
 }
 
@@ -233,27 +243,31 @@ absl::StatusOr<RedisReply> RedisConnection::read_reply(RedisDeadline deadline, i
       r.str = rest;
       return r;
     case ':':
-      if (!parse_int(rest, &r.integer)) return protocol_error(cat("a bad integer reply '", rest.substr(0, 32), "'"));
+      if (!parse_int(rest, &r.integer))
+        return protocol_error(cat("a bad integer reply '", rest.substr(0, 32), "'"));
       r.type = RedisReply::Type::Integer;
       return r;
     case '$': {
-      if (!parse_int(rest, &n) || n < -1) return protocol_error(cat("a bad string length '", rest.substr(0, 32), "'"));
+      if (!parse_int(rest, &n) || n < -1)
+        return protocol_error(cat("a bad string length '", rest.substr(0, 32), "'"));
       if (n == -1) return r;  // nil
       if (static_cast<uint64_t>(n) > max_reply_bytes_)
-        return protocol_error(cat("a string reply of ", n, " bytes, over the ", max_reply_bytes_, "-byte cap"));
+        return protocol_error(
+            cat("a string reply of ", n, " bytes, over the ", max_reply_bytes_, "-byte cap"));
       r.type = RedisReply::Type::Bulk;
       size_t len = static_cast<size_t>(n);
-      in_.reserve(pos_ + len + 2 + kReadChunk);
       while (in_.size() - pos_ < len + 2)
         if (absl::Status s = fill(deadline); !s.ok()) return s;
-      if (in_.compare(pos_ + len, 2, "\r\n") != 0) return protocol_error("a string reply not ended by CRLF");
+      if (in_.compare(pos_ + len, 2, "\r\n") != 0)
+        return protocol_error("a string reply not ended by CRLF");
       r.str = in_.substr(pos_, len);
       pos_ += len + 2;
       return r;
     }
     case '*': {
       if (!parse_int(rest, &n) || n < -1 || n > kMaxArray || depth >= kMaxDepth)
-        return protocol_error(cat("an array reply of '", rest.substr(0, 32), "' elements at depth ", depth));
+        return protocol_error(
+            cat("an array reply of '", rest.substr(0, 32), "' elements at depth ", depth));
       if (n == -1) return r;
       r.type = RedisReply::Type::Array;
       for (int64_t i = 0; i < n; ++i) {
@@ -264,11 +278,13 @@ absl::StatusOr<RedisReply> RedisConnection::read_reply(RedisDeadline deadline, i
       return r;
     }
     default:
-      return protocol_error(cat("a reply starting with byte ", static_cast<int>(static_cast<unsigned char>((*line)[0]))));
+      return protocol_error(cat("a reply starting with byte ",
+                                static_cast<int>(static_cast<unsigned char>((*line)[0]))));
   }
 }
 
-absl::StatusOr<RedisReply> RedisConnection::command(const std::vector<std::string_view>& args, RedisDeadline deadline) {
+absl::StatusOr<RedisReply> RedisConnection::command(const std::vector<std::string_view>& args,
+                                                    RedisDeadline deadline) {
   SigpipeGuard guard(ssl_ != nullptr);
   if (pos_ != in_.size()) return protocol_error("bytes from the server that answer no command");
   // Small arguments are gathered into one write; a large one (an entry) is written from
@@ -302,24 +318,30 @@ absl::Status RedisConnection::handshake(RedisDeadline deadline) {
       continue;
     }
     long verify = SSL_get_verify_result(ssl_);
-    std::string why = verify != X509_V_OK
-                          ? cat("the server's certificate is refused: ", X509_verify_cert_error_string(verify))
-                          : (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 ? std::string("connection closed (is it a TLS port?)")
-                                                                             : ssl_errors());
+    std::string why =
+        verify != X509_V_OK
+            ? cat("the server's certificate is refused: ", X509_verify_cert_error_string(verify))
+            : (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0
+                   ? std::string("connection closed (is it a TLS port?)")
+                   : ssl_errors());
     return absl::UnavailableError(cat("TLS handshake: ", why));
   }
 }
 
 absl::StatusOr<RedisConnector> RedisConnector::create(RedisEndpoint endpoint) {
   if (endpoint.host.empty()) return absl::InvalidArgumentError("redis: no host");
-  if (endpoint.port <= 0 || endpoint.port > 65535) return absl::InvalidArgumentError(cat("redis: bad port ", endpoint.port));
+  if (endpoint.port <= 0 || endpoint.port > 65535)
+    return absl::InvalidArgumentError(cat("redis: bad port ", endpoint.port));
   if (!endpoint.user.empty() && endpoint.password.empty())
     return absl::InvalidArgumentError("redis: an ACL user needs a password");
   const RedisEndpoint::Tls& t = endpoint.tls;
-  if (!t.enabled && !(t.ca_file.empty() && t.cert_file.empty() && t.key_file.empty() && t.server_name.empty()))
-    return absl::InvalidArgumentError("redis: TLS files or a server name given without TLS turned on");
+  if (!t.enabled &&
+      !(t.ca_file.empty() && t.cert_file.empty() && t.key_file.empty() && t.server_name.empty()))
+    return absl::InvalidArgumentError(
+        "redis: TLS files or a server name given without TLS turned on");
   if (t.cert_file.empty() != t.key_file.empty())
-    return absl::InvalidArgumentError("redis: a TLS client certificate needs both its certificate and its key");
+    return absl::InvalidArgumentError(
+        "redis: a TLS client certificate needs both its certificate and its key");
   RedisConnector c;
   if (t.enabled) {
     ERR_clear_error();
@@ -327,20 +349,25 @@ absl::StatusOr<RedisConnector> RedisConnector::create(RedisEndpoint endpoint) {
     if (!ctx) return absl::InternalError(cat("redis TLS: ", ssl_errors()));
     SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
     SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
-    SSL_CTX_set_mode(ctx.get(), SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-    int loaded = t.ca_file.empty() ? SSL_CTX_set_default_verify_paths(ctx.get())
-                                   : SSL_CTX_load_verify_locations(ctx.get(), t.ca_file.c_str(), nullptr);
+    SSL_CTX_set_mode(ctx.get(),
+                     SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    int loaded = t.ca_file.empty()
+                     ? SSL_CTX_set_default_verify_paths(ctx.get())
+                     : SSL_CTX_load_verify_locations(ctx.get(), t.ca_file.c_str(), nullptr);
     if (loaded != 1)
-      return absl::FailedPreconditionError(cat("redis TLS: cannot load the CA ", t.ca_file.empty() ? "(system)" : t.ca_file,
-                                               ": ", ssl_errors()));
+      return absl::FailedPreconditionError(cat("redis TLS: cannot load the CA ",
+                                               t.ca_file.empty() ? "(system)" : t.ca_file, ": ",
+                                               ssl_errors()));
     if (!t.cert_file.empty()) {
       if (SSL_CTX_use_certificate_chain_file(ctx.get(), t.cert_file.c_str()) != 1)
-        return absl::FailedPreconditionError(cat("redis TLS: cannot load the certificate ", t.cert_file, ": ", ssl_errors()));
+        return absl::FailedPreconditionError(
+            cat("redis TLS: cannot load the certificate ", t.cert_file, ": ", ssl_errors()));
       if (SSL_CTX_use_PrivateKey_file(ctx.get(), t.key_file.c_str(), SSL_FILETYPE_PEM) != 1)
-        return absl::FailedPreconditionError(cat("redis TLS: cannot load the key ", t.key_file, ": ", ssl_errors()));
+        return absl::FailedPreconditionError(
+            cat("redis TLS: cannot load the key ", t.key_file, ": ", ssl_errors()));
       if (SSL_CTX_check_private_key(ctx.get()) != 1)
-        return absl::FailedPreconditionError(cat("redis TLS: the key ", t.key_file, " does not match the certificate ",
-                                                 t.cert_file));
+        return absl::FailedPreconditionError(cat("redis TLS: the key ", t.key_file,
+                                                 " does not match the certificate ", t.cert_file));
     }
     c.tls_ = std::move(ctx);
   }
@@ -348,12 +375,15 @@ absl::StatusOr<RedisConnector> RedisConnector::create(RedisEndpoint endpoint) {
   return c;
 }
 
-absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnector::connect(RedisDeadline deadline) const {
+absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnector::connect(
+    RedisDeadline deadline) const {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  if (int rc = ::getaddrinfo(endpoint_.host.c_str(), std::to_string(endpoint_.port).c_str(), &hints, &found); rc != 0)
+  if (int rc = ::getaddrinfo(endpoint_.host.c_str(), std::to_string(endpoint_.port).c_str(), &hints,
+                             &found);
+      rc != 0)
     return absl::UnavailableError(cat("cannot resolve ", endpoint_.host, ": ", gai_strerror(rc)));
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addrs(found, &::freeaddrinfo);
   int fd = -1;
@@ -383,15 +413,21 @@ absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnector::connect(RedisDe
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);  // notices a peer that vanished
-  std::unique_ptr<RedisConnection> conn(new RedisConnection(fd, nullptr, endpoint_.max_reply_bytes));
+  std::unique_ptr<RedisConnection> conn(
+      new RedisConnection(fd, nullptr, endpoint_.max_reply_bytes));
   if (tls_) {
     conn->ssl_ = SSL_new(tls_.get());
-    if (conn->ssl_ == nullptr || SSL_set_fd(conn->ssl_, fd) != 1) return absl::InternalError(cat("TLS: ", ssl_errors()));
-    const std::string& name = endpoint_.tls.server_name.empty() ? endpoint_.host : endpoint_.tls.server_name;
-    bool named = is_ip_literal(name) ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(conn->ssl_), name.c_str()) == 1
-                                     : SSL_set_tlsext_host_name(conn->ssl_, name.c_str()) == 1 &&
-                                           SSL_set1_host(conn->ssl_, name.c_str()) == 1;
-    if (!named) return absl::InvalidArgumentError(cat("TLS: cannot check the server name '", name, "': ", ssl_errors()));
+    if (conn->ssl_ == nullptr || SSL_set_fd(conn->ssl_, fd) != 1)
+      return absl::InternalError(cat("TLS: ", ssl_errors()));
+    const std::string& name =
+        endpoint_.tls.server_name.empty() ? endpoint_.host : endpoint_.tls.server_name;
+    bool named = is_ip_literal(name)
+                     ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(conn->ssl_), name.c_str()) == 1
+                     : SSL_set_tlsext_host_name(conn->ssl_, name.c_str()) == 1 &&
+                           SSL_set1_host(conn->ssl_, name.c_str()) == 1;
+    if (!named)
+      return absl::InvalidArgumentError(
+          cat("TLS: cannot check the server name '", name, "': ", ssl_errors()));
     if (absl::Status s = conn->handshake(deadline); !s.ok()) return s;
   }
   if (!endpoint_.password.empty()) {
@@ -401,8 +437,8 @@ absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnector::connect(RedisDe
     absl::StatusOr<RedisReply> r = conn->command(auth, deadline);
     if (!r.ok()) return absl::Status(r.status().code(), cat("AUTH: ", r.status().message()));
     if (r->type == RedisReply::Type::Error)
-      return absl::PermissionDeniedError(
-          cat("AUTH", endpoint_.user.empty() ? "" : cat(" as ", endpoint_.user), " refused: ", r->str));
+      return absl::PermissionDeniedError(cat(
+          "AUTH", endpoint_.user.empty() ? "" : cat(" as ", endpoint_.user), " refused: ", r->str));
   }
   return conn;
 }

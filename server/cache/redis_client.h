@@ -60,11 +60,13 @@ class RedisConnection {
   // UNAVAILABLE for a broken connection or a reply that is not RESP (or over the cap),
   // DEADLINE_EXCEEDED when the exchange did not finish in time. An error reply from Redis
   // is a reply of Type::Error.
-  absl::StatusOr<RedisReply> command(const std::vector<std::string_view>& args, RedisDeadline deadline);
+  absl::StatusOr<RedisReply> command(const std::vector<std::string_view>& args,
+                                     RedisDeadline deadline);
 
  private:
   friend class RedisConnector;
-  RedisConnection(int fd, SSL* ssl, size_t max_reply_bytes) : fd_(fd), ssl_(ssl), max_reply_bytes_(max_reply_bytes) {}
+  RedisConnection(int fd, SSL* ssl, size_t max_reply_bytes)
+      : fd_(fd), ssl_(ssl), max_reply_bytes_(max_reply_bytes) {}
   absl::Status wait(short events, RedisDeadline deadline);
   absl::Status write_all(std::string_view data, RedisDeadline deadline);
   absl::Status fill(RedisDeadline deadline);  // reads more bytes into in_
@@ -75,8 +77,8 @@ class RedisConnection {
   int fd_;
   SSL* ssl_;
   size_t max_reply_bytes_;
-  std::string in_;   // received, not yet parsed
-  size_t pos_ = 0;   // parsed up to here
+  std::string in_;  // received, not yet parsed
+  size_t pos_ = 0;  // parsed up to here
 };
 
 // What to connect to and how, made once: TLS files are loaded here, so a missing CA or a

@@ -14,12 +14,14 @@ bool refuses_access(const RedisReply& r) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<RedisTier>> RedisTier::create(RedisEndpoint endpoint, ClusterKey key, Options options) {
+absl::StatusOr<std::unique_ptr<RedisTier>> RedisTier::create(RedisEndpoint endpoint, ClusterKey key,
+                                                             Options options) {
   // A reply bigger than the largest entry is not one, whatever Redis says it is.
   endpoint.max_reply_bytes = static_cast<size_t>(options.max_entry_bytes);
   absl::StatusOr<RedisConnector> connector = RedisConnector::create(std::move(endpoint));
   if (!connector.ok()) return connector.status();
-  return std::unique_ptr<RedisTier>(new RedisTier(*std::move(connector), std::move(key), std::move(options)));
+  return std::unique_ptr<RedisTier>(
+      new RedisTier(*std::move(connector), std::move(key), std::move(options)));
 }
 
 RedisTier::RedisTier(RedisConnector connector, ClusterKey key, Options options)
@@ -41,18 +43,21 @@ absl::StatusOr<RedisReply> RedisTier::command(const std::vector<std::string_view
   auto timeout = std::chrono::milliseconds(options_.timeout_ms);
   if (conn_ == nullptr) {
     if (Clock::now() < down_until_)
-      return absl::UnavailableError(cat("redis ", address_, ": not retrying yet after: ", last_error_));
+      return absl::UnavailableError(
+          cat("redis ", address_, ": not retrying yet after: ", last_error_));
     absl::StatusOr<std::unique_ptr<RedisConnection>> c = connector_.connect(Clock::now() + timeout);
     if (!c.ok())
-      return fail(absl::IsDeadlineExceeded(c.status()) ? cat("connect: no answer within ", options_.timeout_ms, " ms (",
-                                                             c.status().message(), ")")
-                                                       : std::string(c.status().message()));
+      return fail(absl::IsDeadlineExceeded(c.status())
+                      ? cat("connect: no answer within ", options_.timeout_ms, " ms (",
+                            c.status().message(), ")")
+                      : std::string(c.status().message()));
     conn_ = *std::move(c);
   }
   absl::StatusOr<RedisReply> reply = conn_->command(args, Clock::now() + timeout);
   if (!reply.ok())
-    return fail(absl::IsDeadlineExceeded(reply.status()) ? cat(args[0], ": no reply within ", options_.timeout_ms, " ms")
-                                                         : cat(args[0], ": ", reply.status().message()));
+    return fail(absl::IsDeadlineExceeded(reply.status())
+                    ? cat(args[0], ": no reply within ", options_.timeout_ms, " ms")
+                    : cat(args[0], ": ", reply.status().message()));
   if (reply->type == RedisReply::Type::Error) {
     std::string what = cat(args[0], " failed: ", reply->str);
     if (refuses_access(*reply)) return fail(std::move(what));
@@ -69,9 +74,10 @@ absl::StatusOr<std::optional<std::string>> RedisTier::get(std::string_view key) 
   if (!reply.ok()) return reply.status();
   if (reply->type == RedisReply::Type::Nil) return std::optional<std::string>();
   if (reply->type != RedisReply::Type::Bulk)
-    return absl::UnavailableError(cat("redis ", address_, ": GET ", rkey, ": a reply that is not a string"));
-  absl::StatusOr<std::string> payload =
-      cache_entry::decode(mac_key_, key, std::move(reply->str), cat("redis ", address_, " key ", rkey));
+    return absl::UnavailableError(
+        cat("redis ", address_, ": GET ", rkey, ": a reply that is not a string"));
+  absl::StatusOr<std::string> payload = cache_entry::decode(mac_key_, key, std::move(reply->str),
+                                                            cat("redis ", address_, " key ", rkey));
   if (!payload.ok()) {
     // Best effort: if the DEL fails the next reader finds the same corruption and tries again.
     (void)command({"DEL", rkey});
@@ -86,11 +92,13 @@ absl::Status RedisTier::put(std::string_view key, std::string_view value) {
   std::string entry = cache_entry::encode(mac_key_, key, value);
   if (static_cast<int64_t>(entry.size()) > options_.max_entry_bytes)
     return absl::ResourceExhaustedError(cat("redis ", address_, ": entry of ", entry.size(),
-                                            " bytes exceeds the cap on one entry of ", options_.max_entry_bytes, " bytes"));
+                                            " bytes exceeds the cap on one entry of ",
+                                            options_.max_entry_bytes, " bytes"));
   std::string ttl = std::to_string(options_.ttl_seconds);
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<RedisReply> reply = options_.ttl_seconds > 0 ? command({"SET", rkey, entry, "EX", ttl})
-                                                              : command({"SET", rkey, entry});
+  absl::StatusOr<RedisReply> reply = options_.ttl_seconds > 0
+                                         ? command({"SET", rkey, entry, "EX", ttl})
+                                         : command({"SET", rkey, entry});
   return reply.status();
 }
 

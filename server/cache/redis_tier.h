@@ -39,7 +39,8 @@ class RedisTier : public CacheTier {
 
   // INVALID_ARGUMENT / FAILED_PRECONDITION for settings or TLS files that cannot work
   // (redis_client.h). Connects lazily, on the first call.
-  static absl::StatusOr<std::unique_ptr<RedisTier>> create(RedisEndpoint endpoint, ClusterKey key, Options options);
+  static absl::StatusOr<std::unique_ptr<RedisTier>> create(RedisEndpoint endpoint, ClusterKey key,
+                                                           Options options);
   ~RedisTier() override;
 
   std::string_view name() const override { return "redis"; }
@@ -59,7 +60,8 @@ class RedisTier : public CacheTier {
   // connection and start the backoff; an error reply leaves the connection alone, except
   // one saying the connection is not allowed (NOAUTH, WRONGPASS, NOPERM), which starts
   // the backoff too: it will not heal by retrying at once.
-  absl::StatusOr<RedisReply> command(const std::vector<std::string_view>& args) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<RedisReply> command(const std::vector<std::string_view>& args)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status fail(std::string error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RedisConnector connector_;

@@ -5,14 +5,13 @@
 // kernel, or a FIFO at an entry's path: each is a miss, counted as a cache error, removed
 // and recompiled in the same request, and it never travels from Redis into a disk. Also
 // the startup rules for the key file and the Redis settings (AUTH as an ACL user, TLS).
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <future>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_join.h"
 #include "client/client.h"
@@ -49,7 +48,8 @@ uopd::v1::Artifact artifact_at(const std::string& path) {
   uopd::v1::Artifact a;
   std::string stored = slurp(path);
   EXPECT_GT(stored.size(), cache_entry::kHeaderSize) << path;
-  EXPECT_TRUE(a.ParseFromString(stored.substr(std::min(stored.size(), cache_entry::kHeaderSize)))) << path;
+  EXPECT_TRUE(a.ParseFromString(stored.substr(std::min(stored.size(), cache_entry::kHeaderSize))))
+      << path;
   return a;
 }
 
@@ -63,7 +63,8 @@ class Scheduler {
     proc_ = std::move(*p);
     client::ClientOptions o;
     o.address = proc_->address();
-    o.deadline = absl::Seconds(60);  // a request that blocks for good fails the test instead of hanging it
+    // A request that blocks for good fails the test instead of hanging it.
+    o.deadline = absl::Seconds(60);
     auto c = client::Client::connect(o);
     EXPECT_TRUE(c.ok()) << c.status();
     if (c.ok()) client_ = std::move(*c);
@@ -79,10 +80,12 @@ class Scheduler {
     auto got = session->run(m.root, m.names, m.bindings);
     if (!got.ok()) return got.status();
     std::vector<HostTensor> want = m.expected();
-    if (want.size() != got->outputs.size()) return absl::InternalError("output count differs from the interpreter's");
+    if (want.size() != got->outputs.size())
+      return absl::InternalError("output count differs from the interpreter's");
     for (size_t i = 0; i < want.size(); ++i)
       if (CompareResult c = compare(want[i], got->outputs[i].tensor); !c.ok)
-        return absl::InternalError(cat("output ", got->outputs[i].name, " differs from the interpreter's: ", c.message));
+        return absl::InternalError(
+            cat("output ", got->outputs[i].name, " differs from the interpreter's: ", c.message));
     return got;
   }
   std::vector<client::Kernel> compile(Model& m) {
@@ -130,12 +133,14 @@ Compiled compile_both(const std::vector<std::string>& args, Model& m, Model& oth
 
 // Every kernel of `r` was compiled in this request (a miss), none served from a tier.
 void expect_all_compiled(const client::RunResult& r) {
-  for (const auto& k : r.kernels) EXPECT_EQ(k.status, CacheStatus::Miss) << k.name << " came from " << k.tier;
+  for (const auto& k : r.kernels)
+    EXPECT_EQ(k.status, CacheStatus::Miss) << k.name << " came from " << k.tier;
 }
 
 // A scheduler started with `args` over `poisoned` bad entries of `m`'s kernels: it runs `m`
 // right, compiling every kernel again and counting each bad entry as a cache error.
-std::unique_ptr<Scheduler> expect_recompiled(const std::vector<std::string>& args, Model& m, size_t poisoned) {
+std::unique_ptr<Scheduler> expect_recompiled(const std::vector<std::string>& args, Model& m,
+                                             size_t poisoned) {
   auto s = std::make_unique<Scheduler>(args);
   if (!s->up()) return s;
   auto r = s->run(m);
@@ -183,7 +188,8 @@ TEST_F(CacheTrustOnDisk, AnAuthenticEntryNamingAnotherKernelIsRemovedCountedAndT
   auto key = ClusterKey::from_file(dir_ + "/" + std::string(ClusterKey::kFileName));
   ASSERT_TRUE(key.ok()) << key.status();
   const std::string donor = slurp(path(c_.donors[0])).substr(cache_entry::kHeaderSize);
-  for (const auto& k : c_.victims) overwrite(path(k), cache_entry::encode(*key, k.cache_key, donor));
+  for (const auto& k : c_.victims)
+    overwrite(path(k), cache_entry::encode(*key, k.cache_key, donor));
   auto s = expect_recompiled(args(), m_, c_.victims.size());
   ASSERT_TRUE(s->up());
   for (const auto& k : c_.victims) EXPECT_EQ(artifact_at(path(k)).kernel_digest(), k.digest);
@@ -201,7 +207,8 @@ TEST(CacheTrust, ForgedRedisEntriesAreRefusedAndNeverReachAnotherSchedulersDisk)
   ScratchDir d;
   const std::string key_file = testing::write_cache_key_file(d.path() + "/cache.key");
   auto args = [&](const std::string& dir) {
-    return std::vector<std::string>{"--cache-dir=" + dir, "--workers=1", "--redis=127.0.0.1:" + std::to_string(redis.port()),
+    return std::vector<std::string>{"--cache-dir=" + dir, "--workers=1",
+                                    "--redis=127.0.0.1:" + std::to_string(redis.port()),
                                     "--cache-key-file=" + key_file};
   };
   const std::string da = d.path() + "/a", db = d.path() + "/b";
@@ -221,7 +228,8 @@ TEST(CacheTrust, ForgedRedisEntriesAreRefusedAndNeverReachAnotherSchedulersDisk)
     uopd::v1::Artifact a = artifact_at(entry_path(db, k.cache_key));
     EXPECT_EQ(a.kernel_digest(), k.digest);
     EXPECT_NE(a.object(), donor.object()) << k.name;
-    EXPECT_TRUE(redis.raw({"GET", "uopd:cache:v2:" + k.cache_key}).starts_with(cache_entry::kMagic)) << k.name;
+    EXPECT_TRUE(redis.raw({"GET", "uopd:cache:v2:" + k.cache_key}).starts_with(cache_entry::kMagic))
+        << k.name;
   }
   // A third scheduler finds b's authenticated entries in Redis and is served from them.
   ScratchDir dc;
@@ -255,7 +263,8 @@ TEST(CacheTrust, AFifoAtAnEntryPathBlocksNothingAndSigtermStillStopsUopd) {
   // Several requests for the poisoned keys at once, and one for unrelated kernels: a FIFO
   // used to hold a compile thread for good, the requests for its key piling up behind it.
   std::vector<std::future<absl::StatusOr<client::RunResult>>> runs;
-  for (int i = 0; i < 4; ++i) runs.push_back(std::async(std::launch::async, [&] { return s.run(m); }));
+  for (int i = 0; i < 4; ++i)
+    runs.push_back(std::async(std::launch::async, [&] { return s.run(m); }));
   runs.push_back(std::async(std::launch::async, [&] { return s.run(other); }));
   for (auto& f : runs) {
     auto r = f.get();
@@ -266,7 +275,8 @@ TEST(CacheTrust, AFifoAtAnEntryPathBlocksNothingAndSigtermStillStopsUopd) {
     std::string path = entry_path(dir, k.cache_key);
     bool regular = fs::is_regular_file(fs::symlink_status(path));
     EXPECT_TRUE(regular) << path << " is still not a regular file";
-    if (regular) EXPECT_EQ(artifact_at(path).kernel_digest(), k.digest);  // (reading a FIFO would block)
+    if (regular)
+      EXPECT_EQ(artifact_at(path).kernel_digest(), k.digest);  // (reading a FIFO would block)
   }
   absl::Status stopped = s.proc().stop();  // SIGTERM; OK only if uopd exited on it
   EXPECT_TRUE(stopped.ok()) << stopped << "\n" << s.proc().log_tail();
@@ -283,10 +293,12 @@ TEST(CacheTrust, KeyFilesMustBePrivateAndRedisNeedsOne) {
   ScratchDir d;
   const std::string dir = d.path() + "/cache";
   const std::string key_file = testing::write_cache_key_file(d.path() + "/cache.key");
-  EXPECT_NE(refused_start({"--cache-dir=" + dir, "--workers=0", "--redis=127.0.0.1:1"}).find("--redis needs --cache-key-file"),
+  EXPECT_NE(refused_start({"--cache-dir=" + dir, "--workers=0", "--redis=127.0.0.1:1"})
+                .find("--redis needs --cache-key-file"),
             std::string::npos);
   ::chmod(key_file.c_str(), 0640);
-  std::string msg = refused_start({"--cache-dir=" + dir, "--workers=0", "--cache-key-file=" + key_file});
+  std::string msg =
+      refused_start({"--cache-dir=" + dir, "--workers=0", "--cache-key-file=" + key_file});
   EXPECT_NE(msg.find("chmod 600"), std::string::npos) << msg;
   overwrite(key_file, "short");
   ::chmod(key_file.c_str(), 0600);
@@ -328,12 +340,34 @@ TEST(CacheTrust, SchedulersShareARedisOverTlsAsAnAclUser) {
   ASSERT_TRUE(certs.ok()) << "the openssl command could not make the test certificates";
   RedisServer::Config rc;
   rc.tls = true;
-  rc.args = {"--tls-cert-file", certs.pem("leaf"), "--tls-key-file", certs.key("leaf"), "--tls-ca-cert-file",
-             certs.pem("ca"), "--tls-auth-clients", "no",
-             "--user", "default", "off",
-             "--user", "uopd", "on", ">uopd-pw", "~uopd:cache:*", "+get", "+set", "+del",
-             "--user", "admin", "on", ">admin-pw", "~*", "+@all"};
-  rc.admin = RedisEndpoint{.user = "admin", .password = "admin-pw", .tls = {.enabled = true, .ca_file = certs.pem("ca")}};
+  rc.args = {"--tls-cert-file",
+             certs.pem("leaf"),
+             "--tls-key-file",
+             certs.key("leaf"),
+             "--tls-ca-cert-file",
+             certs.pem("ca"),
+             "--tls-auth-clients",
+             "no",
+             "--user",
+             "default",
+             "off",
+             "--user",
+             "uopd",
+             "on",
+             ">uopd-pw",
+             "~uopd:cache:*",
+             "+get",
+             "+set",
+             "+del",
+             "--user",
+             "admin",
+             "on",
+             ">admin-pw",
+             "~*",
+             "+@all"};
+  rc.admin = RedisEndpoint{.user = "admin",
+                           .password = "admin-pw",
+                           .tls = {.enabled = true, .ca_file = certs.pem("ca")}};
   RedisServer redis(rc);
   ASSERT_TRUE(redis.start()) << "redis-server with TLS did not start";
   ScratchDir d;
@@ -344,9 +378,12 @@ TEST(CacheTrust, SchedulersShareARedisOverTlsAsAnAclUser) {
   ::chmod(password.c_str(), 0600);
   ::chmod(wrong.c_str(), 0600);
   auto args = [&](const std::string& dir, const std::string& pw, bool tls) {
-    std::vector<std::string> a = {"--cache-dir=" + d.path() + "/" + dir, "--workers=1",
-                                  "--redis=127.0.0.1:" + std::to_string(redis.port()), "--cache-key-file=" + key_file,
-                                  "--redis-user=uopd", "--redis-password-file=" + pw};
+    std::vector<std::string> a = {"--cache-dir=" + d.path() + "/" + dir,
+                                  "--workers=1",
+                                  "--redis=127.0.0.1:" + std::to_string(redis.port()),
+                                  "--cache-key-file=" + key_file,
+                                  "--redis-user=uopd",
+                                  "--redis-password-file=" + pw};
     if (tls) a.insert(a.end(), {"--redis-tls", "--redis-tls-ca=" + certs.pem("ca")});
     return a;
   };

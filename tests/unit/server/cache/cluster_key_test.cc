@@ -32,7 +32,9 @@ TEST(ClusterKey, FromFileTakesOnlyAPrivateFileOfEnoughBytes) {
   auto k = ClusterKey::from_file(good);
   ASSERT_TRUE(k.ok()) << k.status();
   EXPECT_EQ(k->fingerprint(), ClusterKey::from_bytes(std::string(32, 'k'))->fingerprint());
-  EXPECT_TRUE(ClusterKey::from_file(write_key(cat(d.path(), "/owner-only"), std::string(64, 'k'), 0400)).ok());
+  EXPECT_TRUE(
+      ClusterKey::from_file(write_key(cat(d.path(), "/owner-only"), std::string(64, 'k'), 0400))
+          .ok());
 
   for (mode_t mode : {0640, 0604, 0620, 0602, 0660, 0644}) {
     std::string path = write_key(cat(d.path(), "/mode", mode), std::string(32, 'k'), mode);
@@ -42,15 +44,20 @@ TEST(ClusterKey, FromFileTakesOnlyAPrivateFileOfEnoughBytes) {
     EXPECT_NE(bad.status().message().find("chmod 600"), std::string::npos) << bad.status();
     EXPECT_NE(bad.status().message().find(path), std::string::npos) << bad.status();
   }
-  auto short_key = ClusterKey::from_file(write_key(cat(d.path(), "/short"), std::string(31, 'k'), 0600));
+  auto short_key =
+      ClusterKey::from_file(write_key(cat(d.path(), "/short"), std::string(31, 'k'), 0600));
   EXPECT_EQ(short_key.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(short_key.status().message().find("at least 32"), std::string::npos) << short_key.status();
-  auto huge = ClusterKey::from_file(write_key(cat(d.path(), "/huge"), std::string(5000, 'k'), 0600));
+  EXPECT_NE(short_key.status().message().find("at least 32"), std::string::npos)
+      << short_key.status();
+  auto huge =
+      ClusterKey::from_file(write_key(cat(d.path(), "/huge"), std::string(5000, 'k'), 0600));
   EXPECT_EQ(huge.status().code(), absl::StatusCode::kFailedPrecondition) << huge.status();
-  EXPECT_EQ(ClusterKey::from_file(cat(d.path(), "/missing")).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ClusterKey::from_file(cat(d.path(), "/missing")).status().code(),
+            absl::StatusCode::kNotFound);
   fs::create_directory(cat(d.path(), "/dir"));
   ::chmod(cat(d.path(), "/dir").c_str(), 0700);
-  EXPECT_EQ(ClusterKey::from_file(cat(d.path(), "/dir")).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ClusterKey::from_file(cat(d.path(), "/dir")).status().code(),
+            absl::StatusCode::kFailedPrecondition);
   // A FIFO is refused without waiting for a writer.
   std::string fifo = cat(d.path(), "/fifo");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
@@ -129,9 +136,19 @@ TEST(ClusterKey, InDirectoryRefusesAKeyOthersCouldKnow) {
   std::string path = cat(d.path(), "/", ClusterKey::kFileName);
   write_key(path, std::string(32, 'k'), 0644);
   auto k = ClusterKey::in_directory(d.path());
-  EXPECT_EQ(k.status().code(), absl::StatusCode::kFailedPrecondition) << k.status();  // not UNAVAILABLE: refuse to start
+  EXPECT_EQ(k.status().code(), absl::StatusCode::kFailedPrecondition)
+      << k.status();  // not UNAVAILABLE: refuse to start
   ::chmod(path.c_str(), 0600);
   EXPECT_TRUE(ClusterKey::in_directory(d.path()).ok());
+  // A link in its place, even to a private file of ours, is not the key uopd made.
+  std::string elsewhere = write_key(cat(d.path(), "/elsewhere"), std::string(32, 'e'), 0600);
+  fs::rename(path, cat(d.path(), "/kept"));
+  fs::create_symlink(elsewhere, path);
+  k = ClusterKey::in_directory(d.path());
+  EXPECT_EQ(k.status().code(), absl::StatusCode::kFailedPrecondition) << k.status();
+  EXPECT_NE(k.status().message().find("symbolic link"), std::string::npos) << k.status();
+  fs::remove(path);
+  fs::rename(cat(d.path(), "/kept"), path);
   // Planted by another user (in a directory others can write, like /tmp).
   if (::geteuid() == 0) {
     ASSERT_EQ(::chown(path.c_str(), 65534, 65534), 0);
@@ -155,14 +172,18 @@ TEST(ClusterKey, TheMacCoversEveryByteUnderThisKeyOnly) {
   EXPECT_NE(a.mac({"abc"}), a.mac({"abd"}));
   EXPECT_NE(a.mac({"abc"}), b.mac({"abc"}));
   EXPECT_NE(a.fingerprint(), b.fingerprint());
-  EXPECT_EQ(ClusterKey::from_bytes(std::string(31, 'x')).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ClusterKey::from_bytes(std::string(31, 'x')).status().code(),
+            absl::StatusCode::kInvalidArgument);
   // RFC 4231 test case 2's key is too short for a cluster key; case 6 (131 bytes of 0xaa,
   // "Test Using Larger Than Block-Size Key - Hash Key First") checks the HMAC itself.
   auto big = ClusterKey::from_bytes(std::string(131, '\xaa'));
   ASSERT_TRUE(big.ok());
-  std::array<uint8_t, 32> mac = big->mac({"Test Using Larger Than Block-Size Key - Hash Key First"});
+  std::array<uint8_t, 32> mac =
+      big->mac({"Test Using Larger Than Block-Size Key - Hash Key First"});
   std::string hex;
-  for (uint8_t byte : mac) hex += cat(std::string(1, "0123456789abcdef"[byte >> 4]), std::string(1, "0123456789abcdef"[byte & 15]));
+  for (uint8_t byte : mac)
+    hex += cat(std::string(1, "0123456789abcdef"[byte >> 4]),
+               std::string(1, "0123456789abcdef"[byte & 15]));
   EXPECT_EQ(hex, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
 }
 
@@ -182,7 +203,8 @@ TEST(CacheEntry, RoundTripsUnderItsKeyAndNoOther) {
   for (size_t i = 0; i < stored.size(); ++i) {
     std::string bad = stored;
     bad[i] ^= 0x10;
-    EXPECT_EQ(cache_entry::decode(k, key, bad, "here").status().code(), absl::StatusCode::kDataLoss) << "byte " << i;
+    EXPECT_EQ(cache_entry::decode(k, key, bad, "here").status().code(), absl::StatusCode::kDataLoss)
+        << "byte " << i;
   }
 }
 
