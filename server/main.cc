@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -358,7 +359,18 @@ int run(int argc, char** argv) {
     std::cerr << "uopd: " << s.message() << "\n";
     return absl::IsInvalidArgument(s) ? 2 : 1;
   }
-  CompileCache cache(std::move(tiers));
+  // A refused entry (forged, corrupt, misfiled) or a failing tier is worth a log line, but a
+  // Redis that is down fails every lookup: at most one line per tier every 10 s, the rest
+  // counted in uopd_cache_errors_total.
+  std::mutex cache_log_mu;
+  std::map<std::string, absl::Time, std::less<>> cache_logged;
+  CompileCache cache(std::move(tiers), [&](std::string_view tier, const absl::Status& s) {
+    std::lock_guard<std::mutex> l(cache_log_mu);
+    auto it = cache_logged.try_emplace(std::string(tier), absl::InfinitePast()).first;
+    if (absl::Now() - it->second < absl::Seconds(10)) return;
+    it->second = absl::Now();
+    std::cerr << "uopd: cache " << tier << ": " << s << "\n";
+  });
 
   WorkerPool pool;
   WorkerOptions wo;
