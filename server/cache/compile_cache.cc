@@ -41,7 +41,9 @@ std::optional<std::string> CompileCache::lookup(size_t tier, std::string_view ke
     if (count_miss) ++counters_[tier].misses;
     return std::nullopt;
   }
-  if (verify) {
+  // An in-process tier holds only what this process computed or already verified on its
+  // way up from a lower tier: checking it again would cost every cached Run a parse.
+  if (verify && !tiers_[tier]->in_process()) {
     if (absl::Status v = verify(**got); !v.ok()) {
       ++counters_[tier].errors;
       tier_error(tier, v);

@@ -53,8 +53,9 @@ class CompileCache {
   // `key` must be a cache key (64 lowercase hex), else INVALID_ARGUMENT. On a miss in
   // every tier `compute` runs once for all concurrent callers of the key: the leader gets
   // Miss, the others Coalesced. A compute error is returned to every waiter and nothing is
-  // stored. `verify` (optional) checks every entry found in a tier, not what `compute`
-  // returns.
+  // stored. `verify` (optional) checks every entry found in a tier outside this process
+  // (disk, Redis) before it is used or copied up; not what `compute` returns, nor hits in
+  // the memory tier, which only ever holds what passed or what this process computed.
   absl::StatusOr<CacheResult> get_or_compute(std::string_view key,
                                              const std::function<absl::StatusOr<std::string>()>& compute,
                                              const Verifier& verify = nullptr);

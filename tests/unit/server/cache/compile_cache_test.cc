@@ -348,17 +348,21 @@ TEST(CompileCache, AnEntryTheVerifierRefusesIsRemovedCountedAndRecompiled) {
   // The disk now holds the recompiled artifact: a restart hits it.
   EXPECT_EQ(*DiskTier(d.path(), 1 << 20, testing::cluster_key()).get(key), "artifact of kernel A");
 
-  // The memory tier goes through the same check: a bad value there is dropped and the
-  // lookup falls through to the disk.
-  auto* memory = static_cast<MemoryTier*>(cache.tiers()[0].get());
-  ASSERT_TRUE(memory->put(key, "artifact of kernel B").ok());
-  EXPECT_FALSE(cache.get_fast(key, only_kernel_a).has_value());
-  EXPECT_EQ(stats_of(cache, "memory").errors, 1u);
-  EXPECT_EQ(memory->entries(), 0u);
-  r = cache.get_or_compute(key, compile, only_kernel_a);
+  // What the memory tier holds came from this process's compile or passed the check on its
+  // way up, so hits there are not checked again (a cached Run would pay a parse for it).
+  int checks = 0;
+  auto counting = [&](std::string_view value) {
+    ++checks;
+    return only_kernel_a(value);
+  };
+  std::optional<CacheResult> hit = cache.get_fast(key, counting);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->value, "artifact of kernel A");
+  EXPECT_EQ(checks, 0);
+  r = cache.get_or_compute(key, compile, counting);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->tier, "disk");
-  EXPECT_EQ(r->value, "artifact of kernel A");
+  EXPECT_EQ(r->tier, "memory");
+  EXPECT_EQ(checks, 0);
   EXPECT_EQ(compiles, 1);
 }
 
