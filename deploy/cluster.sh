@@ -8,7 +8,8 @@
 #   deploy/cluster.sh stop [--state DIR]
 #
 #   --workers N   uop-worker processes (devices CPU:0 .. CPU:N-1)                [2]
-#   --redis       start a redis-server for the cluster's shared cache tier
+#   --redis       start a redis-server for the cluster's shared cache tier (and make the
+#                 key its entries are authenticated with, STATE_DIR/cache.key, mode 0600)
 #   --state DIR   where pids, addresses, logs and the disk cache live  [/tmp/uopd-cluster]
 #   --bin DIR     build tree holding server/uopd and worker/uop-worker [build/release]
 # After `start`, `export UOPD_ADDRESS=...` as printed and use `uop`.
@@ -68,7 +69,10 @@ case "$cmd" in
       port=$(free_port)
       redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >"$state/redis.log" 2>&1 &
       redis_pid=$!
-      redis_flag=(--redis="127.0.0.1:$port")
+      # Schedulers sharing a Redis authenticate its entries with one key; this cluster's
+      # is made once, readable by this user only.
+      [ -s "$state/cache.key" ] || (umask 077 && head -c 32 /dev/urandom >"$state/cache.key")
+      redis_flag=(--redis="127.0.0.1:$port" --cache-key-file="$state/cache.key")
       for _ in $(seq 1 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
     fi
     "$bin/server/uopd" --listen=127.0.0.1:0 --metrics-listen=127.0.0.1:0 --workers=0 \
@@ -102,5 +106,5 @@ EOF
     cat "$env_file"
     ;;
   stop) stop ;;
-  *) sed -n '2,15p' "$0"; exit 2 ;;
+  *) sed -n '2,16p' "$0"; exit 2 ;;
 esac

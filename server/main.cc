@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -26,6 +27,8 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "absl/strings/numbers.h"
+#include "server/cache/cluster_key.h"
 #include "server/cache/disk_tier.h"
 #include "server/cache/memory_tier.h"
 #include "server/cache/redis_tier.h"
@@ -61,8 +64,21 @@ under $XDG_CACHE_HOME/uopd (or ~/.cache/uopd), serve metrics on 127.0.0.1:9464.
   --cache-dir=DIR             on-disk compile cache; empty: none  [$XDG_CACHE_HOME/uopd]
   --disk-cache-bytes=N        its size budget (LRU eviction)                  [4 GiB]
   --memory-cache-bytes=N      in-memory compile cache budget                [512 MiB]
-  --redis=HOST:PORT           a Redis shared by the cluster, as the third cache tier
-  --redis-timeout-ms=N        per Redis command; a slow Redis is a miss         [200]
+  --cache-key-file=PATH       the key that authenticates disk and Redis cache entries
+                              (HMAC-SHA256): a file of 32+ random bytes that only uopd's
+                              user may read (mode 0600). Whoever holds it can mint kernels
+                              the workers will run. Without it: a key made on first start
+                              in the cache directory (cluster.key)
+  --redis=HOST:PORT           a Redis shared by the cluster, as the third cache tier;
+                              needs --cache-key-file, the same file on every scheduler
+  --redis-timeout-ms=N        connecting, and each Redis command; a slow Redis is a miss [200]
+  --redis-user=NAME           AUTH as this Redis ACL user (with --redis-password-file)
+  --redis-password-file=PATH  AUTH with this password (the default user's requirepass,
+                              or the ACL user's); mode 0600, one trailing newline ignored
+  --redis-tls                 speak TLS to Redis, checking its certificate and name
+  --redis-tls-ca=PEM          CAs for Redis's certificate       [the system's trust store]
+  --redis-tls-cert=PEM --redis-tls-key=PEM  a client certificate, for a Redis that wants one
+  --redis-tls-server-name=N   the name Redis's certificate carries  [the --redis host]
   --metrics-listen=HOST:PORT  Prometheus /metrics; empty: none       [127.0.0.1:9464]
   --compile-threads=N         compiles in parallel (apart from RPC threads)       [2]
   --max-nodes=N               nodes per graph                               [1000000]
@@ -102,6 +118,8 @@ struct Flags {
       {"listen", "127.0.0.1:7070"}, {"workers", "2"}, {"cuda-workers", "0"}, {"cuda-arch", "sm_90"}, {"worker-binary", ""}, {"worker-threads", "0"},
       {"worker-max-buffer-bytes", ""}, {"cache-dir", "<default>"}, {"disk-cache-bytes", "4294967296"},
       {"memory-cache-bytes", "536870912"}, {"redis", ""}, {"redis-timeout-ms", "200"},
+      {"cache-key-file", ""}, {"redis-user", ""}, {"redis-password-file", ""}, {"redis-tls", "false"}, {"redis-tls-ca", ""},
+      {"redis-tls-cert", ""}, {"redis-tls-key", ""}, {"redis-tls-server-name", ""},
       {"metrics-listen", "127.0.0.1:9464"}, {"compile-threads", "2"}, {"max-nodes", "1000000"},
       {"max-request-bytes", "268435456"}, {"session-bytes", "4294967296"}, {"session-idle-timeout-s", "600"},
       {"request-deadline-s", "300"}, {"allow-custom", "false"},
@@ -167,7 +185,7 @@ std::vector<SampledFamily> sample(CompileCache& cache, WorkerPool& pool, Planner
   std::vector<SampledFamily> out;
   SampledFamily hits{"uopd_cache_hits_total", "compile cache hits by tier", true, {}};
   SampledFamily misses{"uopd_cache_misses_total", "compile cache misses by tier", true, {}};
-  SampledFamily errors{"uopd_cache_errors_total", "compile cache errors by tier (corrupt entries, failed tiers)", true, {}};
+  SampledFamily errors{"uopd_cache_errors_total", "compile cache errors by tier (entries that fail authentication or checks, failed tiers)", true, {}};
   for (auto& [tier, st] : cache.stats()) {
     hits.samples.push_back({{{"tier", tier}}, double(st.hits)});
     misses.samples.push_back({{{"tier", tier}}, double(st.misses)});
@@ -249,6 +267,77 @@ void reload_tokens(const std::string& path, Tenants& tenants, SessionManager& se
   std::cerr << "uopd: SIGHUP: reloaded tokens file " << path << ": " << *summary << "\n";
 }
 
+// The disk and Redis tiers, and the key that authenticates their entries. A cache
+// directory that cannot be used is a warning (compiles still work, they are just not kept
+// across restarts); a key file that is unsafe, or Redis settings that cannot work, are not.
+absl::Status add_persistent_tiers(Flags& f, std::string& cache_dir, std::vector<std::unique_ptr<CacheTier>>& tiers) {
+  std::optional<ClusterKey> key;
+  std::string key_from = f.v["cache-key-file"];
+  if (!key_from.empty()) {
+    auto k = ClusterKey::from_file(key_from);
+    if (!k.ok()) return absl::FailedPreconditionError(cat("--cache-key-file: ", k.status().message()));
+    key = *std::move(k);
+  } else if (!f.v["redis"].empty()) {
+    return absl::InvalidArgumentError(
+        "--redis needs --cache-key-file: every scheduler sharing a Redis must authenticate cache entries with the "
+        "same key (a file of 32+ random bytes only uopd's user can read: head -c 32 /dev/urandom > FILE; chmod 600 FILE)");
+  } else if (!cache_dir.empty()) {
+    auto k = ClusterKey::in_directory(cache_dir);
+    if (absl::IsUnavailable(k.status())) {
+      std::cerr << "uopd: warning: no disk cache: " << k.status().message() << "\n";
+      cache_dir.clear();
+    } else if (!k.ok()) {
+      return k.status();
+    } else {
+      key = *std::move(k);
+      key_from = cat(cache_dir, "/", ClusterKey::kFileName);
+    }
+  }
+  if (key) std::cerr << "uopd: cache entries authenticated with key " << key->fingerprint() << " (" << key_from << ")\n";
+  if (!cache_dir.empty()) {
+    auto disk = std::make_unique<DiskTier>(cache_dir, f.num("disk-cache-bytes"), *key);
+    if (!disk->open_status().ok()) std::cerr << "uopd: warning: " << disk->open_status().message() << "\n";
+    tiers.push_back(std::move(disk));
+  }
+  if (f.v["redis"].empty()) {
+    for (const char* k : {"redis-user", "redis-password-file", "redis-tls-ca", "redis-tls-cert", "redis-tls-key", "redis-tls-server-name"})
+      if (!f.v[k].empty()) return absl::InvalidArgumentError(cat("--", k, " needs --redis"));
+    if (f.v["redis-tls"] != "false") return absl::InvalidArgumentError("--redis-tls needs --redis");
+    return absl::OkStatus();
+  }
+  const std::string& r = f.v["redis"];
+  auto colon = r.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(r.substr(colon + 1), &port))
+    return absl::InvalidArgumentError("--redis takes HOST:PORT");
+  RedisEndpoint ep;
+  ep.host = r.substr(0, colon);
+  if (ep.host.size() > 2 && ep.host.front() == '[' && ep.host.back() == ']') ep.host = ep.host.substr(1, ep.host.size() - 2);
+  ep.port = port;
+  ep.user = f.v["redis-user"];
+  if (const std::string& pw = f.v["redis-password-file"]; !pw.empty()) {
+    auto secret = read_secret_file(pw, "redis password file", 4096);
+    if (!secret.ok()) return absl::FailedPreconditionError(cat("--redis-password-file: ", secret.status().message()));
+    ep.password = *std::move(secret);
+    if (ep.password.ends_with('\n')) ep.password.pop_back();
+    if (ep.password.ends_with('\r')) ep.password.pop_back();
+    if (ep.password.empty()) return absl::InvalidArgumentError(cat("--redis-password-file: ", pw, " is empty"));
+  }
+  if (f.v["redis-tls"] != "true" && f.v["redis-tls"] != "false")
+    return absl::InvalidArgumentError(cat("--redis-tls takes no value (or true / false), got '", f.v["redis-tls"], "'"));
+  ep.tls.enabled = f.v["redis-tls"] == "true";
+  ep.tls.ca_file = f.v["redis-tls-ca"];
+  ep.tls.cert_file = f.v["redis-tls-cert"];
+  ep.tls.key_file = f.v["redis-tls-key"];
+  ep.tls.server_name = f.v["redis-tls-server-name"];
+  RedisTier::Options ro;
+  ro.timeout_ms = static_cast<int>(f.num("redis-timeout-ms"));
+  auto tier = RedisTier::create(std::move(ep), *key, ro);
+  if (!tier.ok()) return absl::Status(tier.status().code(), cat("--redis: ", tier.status().message()));
+  tiers.push_back(*std::move(tier));
+  return absl::OkStatus();
+}
+
 int run(int argc, char** argv) {
   Flags f;
   std::string err;
@@ -277,20 +366,22 @@ int run(int argc, char** argv) {
   std::vector<std::unique_ptr<CacheTier>> tiers;
   tiers.push_back(std::make_unique<MemoryTier>(f.num("memory-cache-bytes")));
   std::string cache_dir = f.v["cache-dir"] == "<default>" ? default_cache_dir() : f.v["cache-dir"];
-  if (!cache_dir.empty()) {
-    auto disk = std::make_unique<DiskTier>(cache_dir, f.num("disk-cache-bytes"));
-    // A cache directory that cannot be used is a warning, not a failure: compiles still
-    // work, they are just not kept across restarts.
-    if (!disk->open_status().ok()) std::cerr << "uopd: warning: " << disk->open_status().message() << "\n";
-    tiers.push_back(std::move(disk));
+  if (absl::Status s = add_persistent_tiers(f, cache_dir, tiers); !s.ok()) {
+    std::cerr << "uopd: " << s.message() << "\n";
+    return absl::IsInvalidArgument(s) ? 2 : 1;
   }
-  if (!f.v["redis"].empty()) {
-    const std::string& r = f.v["redis"];
-    auto colon = r.rfind(':');
-    if (colon == std::string::npos) { std::cerr << "uopd: --redis takes HOST:PORT\n"; return 2; }
-    tiers.push_back(std::make_unique<RedisTier>(r.substr(0, colon), std::stoi(r.substr(colon + 1)), f.num("redis-timeout-ms")));
-  }
-  CompileCache cache(std::move(tiers));
+  // A refused entry (forged, corrupt, misfiled) or a failing tier is worth a log line, but a
+  // Redis that is down fails every lookup: at most one line per tier every 10 s, the rest
+  // counted in uopd_cache_errors_total.
+  std::mutex cache_log_mu;
+  std::map<std::string, absl::Time, std::less<>> cache_logged;
+  CompileCache cache(std::move(tiers), [&](std::string_view tier, const absl::Status& s) {
+    std::lock_guard<std::mutex> l(cache_log_mu);
+    auto it = cache_logged.try_emplace(std::string(tier), absl::InfinitePast()).first;
+    if (absl::Now() - it->second < absl::Seconds(10)) return;
+    it->second = absl::Now();
+    std::cerr << "uopd: cache " << tier << ": " << s << "\n";
+  });
 
   WorkerPool pool;
   WorkerOptions wo;

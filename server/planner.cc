@@ -156,21 +156,35 @@ absl::StatusOr<CompiledKernel> Planner::compile_one(const PlannedKernel& k, std:
     a.set_compile_ms(compile_ms);
     compiled_here = true;
     return a.SerializeAsString();
-  });
+  }, entry_check(k, key, target_.id()));
   if (!result.ok()) return result.status();
   return kernel_from_entry(k, key, target_.id(), *result, compiled_here ? std::optional<double>(compile_ms) : std::nullopt);
+}
+
+namespace {
+// An entry that does not parse or names another kernel or target is never used, whatever
+// the tier said about its authenticity.
+absl::Status parse_artifact(const PlannedKernel& k, const std::string& key, const std::string& target_id,
+                            std::string_view value, uopd::v1::Artifact* a) {
+  if (!a->ParseFromArray(value.data(), static_cast<int>(value.size())) || a->key() != key || a->kernel_digest() != k.digest.hex() || a->target() != target_id)
+    return absl::DataLossError(cat("compile cache: the entry for kernel ", k.name, " (key ", key.substr(0, 12),
+                                   ") is not a ", target_id, " artifact of that kernel"));
+  return absl::OkStatus();
+}
+}  // namespace
+
+CompileCache::Verifier Planner::entry_check(const PlannedKernel& k, const std::string& key, const std::string& target_id) {
+  return [&k, key, target_id](std::string_view value) {
+    uopd::v1::Artifact a;
+    return parse_artifact(k, key, target_id, value, &a);
+  };
 }
 
 absl::StatusOr<CompiledKernel> Planner::kernel_from_entry(const PlannedKernel& k, const std::string& key,
                                                           const std::string& target_id, const CacheResult& entry,
                                                           std::optional<double> compile_ms) {
   uopd::v1::Artifact a;
-  // An entry that does not parse or names another kernel or target is never used, whatever
-  // the tier said about its checksum.
-  if (!a.ParseFromString(entry.value) || a.key() != key || a.kernel_digest() != k.digest.hex() ||
-      a.target() != target_id)
-    return absl::DataLossError(cat("compile cache: the entry for kernel ", k.name, " (key ", key.substr(0, 12),
-                                   ") is not a ", target_id, " artifact of that kernel"));
+  if (absl::Status s = parse_artifact(k, key, target_id, entry.value, &a); !s.ok()) return s;
   auto abi = parse_abi(a.abi());
   if (!abi.ok()) return abi.status();
   CompiledKernel ck;
@@ -210,7 +224,7 @@ absl::StatusOr<std::vector<CompiledKernel>> Planner::compile_per_kernel(const Pl
     if (!fresh) continue;
     if (arch.empty()) {
       std::string key = cache_key(k.digest, cache_namespace);
-      if (std::optional<CacheResult> hit = cache_->get_fast(key)) {
+      if (std::optional<CacheResult> hit = cache_->get_fast(key, entry_check(k, key, target_.id()))) {
         done.push_back(kernel_from_entry(k, key, target_.id(), *hit, std::nullopt));
         continue;
       }

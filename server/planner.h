@@ -159,6 +159,11 @@ class Planner {
   absl::StatusOr<CompiledKernel> compile_one(const PlannedKernel& k, std::string_view cache_namespace);
   absl::StatusOr<CompiledKernel> compile_one_cuda(const PlannedKernel& k, const std::string& arch,
                                                   std::string_view cache_namespace);
+  // What the cache checks in every entry a tier answers for kernel k: an entry that
+  // authenticates but is not an artifact of k for `target_id` under `key` (a bug in another
+  // server, a key holder's mistake) is removed from that tier and k compiled again.
+  static CompileCache::Verifier entry_check(const PlannedKernel& k, const std::string& key,
+                                            const std::string& target_id);
   // A cache entry (what get_or_compute answered for `key`) checked to be an artifact of
   // kernel k for `target_id`, as a CompiledKernel; DATA_LOSS otherwise. `compile_ms` is
   // this call's compile time when it compiled the entry itself.

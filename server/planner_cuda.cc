@@ -51,7 +51,7 @@ absl::StatusOr<CompiledKernel> Planner::compile_one_cuda(const PlannedKernel& k,
     a.set_compile_ms(compile_ms);
     compiled_here = true;
     return a.SerializeAsString();
-  });
+  }, entry_check(k, key, target->id()));
   if (!result.ok()) return result.status();
   return kernel_from_entry(k, key, target->id(), *result, compiled_here ? std::optional<double>(compile_ms) : std::nullopt);
 }

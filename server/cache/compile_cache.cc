@@ -29,31 +29,48 @@ void CompileCache::put_into(size_t tier, std::string_view key, std::string_view 
   }
 }
 
-std::optional<CacheResult> CompileCache::get_fast(std::string_view key) {
+std::optional<std::string> CompileCache::lookup(size_t tier, std::string_view key, const Verifier& verify,
+                                                bool count_miss) {
+  absl::StatusOr<std::optional<std::string>> got = tiers_[tier]->get(key);
+  if (!got.ok()) {
+    ++counters_[tier].errors;
+    tier_error(tier, got.status());
+    return std::nullopt;
+  }
+  if (!got->has_value()) {
+    if (count_miss) ++counters_[tier].misses;
+    return std::nullopt;
+  }
+  // An in-process tier holds only what this process computed or already verified on its
+  // way up from a lower tier: checking it again would cost every cached Run a parse.
+  if (verify && !tiers_[tier]->in_process()) {
+    if (absl::Status v = verify(**got); !v.ok()) {
+      ++counters_[tier].errors;
+      tier_error(tier, v);
+      if (absl::Status r = tiers_[tier]->remove(key); !r.ok()) tier_error(tier, r);
+      return std::nullopt;
+    }
+  }
+  return *std::move(got);
+}
+
+std::optional<CacheResult> CompileCache::get_fast(std::string_view key, const Verifier& verify) {
   if (tiers_.empty() || !tiers_[0]->in_process() || !is_cache_key(key)) return std::nullopt;
-  absl::StatusOr<std::optional<std::string>> got = tiers_[0]->get(key);
-  if (!got.ok() || !got->has_value()) return std::nullopt;
+  std::optional<std::string> got = lookup(0, key, verify, /*count_miss=*/false);
+  if (!got) return std::nullopt;
   ++counters_[0].hits;
-  return CacheResult{std::move(**got), CacheOutcome::Hit, std::string(tiers_[0]->name())};
+  return CacheResult{*std::move(got), CacheOutcome::Hit, std::string(tiers_[0]->name())};
 }
 
 absl::StatusOr<CacheResult> CompileCache::get_or_compute(
-    std::string_view key, const std::function<absl::StatusOr<std::string>()>& compute) {
+    std::string_view key, const std::function<absl::StatusOr<std::string>()>& compute, const Verifier& verify) {
   if (auto s = check_cache_key(key); !s.ok()) return s;
   for (size_t i = 0; i < tiers_.size(); ++i) {
-    absl::StatusOr<std::optional<std::string>> got = tiers_[i]->get(key);
-    if (!got.ok()) {
-      ++counters_[i].errors;
-      tier_error(i, got.status());
-      continue;
-    }
-    if (!got->has_value()) {
-      ++counters_[i].misses;
-      continue;
-    }
+    std::optional<std::string> got = lookup(i, key, verify, /*count_miss=*/true);
+    if (!got) continue;
     ++counters_[i].hits;
-    for (size_t j = 0; j < i; ++j) put_into(j, key, **got);
-    return CacheResult{std::move(**got), CacheOutcome::Hit, std::string(tiers_[i]->name())};
+    for (size_t j = 0; j < i; ++j) put_into(j, key, *got);
+    return CacheResult{*std::move(got), CacheOutcome::Hit, std::string(tiers_[i]->name())};
   }
 
   // Missed everywhere. The leader stores the artifact in the first tier before the waiters
@@ -61,10 +78,8 @@ absl::StatusOr<CacheResult> CompileCache::get_or_compute(
   // again before compiling; the slower tiers are written after the waiters are released.
   bool computed = false;
   auto [result, leader] = flights_.do_call(std::string(key), [&]() -> absl::StatusOr<std::string> {
-    if (!tiers_.empty()) {
-      absl::StatusOr<std::optional<std::string>> again = tiers_[0]->get(key);
-      if (again.ok() && again->has_value()) return **std::move(again);
-    }
+    if (!tiers_.empty())
+      if (std::optional<std::string> again = lookup(0, key, verify, /*count_miss=*/false)) return *std::move(again);
     computed = true;
     ++computes_;
     absl::StatusOr<std::string> value = compute();
