@@ -259,6 +259,18 @@ void reload_tokens(const std::string& path, Tenants& tenants, SessionManager& se
   std::cerr << "uopd: SIGHUP: reloaded tokens file " << path << ": " << *summary << "\n";
 }
 
+// A builder option that takes the reflection plugin (every builder gets it once the
+// reflection library is linked) off a server.
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    std::erase_if(*plugins, [](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+      return dynamic_cast<grpc::reflection::ProtoServerReflectionPlugin*>(p.get()) != nullptr;
+    });
+  }
+};
+
 bool loopback(const std::string& host) {
   return host.rfind("127.", 0) == 0 || host == "localhost" || host == "[::1]" || host == "::1";
 }
@@ -401,13 +413,15 @@ int run(int argc, char** argv) {
   if (tenants->enabled()) (*metrics)->add_sampler([&] { return sample_tenants(*tenants, sessions); });
 
   grpc::EnableDefaultHealthCheckService(true);
-  // The internal services on a listener of their own, built before reflection is turned
-  // on: it serves the client listener only, which lists client services only.
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // The internal services on a listener of their own, without reflection: it serves the
+  // client listener only, which lists client services only.
   RegistryService registry(&pool);
   // The rendezvous of collectives between workers on different hosts, and NCCL's.
   RendezvousService rendezvous;
   int internal_port = 0;
   grpc::ServerBuilder internal_builder;
+  internal_builder.SetOption(std::make_unique<WithoutReflection>());
   internal_builder.AddListeningPort(f.v["internal-listen"], internal_gate.credentials(), &internal_port);
   internal_builder.RegisterService(&registry);
   internal_builder.RegisterService(&rendezvous);
@@ -417,7 +431,6 @@ int run(int argc, char** argv) {
     pool.shutdown();
     return 1;
   }
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   std::shared_ptr<grpc::ServerCredentials> listen_creds = grpc::InsecureServerCredentials();

@@ -27,6 +27,7 @@
 #include "client/client.h"
 #include "client/embedded_server.h"
 #include "compiler/support/strings.h"
+#include "tests/e2e/scheduler_proc.h"
 #include "tests/e2e/worker_proc.h"
 #include "server/registry_service.h"
 #include "server/workers.h"
@@ -44,12 +45,7 @@ constexpr const char* kUopd = UOPD_BINARY;
 
 using testing::wait_until;
 
-std::string scratch(const std::string& tag) {
-  auto dir = std::filesystem::temp_directory_path() /
-             cat("uopd-registration-", tag, "-", static_cast<int64_t>(getpid()), "-", std::rand());
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
+std::string scratch(const std::string& tag) { return testing::scratch_dir("registration-" + tag); }
 
 using Proc = testing::WorkerProc;
 
@@ -61,34 +57,13 @@ void spawn_worker(std::vector<std::string> flags, Proc* p) {
   testing::spawn_worker(kWorker, flags, p);
 }
 
-// `uop-worker ARGS...`: its exit status and stdout.
-std::pair<int, std::string> run_worker_command(const std::string& args) {
-  FILE* f = popen(cat(kWorker, " ", args, " 2>&1").c_str(), "r");
-  if (!f) return {-1, ""};
-  std::string out;
-  char buf[256];
-  while (size_t n = fread(buf, 1, sizeof buf, f)) out.append(buf, n);
-  int status = pclose(f);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+// `uop-worker ARGS...`: its exit status and output.
+std::pair<int, std::string> run_worker_command(const std::string& args) { return testing::run_command(kWorker, args); }
 
-struct Scheduler {
-  std::unique_ptr<EmbeddedServer> proc;
-  std::unique_ptr<Client> client;
-
+struct Scheduler : testing::SchedulerProc {
   static Scheduler start(std::vector<std::string> args) {
-    Scheduler s;
     args.push_back(secret().flag());
-    auto p = EmbeddedServer::start(kUopd, args);
-    EXPECT_TRUE(p.ok()) << p.status();
-    if (!p.ok()) return s;
-    s.proc = std::move(*p);
-    ClientOptions o;
-    o.address = s.proc->address();
-    auto c = Client::connect(o);
-    EXPECT_TRUE(c.ok()) << c.status();
-    if (c.ok()) s.client = std::move(*c);
-    return s;
+    return Scheduler{testing::SchedulerProc::start(kUopd, args)};
   }
   // device -> (address, pid) of every worker that is up.
   std::map<std::string, std::pair<std::string, int64_t>> workers_up() {
