@@ -502,7 +502,7 @@ absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, 
   return first_failure(rs, std::move(failures), what);
 }
 
-absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const Plan& plan,
+absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const std::string& tenant, const Plan& plan,
                                          const std::vector<CompiledKernel>& kernels,
                                          const absl::flat_hash_map<int, BoundInput>& inputs, bool keep_outputs,
                                          absl::Time deadline) {
@@ -516,7 +516,7 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const Plan& 
     const std::string& d = plan.multi_device() && !named.empty() ? named : device;
     for (size_t i = 0; i < rs.devices.size(); ++i)
       if (rs.devices[i].name == d) return i;
-    auto w = pool_->worker_for(d);
+    auto w = pool_->worker_for(d, absl::Seconds(10), tenant);
     if (!w.ok()) return w.status();
     RunState::Device dev;
     dev.name = d;

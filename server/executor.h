@@ -73,7 +73,9 @@ class Executor {
   // collective on all of its members at once, each copy as a read from one worker and a
   // write to another. Kernels of different devices between two collectives run side by
   // side. A worker that dies during a step fails the run with UNAVAILABLE naming it.
-  absl::StatusOr<RunOutcome> run(const std::string& device, const Plan& plan,
+  // `tenant` picks its workers (WorkerPool::worker_for: its own processes under tenant
+  // isolation).
+  absl::StatusOr<RunOutcome> run(const std::string& device, const std::string& tenant, const Plan& plan,
                                  const std::vector<CompiledKernel>& kernels,
                                  const absl::flat_hash_map<int, BoundInput>& inputs, bool keep_outputs,
                                  absl::Time deadline);

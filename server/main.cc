@@ -110,6 +110,10 @@ under $XDG_CACHE_HOME/uopd (or ~/.cache/uopd), serve metrics on 127.0.0.1:9464.
                               are started with the same files); the internal services
                               then require client certificates of that CA
   --worker-tls-server-name=N  the name workers' certificates carry (default: their host)
+  --max-tenant-workers=N      with --tokens-file every tenant gets worker processes of its
+                              own (tenant isolation): at most this many at once        [8]
+  --tenant-worker-idle-s=N    a tenant's worker unused this long (and no session of the
+                              tenant on its device) is stopped                       [120]
   --help
 )";
 
@@ -123,7 +127,7 @@ struct Flags {
       {"request-deadline-s", "300"}, {"allow-custom", "false"},
       {"collective-timeout-ms", "30000"}, {"collective-transport", "auto"}, {"tokens-file", ""}, {"tls-cert", ""},
       {"tls-key", ""}, {"tls-client-ca", ""}, {"worker-tls-cert", ""}, {"worker-tls-key", ""}, {"worker-tls-ca", ""},
-      {"worker-tls-server-name", ""}, {"exec-lane", "shm"},
+      {"worker-tls-server-name", ""}, {"exec-lane", "shm"}, {"max-tenant-workers", "8"}, {"tenant-worker-idle-s", "120"},
       {"internal-listen", "127.0.0.1:0"}, {"cluster-secret-file", ""}, {"insecure-internal", "false"},
   };
   int64_t num(const std::string& k) const { return std::stoll(v.at(k)); }
@@ -145,7 +149,8 @@ bool parse(int argc, char** argv, Flags* f, std::string* err) {
   }
   for (const char* k : {"workers", "cuda-workers", "worker-threads", "disk-cache-bytes", "memory-cache-bytes", "redis-timeout-ms",
                         "compile-threads", "max-nodes", "max-request-bytes", "session-bytes",
-                        "session-idle-timeout-s", "request-deadline-s", "collective-timeout-ms"}) {
+                        "session-idle-timeout-s", "request-deadline-s", "collective-timeout-ms", "max-tenant-workers",
+                        "tenant-worker-idle-s"}) {
     try {
       size_t used = 0;
       long long n = std::stoll(f->v[k], &used);
@@ -198,11 +203,17 @@ std::vector<SampledFamily> sample(CompileCache& cache, WorkerPool& pool, Planner
   out.push_back({"uopd_compile_queue_depth", "kernels waiting for a compile thread", false, {{{}, double(planner.compile_queue_depth())}}});
   double up = 0;
   SampledFamily restarts{"uopd_worker_restarts_total", "worker restarts by device", true, {}};
+  std::map<std::string, double> restarts_by_device;  // with tenant isolation a device has several processes
+  double tenant_workers = 0;
   for (const auto& w : pool.snapshot()) {
     up += w.state == "up";
-    restarts.samples.push_back({{{"device", w.device}}, double(w.restarts)});
+    restarts_by_device[w.device] += double(w.restarts);
+    tenant_workers += !w.tenant.empty() && w.state == "up";
   }
+  for (const auto& [device, n] : restarts_by_device) restarts.samples.push_back({{{"device", device}}, n});
   out.push_back({"uopd_workers_up", "workers serving", false, {{{}, up}}});
+  out.push_back({"uopd_tenant_workers", "worker processes serving one tenant alone (tenant isolation)", false,
+                 {{{}, tenant_workers}}});
   out.push_back(restarts);
   const Executor::ExecuteCounts ex = executor.execute_counts();
   out.push_back({"uopd_worker_executes_total", "Execute calls to workers by transport (lane: shared memory to an embedded worker)",
@@ -402,6 +413,10 @@ int run(int argc, char** argv) {
     auto loaded = Tenants::load(f.v["tokens-file"]);
     if (!loaded.ok()) { std::cerr << "uopd: " << loaded.status().message() << "\n"; pool.shutdown(); return 1; }
     tenants = std::move(*loaded);
+    // A tenant's buffers and kernels only in processes of its own (server/workers.h).
+    pool.isolate_tenants({static_cast<size_t>(std::max<int64_t>(f.num("max-tenant-workers"), 1)),
+                          absl::Seconds(f.num("tenant-worker-idle-s")),
+                          [&sessions](const std::string& t, const std::string& d) { return sessions.uses_device(t, d); }});
   }
   ServiceDeps deps{&planner, &cache, &sessions, &pool, &executor, metrics->get(), {}};
   deps.tenants = tenants.get();

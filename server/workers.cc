@@ -376,7 +376,7 @@ void WorkerPool::schedule_restart_locked(WorkerHandle& h, const std::string& why
     return;
   }
   h.lose_process_locked(why);
-  if (stopping()) {
+  if (stopping() || h.retiring_) {
     h.restart_at_ = absl::InfiniteFuture();
     return;
   }
@@ -390,24 +390,29 @@ void WorkerPool::schedule_restart_locked(WorkerHandle& h, const std::string& why
 
 void WorkerPool::supervise() {
   while (!stopping()) {
-    std::vector<std::shared_ptr<WorkerHandle>> hs = handles();
     std::vector<pollfd> fds;
-    std::vector<size_t> owner;
-    for (size_t i = 0; i < hs.size(); ++i) {
-      absl::MutexLock lock(&hs[i]->mu_);
-      if (hs[i]->stdout_fd_ >= 0) {
-        fds.push_back({hs[i]->stdout_fd_, POLLIN, 0});
-        owner.push_back(i);
+    std::vector<const WorkerHandle*> owner;
+    for (const auto& h : handles()) {
+      absl::MutexLock lock(&h->mu_);
+      if (h->stdout_fd_ >= 0) {
+        fds.push_back({h->stdout_fd_, POLLIN, 0});
+        owner.push_back(h.get());
       }
     }
     // The startup lines wake us early; otherwise this is the ~100 ms reaping tick. A
     // stale fd (closed meanwhile by on_failure) only causes a harmless extra round.
     poll(fds.data(), fds.size(), static_cast<int>(absl::ToInt64Milliseconds(kSupervisorTick)));
     if (stopping()) break;
-    std::vector<bool> readable(hs.size(), false);
-    for (size_t k = 0; k < fds.size(); ++k) readable[owner[k]] = fds[k].revents != 0;
     absl::Time now = absl::Now();
-    for (size_t i = 0; i < hs.size(); ++i) supervise_one(hs[i], now, readable[i]);
+    {
+      std::vector<std::shared_ptr<WorkerHandle>> hs = handles();
+      for (const auto& h : hs) {
+        bool readable = false;
+        for (size_t k = 0; k < fds.size(); ++k) readable |= owner[k] == h.get() && fds[k].revents != 0;
+        supervise_one(h, now, readable);
+      }
+    }
+    retire_idle(now);
   }
 }
 
@@ -484,7 +489,7 @@ void WorkerPool::probe_remote(const std::shared_ptr<WorkerHandle>& h) {
 
 std::shared_ptr<WorkerHandle> WorkerPool::find_locked(const std::string& device) const {
   for (const auto& x : handles_)
-    if (x->device() == device) return x;
+    if (x->device() == device && x->tenant_.empty()) return x;
   return nullptr;
 }
 
@@ -612,27 +617,189 @@ absl::StatusOr<RemoteRegistered> WorkerPool::register_remote(const RemoteRegistr
   return absl::AbortedError("the workers changed while registering; register again");
 }
 
-absl::StatusOr<std::shared_ptr<WorkerHandle>> WorkerPool::worker_for(const std::string& device, absl::Duration wait) {
+absl::StatusOr<std::shared_ptr<WorkerHandle>> WorkerPool::worker_for(const std::string& device, absl::Duration wait,
+                                                                     const std::string& tenant) {
   std::shared_ptr<WorkerHandle> h;
   std::vector<std::string> known;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& x : handles_) {
-      known.push_back(x->device());
-      if (x->device() == device) h = x;
+    if (isolation_ && !tenant.empty()) {
+      auto mine = tenant_worker_locked(device, tenant, absl::Now());
+      if (!mine.ok()) return mine.status();
+      h = *mine;
+    } else {
+      for (const auto& x : handles_) {
+        if (!x->tenant_.empty()) continue;
+        known.push_back(x->device());
+        if (x->device() == device) h = x;
+      }
     }
   }
   if (!h)
     return absl::UnavailableError(cat("no worker serves device ", device, known.empty() ? std::string(" (there are none)")
                                                                           : cat(" (devices: ", join(known, ", "), ")")));
+  h = lease(std::move(h));  // in use from here until the caller lets go
   absl::MutexLock lock(&h->mu_);
+  h->last_used_ = absl::Now();
   auto ready = [&h, this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return h->state_ == WorkerHandle::State::Up || stopping() || !h->unavailable_.empty();
+    return h->state_ == WorkerHandle::State::Up || stopping() || !h->unavailable_.empty() || h->retiring_;
   };
   h->mu_.AwaitWithTimeout(absl::Condition(&ready), wait);
   if (h->state_ == WorkerHandle::State::Up) return h;
   const std::string& why = h->unavailable_.empty() ? h->last_error_ : h->unavailable_;
   return absl::UnavailableError(cat("no worker for device ", device, " is up", why.empty() ? std::string() : cat(": ", why)));
+}
+
+std::shared_ptr<WorkerHandle> WorkerPool::worker_by_id(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& x : handles_)
+    if (x->id() == id) return lease(x);
+  return nullptr;
+}
+
+std::shared_ptr<WorkerHandle> WorkerPool::lease(std::shared_ptr<WorkerHandle> h) {
+  // The pointer returned shares ownership of a Lease (which keeps the handle alive) and
+  // points at the handle: callers see a plain shared_ptr<WorkerHandle>, and the count
+  // drops when its last copy goes.
+  struct Lease {
+    explicit Lease(std::shared_ptr<WorkerHandle> x) : h(std::move(x)) { h->leases_.fetch_add(1); }
+    ~Lease() { h->leases_.fetch_sub(1); }
+    std::shared_ptr<WorkerHandle> h;
+  };
+  WorkerHandle* raw = h.get();
+  return std::shared_ptr<WorkerHandle>(std::make_shared<Lease>(std::move(h)), raw);
+}
+
+void WorkerPool::isolate_tenants(TenantIsolation isolation) {
+  absl::MutexLock lock(&mu_);
+  isolation_ = std::move(isolation);
+}
+
+absl::StatusOr<std::shared_ptr<WorkerHandle>> WorkerPool::tenant_worker_locked(const std::string& device,
+                                                                               const std::string& tenant,
+                                                                               absl::Time now) {
+  for (const auto& x : handles_) {
+    if (x->tenant_ != tenant || x->device() != device) continue;
+    absl::MutexLock hl(&x->mu_);
+    if (!x->retiring_) return x;
+  }
+  std::shared_ptr<WorkerHandle> slot = find_locked(device);
+  if (!slot) {
+    std::vector<std::string> known;
+    for (const auto& x : handles_)
+      if (x->tenant_.empty()) known.push_back(x->device());
+    return absl::UnavailableError(cat("no worker serves device ", device, known.empty() ? std::string(" (there are none)")
+                                                                          : cat(" (devices: ", join(known, ", "), ")")));
+  }
+  if (!slot->embedded()) {
+    // A remote process is one process: it serves one tenant until that tenant is done.
+    absl::MutexLock hl(&slot->mu_);
+    if (slot->bound_tenant_.empty() || slot->bound_tenant_ == tenant) {
+      if (slot->bound_tenant_.empty()) log(slot->describe_locked(), " now serves one tenant (tenant isolation)");
+      slot->bound_tenant_ = tenant;
+      return slot;
+    }
+    return absl::ResourceExhaustedError(cat("device ", device, " is a remote worker serving another tenant now (tenant ",
+                                            "isolation: one tenant per worker process); retry once it is free"));
+  }
+  {
+    absl::MutexLock hl(&slot->mu_);
+    if (!slot->unavailable_.empty())
+      return absl::UnavailableError(cat("no worker for device ", device, " is up: ", slot->unavailable_));
+  }
+  std::vector<std::shared_ptr<WorkerHandle>> live;
+  for (const auto& x : handles_) {
+    if (x->tenant_.empty()) continue;
+    absl::MutexLock hl(&x->mu_);
+    if (!x->retiring_) live.push_back(x);
+  }
+  if (live.size() >= isolation_->max_workers) {
+    // Make room by retiring the idle process used longest ago.
+    std::shared_ptr<WorkerHandle> oldest;
+    absl::Time oldest_use = absl::InfiniteFuture();
+    for (const auto& x : live) {
+      if (x->leases_.load() > 0 || !idle_locked(x, x->tenant_, now, false)) continue;
+      absl::MutexLock hl(&x->mu_);
+      if (x->last_used_ < oldest_use) {
+        oldest = x;
+        oldest_use = x->last_used_;
+      }
+    }
+    if (!oldest)
+      return absl::ResourceExhaustedError(cat("all ", isolation_->max_workers, " tenant worker processes are in use ",
+                                              "(--max-tenant-workers); retry once a tenant's sessions close"));
+    absl::MutexLock hl(&oldest->mu_);
+    retire_locked(*oldest, "to make room for another tenant's worker");
+  }
+  auto h = std::make_shared<WorkerHandle>(cat(slot->id(), "-tenant-", ++tenant_count_), device, true, tenant);
+  {
+    absl::MutexLock hl(&h->mu_);
+    h->backoff_ = options_.restart_backoff_min;
+    h->restart_at_ = absl::InfinitePast();  // the supervisor starts it on its next round
+    h->last_used_ = now;
+  }
+  handles_.push_back(h);
+  ensure_supervisor_locked();
+  return h;
+}
+
+bool WorkerPool::idle_locked(const std::shared_ptr<WorkerHandle>& h, const std::string& tenant, absl::Time now,
+                             bool for_a_while) const {
+  {
+    absl::MutexLock hl(&h->mu_);
+    if (for_a_while && now - h->last_used_ < isolation_->idle) return false;
+  }
+  return !isolation_->in_use || !isolation_->in_use(tenant, h->device());
+}
+
+void WorkerPool::retire_locked(WorkerHandle& h, const std::string& why) {
+  if (h.retiring_) return;
+  h.retiring_ = true;
+  h.restart_at_ = absl::InfiniteFuture();
+  log(h.describe_locked(), " retired ", why);
+  if (h.pid_ > 0 && !h.reaped_) kill(static_cast<pid_t>(h.pid_), SIGTERM);  // the supervisor reaps it
+  h.lose_process_locked(cat(h.describe_locked(), " was retired (tenant isolation)"));
+}
+
+void WorkerPool::retire_idle(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  if (!isolation_) return;
+  for (auto it = handles_.begin(); it != handles_.end();) {
+    const std::shared_ptr<WorkerHandle>& h = *it;
+    // A request holds the pointer worker_for gave it for as long as it uses the worker.
+    const bool held = h->leases_.load() > 0;
+    if (h->tenant_.empty()) {
+      if (!h->embedded_ && !held) {
+        std::string bound;
+        {
+          absl::MutexLock hl(&h->mu_);
+          bound = h->bound_tenant_;
+        }
+        if (!bound.empty() && idle_locked(h, bound, now, true)) {
+          absl::MutexLock hl(&h->mu_);
+          h->bound_tenant_.clear();
+          log(h->describe_locked(), " is free for any tenant again");
+        }
+      }
+      ++it;
+      continue;
+    }
+    bool retiring, gone;
+    {
+      absl::MutexLock hl(&h->mu_);
+      retiring = h->retiring_;
+      gone = h->reaped_ || h->pid_ <= 0;
+    }
+    if (retiring && gone && !held) {
+      it = handles_.erase(it);
+      continue;
+    }
+    if (!retiring && !held && idle_locked(h, h->tenant_, now, true)) {
+      absl::MutexLock hl(&h->mu_);
+      retire_locked(*h, cat("after ", absl::FormatDuration(isolation_->idle), " unused"));
+    }
+    ++it;
+  }
 }
 
 absl::Status WorkerPool::on_failure(const std::shared_ptr<WorkerHandle>& w, const absl::Status& rpc_status,
@@ -711,6 +878,7 @@ std::vector<WorkerStatusSnapshot> WorkerPool::snapshot() const {
     WorkerStatusSnapshot s;
     s.id = h->id();
     s.device = h->device();
+    s.tenant = h->tenant();
     s.embedded = h->embedded();
     s.state = h->state();
     absl::MutexLock lock(&h->mu_);

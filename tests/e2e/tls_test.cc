@@ -189,17 +189,21 @@ TEST(Tls, ClientApiAndWorkersOnlyForCertificatesOfTheCa) {
   wrong_ca.tls_ca = certs.pem("rogue-ca");
   EXPECT_FALSE(attempt(wrong_ca).ok()) << "a server certificate the client cannot check";
 
-  // The worker's own port (a tenant's Stats does not show it; uopd's log does): mutual TLS
-  // with the CA's certificates only, and then the secret only the scheduler has.
+  // The workers' own ports (a tenant's Stats does not show them; uopd's log does): the
+  // shared process of CPU:0 and Alice's own (tenant isolation). Mutual TLS with the CA's
+  // certificates only, and then the secret only the scheduler has.
   const std::string log = (*server)->log_tail(1 << 20);
-  const size_t at = log.find(" is up at ");
-  ASSERT_NE(at, std::string::npos) << log;
-  const std::string worker = log.substr(at + 10, log.find('\n', at) - at - 10);
-  EXPECT_FALSE(worker_info(worker, grpc::InsecureChannelCredentials()).ok()) << "plaintext to the worker";
-  EXPECT_FALSE(worker_info(worker, ssl(certs, "")).ok()) << "TLS without a client certificate";
-  EXPECT_FALSE(worker_info(worker, ssl(certs, "rogue")).ok()) << "a rogue certificate";
-  grpc::Status no_secret = worker_info(worker, ssl(certs, "node"));
-  EXPECT_EQ(no_secret.error_code(), grpc::StatusCode::UNAUTHENTICATED) << no_secret.error_message();
+  std::vector<std::string> workers;
+  for (size_t at = log.find(" is up at "); at != std::string::npos; at = log.find(" is up at ", at + 1))
+    workers.push_back(log.substr(at + 10, log.find('\n', at) - at - 10));
+  ASSERT_EQ(workers.size(), 2u) << log;
+  for (const std::string& worker : workers) {
+    EXPECT_FALSE(worker_info(worker, grpc::InsecureChannelCredentials()).ok()) << "plaintext to the worker";
+    EXPECT_FALSE(worker_info(worker, ssl(certs, "")).ok()) << "TLS without a client certificate";
+    EXPECT_FALSE(worker_info(worker, ssl(certs, "rogue")).ok()) << "a rogue certificate";
+    grpc::Status no_secret = worker_info(worker, ssl(certs, "node"));
+    EXPECT_EQ(no_secret.error_code(), grpc::StatusCode::UNAUTHENTICATED) << no_secret.error_message();
+  }
   ASSERT_TRUE((*server)->stop().ok()) << (*server)->log_tail();
 }
 

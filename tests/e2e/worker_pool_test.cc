@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <set>
 #include <thread>
 
 #include "absl/container/flat_hash_set.h"
@@ -549,6 +550,85 @@ TEST(WorkerPool, RemoteWorkerRegistersWithTheRegistry) {
   server->Shutdown();
   pool.shutdown();
   EXPECT_TRUE(children().empty());
+}
+
+// Tenant isolation: each tenant gets processes of its own for an embedded slot, capped, and
+// retired once unused; a remote worker serves one tenant at a time.
+TEST(WorkerPool, TenantsGetWorkerProcessesOfTheirOwn) {
+  WorkerPool pool;
+  ASSERT_TRUE(pool.start_embedded(embedded(1)).ok());
+  absl::Mutex mu;
+  std::set<std::string> with_sessions;  // tenants the test says still have a session on CPU:0
+  pool.isolate_tenants({2, absl::ZeroDuration(), [&](const std::string& t, const std::string&) {
+                          absl::MutexLock l(&mu);
+                          return with_sessions.contains(t);
+                        }});
+  auto session = [&](const std::string& t, bool open) {
+    absl::MutexLock l(&mu);
+    if (open) with_sessions.insert(t);
+    else with_sessions.erase(t);
+  };
+  const int64_t shared = (*pool.worker_for("CPU:0"))->pid();
+  session("a", true);
+  session("b", true);
+  auto a = pool.worker_for("CPU:0", absl::Seconds(30), "a");
+  auto b = pool.worker_for("CPU:0", absl::Seconds(30), "b");
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
+  EXPECT_EQ((*a)->tenant(), "a");
+  EXPECT_NE((*a)->pid(), shared);
+  EXPECT_NE((*b)->pid(), shared);
+  EXPECT_NE((*a)->pid(), (*b)->pid());
+  EXPECT_EQ((*pool.worker_for("CPU:0", absl::Seconds(1), "a"))->pid(), (*a)->pid()) << "one process per tenant and device";
+  run_scale((*a)->stub().get(), 1);
+  // Both processes are held: a third tenant is refused, naming the limit.
+  session("c", true);
+  auto c = pool.worker_for("CPU:0", absl::Seconds(1), "c");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted) << c.status();
+  EXPECT_NE(c.status().message().find("--max-tenant-workers"), std::string::npos) << c.status();
+  // Tenant a is done (no session, no request holding its worker): its process makes room.
+  const int64_t a_pid = (*a)->pid();
+  a = absl::UnavailableError("let go");
+  session("a", false);
+  c = pool.worker_for("CPU:0", absl::Seconds(30), "c");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(wait_until([&] { return dead(a_pid); })) << "a's process is stopped once retired";
+  // b stays while it holds its worker, and is retired once it lets go and has no session.
+  const int64_t b_pid = (*b)->pid();
+  session("b", false);
+  EXPECT_FALSE(dead(b_pid));
+  run_scale((*b)->stub().get(), 2);
+  b = absl::UnavailableError("let go");
+  EXPECT_TRUE(wait_until([&] { return dead(b_pid); }));
+  EXPECT_EQ((*pool.worker_for("CPU:0"))->pid(), shared) << "the shared process is never retired";
+  pool.shutdown();
+  EXPECT_TRUE(children().empty());
+}
+
+TEST(WorkerPool, ARemoteWorkerServesOneTenantAtATime) {
+  WorkerPool pool(secret().dialer());
+  bool b_has_session = true;
+  absl::Mutex mu;
+  pool.isolate_tenants({2, absl::ZeroDuration(), [&](const std::string& t, const std::string&) {
+                          absl::MutexLock l(&mu);
+                          return t == "b" && b_has_session;
+                        }});
+  Proc p;
+  ASSERT_NO_FATAL_FAILURE(spawn_worker({"--device=cpu:3"}, &p));
+  ASSERT_TRUE(pool.register_remote(p.address, "CPU:3").ok());
+  auto b = pool.worker_for("CPU:3", absl::Seconds(10), "b");
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto a = pool.worker_for("CPU:3", absl::Seconds(1), "a");
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kResourceExhausted) << a.status();
+  b = absl::UnavailableError("let go");
+  {
+    absl::MutexLock l(&mu);
+    b_has_session = false;
+  }
+  // Free again once b is done: a gets it (the binding is released within a supervisor round).
+  EXPECT_TRUE(wait_until([&] { return pool.worker_for("CPU:3", absl::Seconds(1), "a").ok(); }));
+  kill(p.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(p), 0);
+  pool.shutdown();
 }
 
 }  // namespace
