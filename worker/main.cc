@@ -380,14 +380,21 @@ void Registrar::loop() {
     }
     if (stop->HasBeenNotified()) return;
     stub.reset();
+    // gRPC leaves some messages empty (UNIMPLEMENTED for a method the server lacks); the
+    // client port serves no Registry, so say where workers register.
+    std::string why = st.error_message().empty() ? cat("gRPC status ", static_cast<int>(st.error_code()))
+                                                 : st.error_message();
+    if (st.error_code() == grpc::StatusCode::UNIMPLEMENTED)
+      why += " (a uopd client port? workers register at its internal listener, --internal-listen, printed as "
+             "INTERNAL host:port)";
     if (registered) {
-      log("lost the scheduler at ", f.scheduler, ": ", st.error_message(), "; registering again");
+      log("lost the scheduler at ", f.scheduler, ": ", why, "; registering again");
       registered = false;
-    } else if (st.error_message() != last_error) {
-      log("cannot register with the scheduler at ", f.scheduler, ": ", st.error_message(),
-          "; retrying (every ", absl::FormatDuration(max_backoff), " at most)");
+    } else if (why != last_error) {
+      log("cannot register with the scheduler at ", f.scheduler, ": ", why, "; retrying (every ",
+          absl::FormatDuration(max_backoff), " at most)");
     }
-    last_error = st.error_message();
+    last_error = why;
     stop->WaitForNotificationWithTimeout(backoff);
     backoff = std::min(backoff * 2, max_backoff);
   }
