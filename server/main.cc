@@ -3,8 +3,10 @@
 // and serves Prometheus metrics on loopback. Flags turn on the cluster pieces (a Redis
 // tier, remote workers registering by address) and set the limits.
 //
-// On startup it prints one line, `LISTENING <host>:<port>`, once it serves (clients and
-// tests started with --listen=127.0.0.1:0 read the port from it). SIGTERM or SIGINT
+// On startup it prints `INTERNAL <host>:<port>` (the listener of its internal services:
+// workers register and rendezvous there) and then `LISTENING <host>:<port>` once it
+// serves clients (clients and tests started with --listen=127.0.0.1:0 read the ports
+// from them). SIGTERM or SIGINT
 // drain in-flight requests, then stop the workers; nothing is left running. SIGHUP reloads
 // the --tokens-file (server/auth.h: Tenants::adopt), keeping the old tenants when the new
 // file does not parse; it is logged either way, and counted in
@@ -33,6 +35,7 @@
 #include "server/cache/memory_tier.h"
 #include "server/cache/redis_tier.h"
 #include "server/auth.h"
+#include "server/cluster_auth.h"
 #include "server/registry_service.h"
 #include "server/rendezvous_service.h"
 #include "server/service.h"
@@ -49,6 +52,22 @@ With no flags: listen on 127.0.0.1:7070, start 2 CPU workers, cache compiled ker
 under $XDG_CACHE_HOME/uopd (or ~/.cache/uopd), serve metrics on 127.0.0.1:9464.
 
   --listen=HOST:PORT          client API address (port 0: any free port)   [127.0.0.1:7070]
+  --internal-listen=HOST:PORT the internal services (worker Registry, collective
+                              Rendezvous), apart from the client API; remote workers
+                              register here (uop-worker --scheduler=HOST:PORT)  [127.0.0.1:0]
+  --cluster-secret-file=PATH  the cluster's secret (16+ bytes, e.g. openssl rand -hex 32;
+                              the file readable by its owner only): the internal services
+                              require it of every call, remote workers check it on every
+                              call from this scheduler (uop-worker --cluster-secret-file).
+                              Without it and without --worker-tls-*, a secret is made at
+                              start that only the embedded workers know
+  --insecure-internal         no credential on the internal services or toward remote
+                              workers: anyone who reaches --internal-listen can register a
+                              worker (and receive tenants' data and kernels) or fill the
+                              rendezvous, and anyone who reaches a worker can use it. Only
+                              where nothing untrusted reaches these ports. Remote workers
+                              (--workers=0, or a --internal-listen off loopback) need this,
+                              a --cluster-secret-file or --worker-tls-*
   --workers=N                 embedded CPU workers, CPU:0..CPU:N-1; 0 waits for remote
                               workers to register (uop-worker --scheduler=...)      [2]
   --cuda-workers=N            embedded CUDA workers, CUDA:0..CUDA:N-1; a GPU that cannot
@@ -104,7 +123,8 @@ under $XDG_CACHE_HOME/uopd (or ~/.cache/uopd), serve metrics on 127.0.0.1:9464.
   --tls-client-ca=PEM         and require client certificates signed by this CA (mTLS)
   --worker-tls-cert=PEM --worker-tls-key=PEM --worker-tls-ca=PEM
                               mutual TLS between scheduler and workers (embedded workers
-                              are started with the same files)
+                              are started with the same files); the internal services
+                              then require client certificates of that CA
   --worker-tls-server-name=N  the name workers' certificates carry (default: their host)
   --max-tenant-workers=N      with --tokens-file every tenant gets worker processes of its
                               own (tenant isolation): at most this many at once        [8]
@@ -126,6 +146,7 @@ struct Flags {
       {"collective-timeout-ms", "30000"}, {"collective-transport", "auto"}, {"tokens-file", ""}, {"tls-cert", ""},
       {"tls-key", ""}, {"tls-client-ca", ""}, {"worker-tls-cert", ""}, {"worker-tls-key", ""}, {"worker-tls-ca", ""},
       {"worker-tls-server-name", ""}, {"exec-lane", "shm"}, {"max-tenant-workers", "8"}, {"tenant-worker-idle-s", "120"},
+      {"internal-listen", "127.0.0.1:0"}, {"cluster-secret-file", ""}, {"insecure-internal", "false"},
   };
   int64_t num(const std::string& k) const { return std::stoll(v.at(k)); }
 };
@@ -338,6 +359,70 @@ absl::Status add_persistent_tiers(Flags& f, std::string& cache_dir, std::vector<
   return absl::OkStatus();
 }
 
+// A builder option that takes the reflection plugin (every builder gets it once the
+// reflection library is linked) off a server.
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    std::erase_if(*plugins, [](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+      return dynamic_cast<grpc::reflection::ProtoServerReflectionPlugin*>(p.get()) != nullptr;
+    });
+  }
+};
+
+bool loopback(const std::string& host) {
+  return host.rfind("127.", 0) == 0 || host == "localhost" || host == "[::1]" || host == "::1";
+}
+
+// How the internal services and the workers authenticate (server/cluster_auth.h): the
+// cluster secret (--cluster-secret-file, or one made now that only the embedded workers
+// learn), mutual TLS (--worker-tls-*), both, or, with --insecure-internal, nothing.
+// Where remote workers are expected (no embedded ones, or an internal listener others can
+// reach) a secret made here would lock them out: one of the three must be given. Returns
+// an exit status, 0 to go on.
+int internal_credentials(Flags& f, cluster_auth::Gate* gate, cluster_auth::Dialer* dial, WorkerOptions* wo) {
+  const bool insecure = f.v["insecure-internal"] == "true";
+  const std::string& secret_file = f.v["cluster-secret-file"];
+  tls::TlsFiles worker_tls{f.v["worker-tls-cert"], f.v["worker-tls-key"], f.v["worker-tls-ca"]};
+  if (insecure && (!secret_file.empty() || worker_tls.any())) {
+    std::cerr << "uopd: --insecure-internal turns authentication off: it goes with neither --cluster-secret-file nor --worker-tls-*\n";
+    return 2;
+  }
+  if (worker_tls.any()) {
+    if (worker_tls.cert.empty() || worker_tls.key.empty() || worker_tls.ca.empty()) {
+      std::cerr << "uopd: worker mutual TLS needs --worker-tls-cert, --worker-tls-key and --worker-tls-ca\n";
+      return 2;
+    }
+    auto client = tls::channel_credentials(worker_tls);
+    auto server = client.ok() ? tls::server_credentials(worker_tls, /*require_client_cert=*/true) : client.status();
+    if (!server.ok()) { std::cerr << "uopd: " << server.status().message() << "\n"; return 1; }
+    dial->tls = *client;
+    dial->tls_server_name = f.v["worker-tls-server-name"];
+    gate->tls = *server;
+    for (const char* k : {"cert", "key", "ca"}) wo->extra_args.push_back(cat("--tls-", k, "=", f.v[cat("worker-tls-", k)]));
+  }
+  if (!secret_file.empty()) {
+    auto secret = cluster_auth::read_secret_file(secret_file);
+    if (!secret.ok()) { std::cerr << "uopd: --cluster-secret-file: " << secret.status().message() << "\n"; return 1; }
+    gate->secret = dial->secret = *secret;
+  } else if (!worker_tls.any() && !insecure) {
+    const std::string& internal = f.v["internal-listen"];
+    std::string why;
+    if (f.num("workers") == 0 && f.num("cuda-workers") == 0) why = "no embedded workers";
+    else if (!loopback(internal.substr(0, internal.rfind(':')))) why = cat("--internal-listen=", internal, " is off loopback");
+    if (!why.empty()) {
+      std::cerr << "uopd: remote workers are expected (" << why
+                << ") and nothing would authenticate them: give --cluster-secret-file (the workers get the same "
+                   "file), --worker-tls-cert/--worker-tls-key/--worker-tls-ca, or --insecure-internal (anyone who "
+                   "reaches the internal port is then trusted as a worker)\n";
+      return 2;
+    }
+    gate->secret = dial->secret = cluster_auth::random_secret();
+  }
+  return 0;
+}
+
 int run(int argc, char** argv) {
   Flags f;
   std::string err;
@@ -383,7 +468,6 @@ int run(int argc, char** argv) {
     std::cerr << "uopd: cache " << tier << ": " << s << "\n";
   });
 
-  WorkerPool pool;
   WorkerOptions wo;
   wo.worker_binary = find_worker(f.v["worker-binary"]);
   wo.embedded_cpu_workers = static_cast<int>(f.num("workers"));
@@ -391,17 +475,10 @@ int run(int argc, char** argv) {
   wo.threads_per_worker = static_cast<int>(f.num("worker-threads"));
   wo.exec_lane = f.v["exec-lane"] == "shm";
   if (!f.v["worker-max-buffer-bytes"].empty()) wo.extra_args.push_back(cat("--max-buffer-bytes=", f.v["worker-max-buffer-bytes"]));
-  tls::TlsFiles worker_tls{f.v["worker-tls-cert"], f.v["worker-tls-key"], f.v["worker-tls-ca"]};
-  if (worker_tls.any()) {
-    if (worker_tls.cert.empty() || worker_tls.key.empty() || worker_tls.ca.empty()) {
-      std::cerr << "uopd: worker mutual TLS needs --worker-tls-cert, --worker-tls-key and --worker-tls-ca\n";
-      return 2;
-    }
-    auto creds = tls::channel_credentials(worker_tls);
-    if (!creds.ok()) { std::cerr << "uopd: " << creds.status().message() << "\n"; return 1; }
-    tls::set_worker_channel(*creds, f.v["worker-tls-server-name"]);
-    for (const char* k : {"cert", "key", "ca"}) wo.extra_args.push_back(cat("--tls-", k, "=", f.v[cat("worker-tls-", k)]));
-  }
+  cluster_auth::Gate internal_gate;
+  cluster_auth::Dialer worker_dial;
+  if (int rc = internal_credentials(f, &internal_gate, &worker_dial, &wo); rc != 0) return rc;
+  WorkerPool pool(worker_dial);
   if (wo.embedded_cpu_workers > 0 || wo.embedded_cuda_workers > 0) {
     if (absl::Status s = pool.start_embedded(wo); !s.ok()) { std::cerr << "uopd: " << s.message() << "\n"; return 1; }
   }
@@ -438,14 +515,28 @@ int run(int argc, char** argv) {
   deps.limits.decode.max_bytes = f.num("max-request-bytes");
   deps.limits.request_deadline = absl::Seconds(f.num("request-deadline-s"));
   UopdService service(deps);
-  RegistryService registry(&pool);
-  // The rendezvous of Gloo collectives between workers on different hosts (DESIGN §4).
-  RendezvousService rendezvous;
   (*metrics)->add_sampler([&] { return sample(cache, pool, planner, sessions, executor); });
   if (tenants->enabled()) (*metrics)->add_sampler([&] { return sample_tenants(*tenants, sessions); });
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // The internal services on a listener of their own, without reflection: it serves the
+  // client listener only, which lists client services only.
+  RegistryService registry(&pool);
+  // The rendezvous of collectives between workers on different hosts, and NCCL's.
+  RendezvousService rendezvous;
+  int internal_port = 0;
+  grpc::ServerBuilder internal_builder;
+  internal_builder.SetOption(std::make_unique<WithoutReflection>());
+  internal_builder.AddListeningPort(f.v["internal-listen"], internal_gate.credentials(), &internal_port);
+  internal_builder.RegisterService(&registry);
+  internal_builder.RegisterService(&rendezvous);
+  std::unique_ptr<grpc::Server> internal_server = internal_builder.BuildAndStart();
+  if (!internal_server || internal_port == 0) {
+    std::cerr << "uopd: cannot listen on " << f.v["internal-listen"] << " (--internal-listen)\n";
+    pool.shutdown();
+    return 1;
+  }
   grpc::ServerBuilder builder;
   int port = 0;
   std::shared_ptr<grpc::ServerCredentials> listen_creds = grpc::InsecureServerCredentials();
@@ -459,8 +550,6 @@ int run(int argc, char** argv) {
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(f.num("max-request-bytes"), INT32_MAX)));
   builder.SetMaxSendMessageSize(INT32_MAX);
   builder.RegisterService(&service);
-  builder.RegisterService(&registry);
-  builder.RegisterService(&rendezvous);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     std::cerr << "uopd: cannot listen on " << f.v["listen"] << "\n";
@@ -468,18 +557,22 @@ int run(int argc, char** argv) {
     return 1;
   }
   std::string host = f.v["listen"].substr(0, f.v["listen"].rfind(':'));
-  // Workers reach the rendezvous where clients reach the scheduler; a wildcard address
-  // is advertised as this host's name.
-  std::string rendezvous_host = host;
-  if (host == "0.0.0.0" || host == "[::]" || host.empty()) {
+  // Workers reach the rendezvous at the internal listener; a wildcard address is
+  // advertised as this host's name.
+  std::string internal_host = f.v["internal-listen"].substr(0, f.v["internal-listen"].rfind(':'));
+  std::string rendezvous_host = internal_host;
+  if (internal_host == "0.0.0.0" || internal_host == "[::]" || internal_host.empty()) {
     char name[256] = {};
     rendezvous_host = gethostname(name, sizeof name - 1) == 0 ? name : "127.0.0.1";
   }
   const std::string& transport = f.v["collective-transport"];
-  executor.set_collective_options({cat(rendezvous_host, ":", port), absl::Milliseconds(f.num("collective-timeout-ms")),
-                                   transport == "auto" ? "" : transport});
+  executor.set_collective_options({cat(rendezvous_host, ":", internal_port), &rendezvous.store(),
+                                   absl::Milliseconds(f.num("collective-timeout-ms")), transport == "auto" ? "" : transport});
+  std::cout << "INTERNAL " << internal_host << ":" << internal_port << std::endl;
   std::cout << "LISTENING " << host << ":" << port << std::endl;
-  std::cerr << "uopd: serving on " << host << ":" << port << ", " << wo.embedded_cpu_workers << " CPU workers, cache "
+  std::cerr << "uopd: serving on " << host << ":" << port << " (internal services on " << internal_host << ":" << internal_port
+            << ", " << (internal_gate.authenticates() ? "authenticated" : "unauthenticated: --insecure-internal") << "), "
+            << wo.embedded_cpu_workers << " CPU workers, cache "
             << (cache_dir.empty() ? std::string("in memory only") : cache_dir)
             << (f.v["redis"].empty() ? "" : cat(" + redis ", f.v["redis"]))
             << ((*metrics)->address().empty() ? "" : cat(", metrics on http://", (*metrics)->address(), "/metrics")) << "\n";

@@ -202,7 +202,7 @@ grpc::Status UopdService::CreateBuffer(grpc::ServerContext* ctx, const pb::Creat
   b.dtype = scalar;
   b.elements = req->elements();
   b.bytes = req->elements() * scalar_bytes(scalar);
-  b.worker_buffer = d_.executor->new_buffer_id();
+  b.worker_buffer = Executor::new_buffer_id(*w);
   b.worker_id = (*w)->id();
   b.worker_generation = (*w)->generation();
   auto id = d_.sessions->add_buffer(req->session_id(), b, who);  // the quota check comes first
@@ -619,15 +619,20 @@ grpc::Status UopdService::Stats(grpc::ServerContext* ctx, const pb::StatsRequest
     resp->set_buffer_bytes(d_.sessions->bytes());
   }
   resp->set_compiler_build_id(compiler_build_id());
+  // Tenants see what a device is doing, not where its worker is: addresses, pids and the
+  // last error (which names both) are the operator's. Without a tokens file there is one
+  // tenant, the operator's own, and reaching a worker takes its secret anyway.
+  const bool operator_view = !d_.tenants->enabled();
   for (const auto& w : d_.workers->snapshot()) {
     if (!w.tenant.empty() && w.tenant != who) continue;  // another tenant's own process
     pb::WorkerStatus* ws = resp->add_workers();
     ws->set_id(w.id);
     ws->set_device(w.device);
-    ws->set_address(w.address);
     ws->set_state(w.state);
-    ws->set_pid(w.pid);
     ws->set_restarts(w.restarts);
+    if (!operator_view) continue;
+    ws->set_address(w.address);
+    ws->set_pid(w.pid);
     ws->set_last_error(w.last_error);
   }
   return finish("Stats", absl::OkStatus());

@@ -6,6 +6,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,7 +19,6 @@
 
 #include "absl/time/clock.h"
 #include "compiler/support/strings.h"
-#include "server/tls.h"
 #include "server/worker_process.h"
 
 namespace uop {
@@ -94,15 +94,13 @@ std::string kind_of(const std::string& device) {
 
 }  // namespace
 
-std::shared_ptr<wv1::Worker::Stub> worker_stub(const std::string& address) {
+std::shared_ptr<wv1::Worker::Stub> worker_stub(const std::string& address, const cluster_auth::Dialer& dial) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(256 << 20);
   // A fresh channel per process: a dead worker's port may be reused by anyone.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  tls::apply_worker_channel_args(&args);  // mutual TLS when the scheduler was given certificates
-  auto channel = grpc::CreateCustomChannel(address, tls::worker_channel_credentials(), args);
-  return std::shared_ptr<wv1::Worker::Stub>(wv1::Worker::NewStub(channel));
+  return std::shared_ptr<wv1::Worker::Stub>(wv1::Worker::NewStub(dial.channel(address, args)));
 }
 
 // ---- WorkerHandle ----
@@ -174,16 +172,36 @@ void WorkerHandle::note_program(const std::string& key, std::optional<uint64_t> 
   programs_.insert(key);
 }
 
+uint64_t WorkerHandle::new_buffer_id() {
+  absl::MutexLock lock(&mu_);
+  for (;;) {
+    uint64_t id = 0;
+    if (getrandom(&id, sizeof id, 0) != static_cast<ssize_t>(sizeof id)) continue;  // EINTR, or a short read
+    if (id != 0 && buffer_ids_.insert(id).second) return id;
+  }
+}
+
+void WorkerHandle::release_buffer_ids(std::span<const uint64_t> ids, uint64_t generation) {
+  absl::MutexLock lock(&mu_);
+  if (generation != generation_) return;
+  for (uint64_t id : ids) buffer_ids_.erase(id);
+}
+
+void WorkerHandle::new_generation_locked() {
+  ++generation_;
+  programs_.clear();
+  buffer_ids_.clear();
+}
+
 void WorkerHandle::connect_locked(const std::string& address) {
   address_ = address;
-  stub_ = worker_stub(address);
+  stub_ = worker_stub(address, dial_);
   state_ = State::Up;
   up_since_ = absl::Now();
 }
 
 void WorkerHandle::lose_process_locked(const std::string& why) {
-  ++generation_;
-  programs_.clear();
+  new_generation_locked();
   stub_.reset();
   lane_.reset();
   state_ = State::Down;
@@ -275,13 +293,28 @@ bool WorkerPool::spawn_locked(WorkerHandle& h) {
       log("no execute lane for worker ", h.device_, " (", made.status().message(), "): its calls go over gRPC");
     }
   }
-  auto child = lane ? spawn_child(args, {lane->fd()}) : spawn_child(args);
+  // The secret this process checks on every call, and the one it presents to the
+  // scheduler's internal services, through a pipe it reads at start: never in argv or the
+  // environment, where other users of the host could read them.
+  const std::string secret = cluster_auth::random_secret();
+  auto secret_fd = readable_pipe(cat(secret, "\n", dial_.secret));
+  if (!secret_fd.ok()) {
+    ++h.failed_starts_;
+    schedule_restart_locked(h, cat("cannot start worker ", h.device_, ": ", secret_fd.status().message()));
+    return false;
+  }
+  args.push_back(cat("--secret-fd=", *secret_fd));
+  std::vector<int> inherit = {*secret_fd};
+  if (lane) inherit.push_back(lane->fd());
+  auto child = spawn_child(args, inherit);
+  close(*secret_fd);
   if (!child.ok()) {
     ++h.failed_starts_;
     schedule_restart_locked(h, cat("cannot start worker ", h.device_, ": ", child.status().message()));
     return false;
   }
   h.pid_ = child->pid;
+  h.dial_ = dial_.with_secret(secret);
   if (lane) lane->set_peer(child->pid);
   h.lane_ = std::move(lane);
   h.reaped_ = false;
@@ -441,14 +474,13 @@ void WorkerPool::supervise_one(const std::shared_ptr<WorkerHandle>& hp, absl::Ti
 void WorkerPool::probe_remote(const std::shared_ptr<WorkerHandle>& h) {
   std::string address = h->address();
   // A fresh channel: the old one may sit in a long reconnect backoff.
-  auto stub = worker_stub(address);
+  auto stub = worker_stub(address, dial_);
   ProbeResult r = probe(stub.get(), kProbeTimeout);
   if (!r.status.ok()) return;
   absl::MutexLock lock(&h->mu_);
   if (h->state_ != WorkerHandle::State::Down || h->address_ != address) return;
   if (r.info.pid() != h->pid_) {
-    ++h->generation_;  // a new process: what the old one held is gone
-    h->programs_.clear();
+    h->new_generation_locked();  // a new process: what the old one held is gone
     h->pid_ = r.info.pid();
   }
   h->connect_locked(address);
@@ -512,7 +544,7 @@ absl::StatusOr<RemoteRegistered> WorkerPool::register_remote(const RemoteRegistr
         cat("a worker serving ", r.device, " registers as ", kind, ":N or auto, not as '", wanted, "'"));
   const std::string instance = r.instance.empty() ? address : r.instance;
   if (stopping()) return absl::UnavailableError("the scheduler is shutting down");
-  auto stub = worker_stub(address);
+  auto stub = worker_stub(address, dial_);
   ProbeResult me = probe(stub.get(), kProbeTimeout * 3);
   if (!me.status.ok())
     return absl::UnavailableError(cat("cannot reach the worker at ", address, ": ", me.status.message()));
@@ -553,12 +585,12 @@ absl::StatusOr<RemoteRegistered> WorkerPool::register_remote(const RemoteRegistr
         bool same = h->address_ == address && h->pid_ == pid;
         if (!same || h->state_ != WorkerHandle::State::Up) {
           if (!same && h->pid_ != 0) {  // a process served this slot before: its buffers are not ours now
-            ++h->generation_;
-            h->programs_.clear();
+            h->new_generation_locked();
             ++h->restarts_;
           }
           h->pid_ = pid;
           h->address_ = address;
+          h->dial_ = dial_;
           h->stub_ = stub;
           h->state_ = WorkerHandle::State::Up;
           h->up_since_ = absl::Now();
@@ -575,7 +607,7 @@ absl::StatusOr<RemoteRegistered> WorkerPool::register_remote(const RemoteRegistr
       }
     }
     // The slot is up with another worker: it keeps it while it answers as itself.
-    ProbeResult r2 = probe(worker_stub(holder).get(), kProbeTimeout);
+    ProbeResult r2 = probe(worker_stub(holder, dial_).get(), kProbeTimeout);
     if (r2.status.ok() && r2.info.pid() == holder_pid)
       return absl::AlreadyExistsError(cat(name, " is served by the worker at ", holder, " (pid ", holder_pid,
                                           "), which still answers",
@@ -791,7 +823,7 @@ absl::Status WorkerPool::on_failure(const std::shared_ptr<WorkerHandle>& w, cons
         !w->last_error_.empty())
       return lost(w->last_error_, w->embedded_);
   }
-  std::shared_ptr<wv1::Worker::Stub> stub = w->embedded() ? w->stub() : worker_stub(w->address());
+  std::shared_ptr<wv1::Worker::Stub> stub = w->embedded() ? w->stub() : worker_stub(w->address(), dial_);
   ProbeResult r = probe(stub.get(), kProbeTimeout);
   if (r.status.ok() && r.info.pid() == pid) {
     // Alive and answering: the failure was the call's own (a deadline, a cancellation).

@@ -14,6 +14,11 @@
 // for one ("auto": the lowest free name of its kind, kept for the same instance). Remote
 // workers register again every few seconds (a heartbeat); a registration of the process
 // that already serves the slot changes nothing.
+// Every call to a worker is authenticated (server/cluster_auth.h): an embedded worker
+// checks a random secret made for its process and handed to it at start through an
+// inherited pipe (never argv or the environment), a remote one the cluster secret (or
+// mutual TLS). Buffer ids on a worker are 64 random bits, so that knowing one id tells
+// nothing about another.
 //
 // Tenant isolation (WorkerPool::isolate_tenants, on whenever uopd has a tokens file): a
 // tenant's buffers and kernels live only in worker processes that serve that tenant alone,
@@ -32,6 +37,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -43,6 +49,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/worker.grpc.pb.h"
+#include "server/cluster_auth.h"
 #include "worker/exec_lane.h"
 
 namespace uop {
@@ -118,6 +125,15 @@ class WorkerHandle {
   std::shared_ptr<ExecLane> lane() const;
   uint64_t generation() const;
 
+  // A buffer id for the current process: 64 bits from the OS's CSPRNG, never 0, drawn
+  // again while it equals one handed out for this generation and not released (the
+  // worker refuses an id in use, and a failed run frees what it tried to allocate, so an
+  // id must never be handed out twice).
+  uint64_t new_buffer_id();
+  // The ids are free again (their buffers were freed). Ignored for another generation:
+  // a new process holds none of the old one's ids.
+  void release_buffer_ids(std::span<const uint64_t> ids, uint64_t generation);
+
   // What the scheduler loaded on this worker, cleared whenever the generation changes.
   // With a generation, a record for an older process is ignored.
   bool has_program(const std::string& key) const;
@@ -132,6 +148,8 @@ class WorkerHandle {
 
   std::string describe_locked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void connect_locked(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Another process: nothing loaded, no buffer ids in use.
+  void new_generation_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The process behind the handle is gone: new generation, nothing loaded, no stub.
   void lose_process_locked(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -158,6 +176,9 @@ class WorkerHandle {
   std::shared_ptr<uopd::worker::v1::Worker::Stub> stub_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<ExecLane> lane_ ABSL_GUARDED_BY(mu_);  // made for each embedded process
   absl::flat_hash_set<std::string> programs_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> buffer_ids_ ABSL_GUARDED_BY(mu_);  // handed out, not released
+  // How stub_ reaches the process: the pool's dialer, with an embedded process's own secret.
+  cluster_auth::Dialer dial_ ABSL_GUARDED_BY(mu_);
 
   // Embedded only: the process being started or running, and when to start the next one.
   bool reaped_ ABSL_GUARDED_BY(mu_) = true;        // pid_ has been waited for (or there is none)
@@ -181,7 +202,11 @@ class WorkerHandle {
 
 class WorkerPool {
  public:
-  WorkerPool() = default;
+  // `dial`: how to reach workers: mutual TLS when it has credentials, and the secret that
+  // workers registering from elsewhere check (the cluster secret). Embedded workers are
+  // dialled the same way with a secret of their own instead, and are handed dial.secret
+  // to present to the scheduler's internal services (their collectives' Rendezvous).
+  explicit WorkerPool(cluster_auth::Dialer dial = {}) : dial_(std::move(dial)) {}
   ~WorkerPool();  // shutdown()
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
@@ -283,6 +308,7 @@ class WorkerPool {
   void ensure_supervisor_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool stopping() const;
 
+  const cluster_auth::Dialer dial_;
   WorkerOptions options_;
   mutable absl::Mutex mu_;
   std::vector<std::shared_ptr<WorkerHandle>> handles_ ABSL_GUARDED_BY(mu_);
@@ -294,7 +320,8 @@ class WorkerPool {
   std::thread supervisor_ ABSL_GUARDED_BY(mu_);  // started by the first start_embedded or register_remote
 };
 
-// A channel to a worker with the message limits the worker protocol needs.
-std::shared_ptr<uopd::worker::v1::Worker::Stub> worker_stub(const std::string& address);
+// A channel to a worker with the message limits the worker protocol needs, dialled as
+// `dial` says (TLS, the secret the worker checks).
+std::shared_ptr<uopd::worker::v1::Worker::Stub> worker_stub(const std::string& address, const cluster_auth::Dialer& dial);
 
 }  // namespace uop
