@@ -432,7 +432,7 @@ bool exact_on_the_way(const UOp* e, const UOp* on, ValueRange& vr) {
 // every such point, and the next step bounds that.
 int64_t corner_bound(Graph& g, const UOp* idx, ValueRange& vr, bool upper, bool& moved_any) {
   const UOp* e = idx;
-  for (int step = 0; step < 32; ++step) {
+  for (int step = 0; step < 16; ++step) {
     auto atoms = atoms_of(g, e, vr);
     bool moved = false;
     for (auto& [a, last] : atoms) {
@@ -461,7 +461,8 @@ int64_t corner_bound(Graph& g, const UOp* idx, ValueRange& vr, bool upper, bool&
 }
 
 std::optional<Bounds> affine_bounds(Graph& g, const UOp* idx, ValueRange& vr) {
-  if (!exact_int(idx->dtype()) || toposort(idx).size() > 4096) return std::nullopt;
+  // Index arithmetic is small; a huge expression is not worth a simplify per step.
+  if (!exact_int(idx->dtype()) || toposort(idx).size() > 1024) return std::nullopt;
   bool moved = false;
   Bounds b{corner_bound(g, idx, vr, false, moved), corner_bound(g, idx, vr, true, moved)};
   if (!moved) return std::nullopt;
