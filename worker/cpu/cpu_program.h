@@ -5,6 +5,7 @@
 // the program removes its JITDylib and frees its code. LLVM-free header.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -33,14 +34,19 @@ class CpuProgram final : public DeviceProgram {
   // or a written buffer that overlaps another one (the kernel assumes distinct buffers). The Thread
   // range's `tasks` iterations are split over min(tasks, pool size) tasks on `pool`
   // (or one task on the calling thread without a pool, or when the kernel's buffers
-  // total under `serial_below` bytes). Thread-safe.
+  // total under `serial_below` bytes). `stop` is the launch's stop word (abi.h), shared
+  // by its tasks; null: a word that is never set. A kernel stopped by it returns early;
+  // whoever set it knows the launch failed. Thread-safe.
   absl::Status run(std::span<void* const> buffers, std::span<const int64_t> vars, ThreadPool* pool,
-                   uint64_t serial_below = 0) const;
+                   uint64_t serial_below = 0, const std::atomic<uint32_t>* stop = nullptr) const;
 
   const KernelAbi& abi() const override { return abi_; }
 
  private:
-  using KernelFn = void (*)(void* const* buffers, const int64_t* vars, int64_t task, int64_t ntasks);
+  // A kernel of an ABI without a stop word takes the first four only; the fifth is
+  // then an unused argument register (the SysV calling convention allows it).
+  using KernelFn = void (*)(void* const* buffers, const int64_t* vars, int64_t task, int64_t ntasks,
+                            const uint32_t* stop);
   struct Code;  // the JITDylib holding the linked object
   CpuProgram(KernelAbi abi, std::unique_ptr<Code> code, KernelFn fn);
   absl::Status check(std::span<void* const> buffers, std::span<const int64_t> vars) const;
