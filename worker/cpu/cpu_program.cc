@@ -105,6 +105,15 @@ CpuProgram::CpuProgram(KernelAbi abi, std::unique_ptr<Code> code, KernelFn fn)
 
 CpuProgram::~CpuProgram() = default;
 
+absl::Status CpuProgram::start_jit() {
+  Jit& j = jit();
+  if (!j.session) return absl::InternalError(cat("cannot start the ORC JIT: ", j.error));
+  // The process's symbols, as every load asks for them.
+  auto generator = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(j.global_prefix);
+  if (!generator) return absl::InternalError(cat("process symbols: ", llvm::toString(generator.takeError())));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<CpuProgram>> CpuProgram::load(std::string_view object, const KernelAbi& abi) {
   Jit& j = jit();
   if (!j.session) return absl::InternalError(cat("cannot start the ORC JIT: ", j.error));

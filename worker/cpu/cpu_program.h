@@ -24,6 +24,9 @@ class CpuProgram final : public DeviceProgram {
   // INVALID_ARGUMENT if the object does not link (not an object, undefined symbols, no
   // `uop_kernel`); INTERNAL if the JIT itself cannot start. Thread-safe.
   static absl::StatusOr<std::unique_ptr<CpuProgram>> load(std::string_view object, const KernelAbi& abi);
+  // Makes the process's JIT now, as the first load() would: before a sandbox, so that
+  // nothing the JIT sets up once happens under it. INTERNAL if it cannot start.
+  static absl::Status start_jit();
   ~CpuProgram() override;
   CpuProgram(const CpuProgram&) = delete;
   CpuProgram& operator=(const CpuProgram&) = delete;
