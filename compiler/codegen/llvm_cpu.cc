@@ -9,9 +9,9 @@
 // where its defining block dominates (checked, so bad input is an error, not bad IR).
 // Value lowering (ALU, CAST, BITCAST, constants) is in llvm_cpu_alu.cc.
 //
-// Stop checks (stop_checks.h): a loop checked every iteration reads the stop word at the
-// top of its body; one checked every K iterations is strip-mined into chunks of K, read
-// once per chunk, so its body loop is the same loop as without a check. The read is a
+// Stop checks (stop_checks.h): a loop checked every iteration reads the stop word at its
+// latch; one checked every K iterations is strip-mined into chunks of K, read once per
+// chunk, so its body loop is the same loop as without a check. The read is a
 // monotonic (relaxed) atomic load, which LLVM neither hoists out of the loop nor deletes
 // with it; a set word branches to a block that returns.
 #include "compiler/codegen/llvm_cpu.h"
@@ -82,6 +82,7 @@ struct Scope {
   BasicBlock* header = nullptr;  // RANGE: the block with the induction phi
   BasicBlock* exit = nullptr;    // where control goes after the loop / the IF
   llvm::PHINode* iv = nullptr;
+  bool check_each = false;  // a RANGE checked every iteration: at its latch
   // A RANGE strip-mined for its stop check: the chunk loop around the body loop.
   BasicBlock* next_chunk = nullptr;  // where the body loop goes when its chunk is done
   llvm::PHINode* chunk_start = nullptr;
@@ -558,7 +559,7 @@ absl::Status Renderer::emit_range(const UOp* u) {
   iv->addIncoming(lo, pre);
   b_.CreateCondBr(b_.CreateICmpSLT(iv, hi), body, every > 1 ? scope.next_chunk : exit);
   b_.SetInsertPoint(body);
-  if (every == 1) check_stop();
+  scope.check_each = every == 1;
   scope.header = header;
   scope.iv = iv;
   scopes_.push_back(scope);
@@ -665,6 +666,9 @@ absl::Status Renderer::emit_end(const UOp* u) {
     closes.erase(it);
     Scope s = scopes_.back();
     scopes_.pop_back();
+    // At the latch, not the top of the body: the code leading into the body's own loops
+    // stays as it is without checks (and so does their alignment).
+    if (s.check_each) check_stop();
     // i < end <= INT64_MAX and i >= 0, so the increment wraps in neither sense.
     Value* next = b_.CreateAdd(s.iv, b_.getInt64(1), "r.next", /*HasNUW=*/true, /*HasNSW=*/true);
     s.iv->addIncoming(next, b_.GetInsertBlock());
