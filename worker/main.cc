@@ -499,7 +499,8 @@ int run(int argc, char** argv) {
   // thread that asks, and what it starts after).
   const bool sandboxed = f.seccomp == "on" || (f.seccomp.empty() && f.device.rfind("CPU:", 0) == 0);
   if (std::string why; sandboxed && !confine_files(shm_directory(), &why))
-    log("files are not confined (", why, "): the seccomp filter alone keeps the worker from opening them");
+    log("files are not confined (", why, "): only the seccomp filter keeps the worker from them, and it cannot "
+        "stop a path relative to /dev/shm from leading out of it (../)");
 
   WorkerRuntimeOptions opts;
   opts.device = f.device;

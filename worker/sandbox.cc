@@ -160,18 +160,29 @@ std::vector<sock_filter> build_filter(int shm_dir) {
   f.jump(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u /* __X32_SYSCALL_BIT */, 0, 1);
   f.stmt(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
 
-  for (long nr : {SYS_brk, SYS_mmap, SYS_munmap, SYS_mremap, SYS_mprotect, SYS_madvise, SYS_membarrier,
-                  SYS_exit, SYS_exit_group, SYS_set_robust_list, SYS_rseq, SYS_futex, SYS_sched_yield,
-                  SYS_sched_getaffinity, SYS_sched_getparam, SYS_sched_getscheduler, SYS_gettid, SYS_getpid, SYS_getppid, SYS_clock_gettime, SYS_clock_getres,
-                  SYS_gettimeofday, SYS_nanosleep, SYS_clock_nanosleep, SYS_restart_syscall, SYS_rt_sigaction,
-                  SYS_rt_sigprocmask, SYS_rt_sigreturn, SYS_rt_sigtimedwait, SYS_sigaltstack, SYS_read, SYS_write,
-                  SYS_readv, SYS_writev, SYS_pread64, SYS_pwrite64, SYS_lseek, SYS_close, SYS_fcntl, SYS_fstat,
-                  SYS_fallocate, SYS_poll, SYS_ppoll, SYS_select, SYS_pselect6, SYS_epoll_create, SYS_epoll_create1, SYS_epoll_ctl,
-                  SYS_epoll_wait, SYS_epoll_pwait, SYS_epoll_pwait2, SYS_eventfd2, SYS_pipe2, SYS_connect, SYS_bind,
-                  SYS_listen, SYS_accept, SYS_accept4, SYS_shutdown, SYS_getsockname, SYS_getpeername,
-                  SYS_getsockopt, SYS_setsockopt, SYS_sendto, SYS_recvfrom, SYS_sendmsg, SYS_recvmsg,
-                  SYS_sendmmsg, SYS_recvmmsg, SYS_pidfd_open, SYS_getrandom, SYS_uname, SYS_sysinfo,
-                  SYS_getrusage, SYS_getuid, SYS_geteuid, SYS_getgid, SYS_getegid})
+  for (long nr : {
+           // memory (the JIT makes its code executable)
+           SYS_brk, SYS_mmap, SYS_munmap, SYS_mremap, SYS_mprotect, SYS_madvise, SYS_membarrier,
+           // threads and their synchronization
+           SYS_exit, SYS_exit_group, SYS_set_robust_list, SYS_rseq, SYS_futex, SYS_sched_yield,
+           SYS_sched_getaffinity, SYS_sched_getparam, SYS_sched_getscheduler, SYS_gettid, SYS_getpid, SYS_getppid,
+           // time
+           SYS_clock_gettime, SYS_clock_getres, SYS_gettimeofday, SYS_nanosleep, SYS_clock_nanosleep,
+           SYS_restart_syscall,
+           // signals
+           SYS_rt_sigaction, SYS_rt_sigprocmask, SYS_rt_sigreturn, SYS_rt_sigtimedwait, SYS_sigaltstack,
+           // open descriptors
+           SYS_read, SYS_write, SYS_readv, SYS_writev, SYS_pread64, SYS_pwrite64, SYS_lseek, SYS_close, SYS_fcntl,
+           SYS_fstat, SYS_fallocate, SYS_poll, SYS_ppoll, SYS_select, SYS_pselect6, SYS_epoll_create,
+           SYS_epoll_create1, SYS_epoll_ctl, SYS_epoll_wait, SYS_epoll_pwait, SYS_epoll_pwait2, SYS_eventfd2,
+           SYS_pipe2,
+           // sockets (made by socket() below)
+           SYS_connect, SYS_bind, SYS_listen, SYS_accept, SYS_accept4, SYS_shutdown, SYS_getsockname,
+           SYS_getpeername, SYS_getsockopt, SYS_setsockopt, SYS_sendto, SYS_recvfrom, SYS_sendmsg, SYS_recvmsg,
+           SYS_sendmmsg, SYS_recvmmsg,
+           // the process
+           SYS_pidfd_open, SYS_getrandom, SYS_uname, SYS_sysinfo, SYS_getrusage, SYS_getuid, SYS_geteuid,
+           SYS_getgid, SYS_getegid})
     f.allow_call(nr);
   // clone3 cannot be checked (its flags are in memory): ENOSYS, and glibc uses clone.
   f.deny_call(SYS_clone3, ENOSYS);
@@ -368,7 +379,8 @@ HostPort split_host_port(const std::string& host_port) {
   if (!host_port.empty() && host_port.front() == '[') {
     const size_t close = host_port.find(']');
     if (close == std::string::npos) return {host_port.substr(1), ""};
-    return {host_port.substr(1, close - 1), close + 2 <= host_port.size() && host_port[close + 1] == ':' ? host_port.substr(close + 2) : ""};
+    const bool port = close + 2 <= host_port.size() && host_port[close + 1] == ':';
+    return {host_port.substr(1, close - 1), port ? host_port.substr(close + 2) : ""};
   }
   if (std::count(host_port.begin(), host_port.end(), ':') == 1) {
     const size_t colon = host_port.find(':');

@@ -12,52 +12,52 @@
 // 2. enter_sandbox(), once start-up is done (libraries loaded, the JIT made, the
 //    listening socket bound, the execute lane mapped; threads exist already, so the filter
 //    goes on all of them at once, SECCOMP_FILTER_FLAG_TSYNC): a seccomp-BPF allowlist.
-//    Allowed, x86_64 only (any other architecture number, and the x32 ABI, kill the
-//    process):
-//      memory        brk mmap munmap mremap mprotect (the JIT) madvise membarrier
-//      threads       clone with CLONE_THREAD and no namespace flag (pthread_create; clone3
-//                    answers ENOSYS, so glibc falls back to clone), exit exit_group set_robust_list
-//                    rseq futex sched_yield sched_getaffinity sched_getparam
-//                    sched_getscheduler gettid getpid getppid
-//                    prctl(PR_SET_NAME / PR_GET_NAME)
-//      time          clock_gettime clock_getres gettimeofday nanosleep clock_nanosleep
-//      signals       rt_sigaction rt_sigprocmask rt_sigreturn rt_sigtimedwait sigaltstack,
-//                    tgkill to this process, kill to this process or with signal 0
-//      descriptors   read write readv writev pread64 pwrite64 lseek close fcntl fstat,
-//                    newfstatat / statx on a descriptor (AT_EMPTY_PATH), ioctl(FIONREAD,
-//                    FIONBIO, TCGETS), fallocate, poll ppoll select pselect6 epoll_create(1) epoll_*
-//                    eventfd2 pipe2
-//      sockets       socket(AF_INET or AF_INET6, SOCK_STREAM or SOCK_DGRAM) and what works
-//                    on sockets: connect bind listen accept accept4 shutdown getsockname
-//                    getpeername getsockopt setsockopt sendto recvfrom sendmsg recvmsg
-//                    sendmmsg recvmmsg. The collectives need them: Gloo listens and connects
-//                    over TCP at collective time and finds its route with a UDP socket, and
-//                    its rendezvous is a gRPC client; so does the registration with a
-//                    scheduler. And AF_NETLINK / NETLINK_ROUTE, through which getifaddrs
-//                    (Gloo names its interface) reads the interfaces. No AF_UNIX,
-//                    AF_PACKET, other netlink families or raw sockets.
-//      files         openat only relative to the /dev/shm directory opened before, only
-//                    read-write with O_NOFOLLOW | O_CLOEXEC (and O_CREAT | O_EXCL): the
-//                    shared-memory collectives' segments; unlinkat of them. Nothing else
-//                    opens a file: no open, creat, openat elsewhere, openat2, no
-//                    execve / execveat, fork or vfork, no ptrace, process_vm_readv /
-//                    writev, mount, bpf, keyctl, perf_event_open, io_uring, chdir, ...
-//      processes     pidfd_open (watching collective peers), getrandom uname sysinfo
-//                    getrusage getuid geteuid getgid getegid
-//    Refused softly, with EACCES: what libraries do on their own behalf, lazily and where
-//    they have a fallback: a read-only open (glibc counts CPUs from
-//    /sys/devices/system/cpu/online, else sched_getaffinity; Abseil reads the TSC's
-//    frequency from /sys, its time zone from /etc/localtime), stat / access / readlink of
-//    a path (and SIOCETHTOOL, Gloo asking for its interface's speed: EOPNOTSUPP). These
-//    reach nothing either; killing the worker for them would make it crash
-//    at random on harmless library code. An open that would write, create or truncate a
-//    file is never incidental: SIGSYS.
-//    Any other system call: the calling thread gets SIGSYS (SECCOMP_RET_TRAP), whose
-//    handler writes "the sandbox refused system call N (name)" to stderr and dies by
-//    SIGSYS: the operator reads which call it was in the worker's log, and uopd reports
-//    the worker killed by signal 31 (SIGSYS), fails what ran on it with UNAVAILABLE and
-//    starts it again. (SECCOMP_RET_KILL_PROCESS would say only the signal.) Core dumps
-//    are off first: a worker's memory holds its sessions' buffers.
+//    x86_64 only; any other architecture number, and the x32 ABI, kill the process.
+//    Allowed:
+//      memory       brk mmap munmap mremap mprotect (the JIT) madvise membarrier
+//      threads      clone with CLONE_THREAD and no namespace flag (pthread_create; clone3
+//                   answers ENOSYS, so glibc falls back to clone), exit exit_group
+//                   set_robust_list rseq futex sched_yield sched_getaffinity
+//                   sched_getparam sched_getscheduler gettid getpid getppid,
+//                   prctl(PR_SET_NAME / PR_GET_NAME)
+//      time         clock_gettime clock_getres gettimeofday nanosleep clock_nanosleep
+//      signals      rt_sigaction rt_sigprocmask rt_sigreturn rt_sigtimedwait sigaltstack,
+//                   tgkill to this process, kill to this process or with signal 0
+//      descriptors  read write readv writev pread64 pwrite64 lseek close fcntl fstat,
+//                   newfstatat / statx of a descriptor (AT_EMPTY_PATH), ioctl(FIONREAD,
+//                   FIONBIO, TCGETS), fallocate, poll ppoll select pselect6 epoll_create
+//                   epoll_create1 epoll_ctl epoll_wait epoll_pwait epoll_pwait2 eventfd2 pipe2
+//      sockets      socket(AF_INET or AF_INET6, SOCK_STREAM or SOCK_DGRAM) and
+//                   socket(AF_NETLINK, NETLINK_ROUTE), and on them connect bind listen
+//                   accept accept4 shutdown getsockname getpeername getsockopt setsockopt
+//                   sendto recvfrom sendmsg recvmsg sendmmsg recvmmsg. The collectives need
+//                   these at collective time: Gloo listens and connects over TCP, finds
+//                   its route with a UDP socket, names its interface through getifaddrs
+//                   (a route netlink socket, which an unprivileged process can only read),
+//                   and its rendezvous is a gRPC client, as is the registration with a
+//                   scheduler. No AF_UNIX, AF_PACKET, other netlink families or raw sockets.
+//      files        openat relative to the /dev/shm descriptor opened before, read-write
+//                   with O_NOFOLLOW | O_CLOEXEC (and O_CREAT | O_EXCL), and unlinkat there:
+//                   the shared-memory collectives' segments.
+//      processes    pidfd_open (watching collective peers), getrandom uname sysinfo
+//                   getrusage getuid geteuid getgid getegid
+//    Refused softly (the call fails, the worker goes on): what libraries do on their own
+//    behalf, lazily, where they have a fallback. A read-only open (glibc counts CPUs from
+//    /sys/devices/system/cpu/online, else with sched_getaffinity; Abseil reads the TSC's
+//    frequency and the time zone from files), stat / access / readlink of a path:
+//    EACCES; ioctl(SIOCETHTOOL), Gloo asking for its interface's speed for its logs:
+//    EOPNOTSUPP. These reach nothing either, and killing the worker for them would make it
+//    crash at random on harmless library code.
+//    Everything else kills: an open that would write, create or truncate a file (outside
+//    the segments), open, creat, openat2, execve, execveat, fork, vfork, clone without
+//    CLONE_THREAD, ptrace, process_vm_readv / writev, mount, bpf, keyctl,
+//    perf_event_open, io_uring, chdir, unlink, signals to other processes, ... The
+//    calling thread gets SIGSYS (SECCOMP_RET_TRAP), whose handler writes "the sandbox
+//    refused system call N (name)" to stderr and dies by SIGSYS: the operator reads which
+//    call it was in the worker's log (SECCOMP_RET_KILL_PROCESS would say only the
+//    signal), and uopd reports the worker killed by signal 31 (SIGSYS), fails what ran on
+//    it with UNAVAILABLE and starts it again. Core dumps are off first: a worker's memory
+//    holds its sessions' buffers.
 //
 // Host names cannot be resolved once sandboxed (resolving reads /etc/hosts and
 // /etc/resolv.conf): dial_target() resolves the scheduler's address at start-up, and a

@@ -49,7 +49,8 @@ StopCheckPlan plan_stop_checks(const UOp* linear, const StopCheckOptions& option
       open.push_back({u, 0});
       continue;
     }
-    if (!free_op(u)) open.back().work = sat_add(open.back().work, 1 + (u->dtype().count > 8 ? u->dtype().count / 8 : 0));
+    // An op on a wide vector is several instructions.
+    if (!free_op(u)) open.back().work = sat_add(open.back().work, 1 + u->dtype().count / 8);
     if (!u->is(Op::END)) continue;
     for (size_t closing = u->num_src() > 1 ? u->num_src() - 1 : 0; closing > 0; --closing) {
       if (open.size() < 2 || std::find(u->src().begin() + 1, u->src().end(), open.back().range) == u->src().end())
