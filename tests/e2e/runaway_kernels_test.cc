@@ -333,5 +333,28 @@ TEST(RunawayKernels, ACustomOpThatOpensAFileDiesBySigsys) {
   EXPECT_EQ(still->restarts, 0u);
 }
 
+// A remote worker, sandboxed by default, told its scheduler by name: it resolves the name
+// before the filter goes on (it could not after), registers, and runs a model right.
+TEST(RunawayKernels, ASandboxedRemoteWorkerFindsItsSchedulerByName) {
+  Uopd u = Uopd::start({"--cache-dir=" + scratch("by-name"), "--workers=0"});
+  ASSERT_TRUE(u.client);
+  const std::string address = u.proc->address();
+  testing::WorkerProc w;
+  ASSERT_NO_FATAL_FAILURE(testing::spawn_worker(
+      UOP_WORKER_BINARY, {"--device=cpu:0", "--threads=1", "--heartbeat-seconds=1",
+                          "--scheduler=localhost:" + address.substr(address.rfind(':') + 1)}, &w));
+  ASSERT_TRUE(wait_until([&] {
+    const client::WorkerStatus* s = u.worker("CPU:0");
+    return s && s->state == "up";
+  })) << u.proc->log_tail();
+  auto session = u.client->create_session();
+  ASSERT_TRUE(session.ok()) << session.status();
+  testing::SoftmaxModel m(25);
+  auto ok = session->run(m.root, m.names, m.bindings);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  expect_matches(m.expected(), *ok);
+  EXPECT_TRUE(w.running());
+}
+
 }  // namespace
 }  // namespace uop
