@@ -87,9 +87,9 @@ Serves one device to a uopd scheduler (proto/worker.proto).
   --seccomp=on|off          run kernels in a sandbox: Landlock (writes only beneath /dev/shm)
                             and a seccomp allowlist of what a kernel runner needs, entered
                             before serving; a refused system call kills the worker by SIGSYS
-                            (default: on for cpu, off for cuda, whose driver opens device
-                            files on demand). Sandboxed, the worker resolves --scheduler's
-                            name once, at start-up
+                            (default: on for cpu on x86_64, off for cuda, whose driver opens
+                            device files on demand). Sandboxed, the worker resolves
+                            --scheduler's name once, at start-up
   --stop-grace-ms=N         a launch past its deadline (or whose caller went away) is told to
                             stop; one still running N ms later ends the worker (exit status 5)
                             for a restart (default 3000)
@@ -497,7 +497,8 @@ int run(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   // The sandbox's first layer goes on before any thread exists (Landlock binds only the
   // thread that asks, and what it starts after).
-  const bool sandboxed = f.seccomp == "on" || (f.seccomp.empty() && f.device.rfind("CPU:", 0) == 0);
+  const bool sandboxed =
+      f.seccomp == "on" || (f.seccomp.empty() && f.device.rfind("CPU:", 0) == 0 && sandbox_available());
   if (std::string why; sandboxed && !confine_files(shm_directory(), &why))
     log("files are not confined (", why, "): only the seccomp filter keeps the worker from them, and it cannot "
         "stop a path relative to /dev/shm from leading out of it (../)");

@@ -375,6 +375,14 @@ absl::Status enter_sandbox(int shm_dir) {
 
 bool in_sandbox() { return sandboxed.load(); }
 
+bool sandbox_available() {
+#if defined(__x86_64__)
+  return true;
+#else
+  return false;
+#endif
+}
+
 HostPort split_host_port(const std::string& host_port) {
   if (!host_port.empty() && host_port.front() == '[') {
     const size_t close = host_port.find(']');

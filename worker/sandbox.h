@@ -87,6 +87,10 @@ absl::Status enter_sandbox(int shm_dir);
 // Whether enter_sandbox succeeded in this process.
 bool in_sandbox();
 
+// Whether this build has an allowlist for its architecture (x86_64): where it has none, a
+// CPU worker runs without the sandbox unless --seccomp=on asks (and then fails to start).
+bool sandbox_available();
+
 // What a sandboxed process's gRPC channel to `address` (HOST:PORT) dials: "ipv4:A:P,..."
 // or "ipv6:[A]:P,...", resolved now, before the filter, so that gRPC never resolves a
 // name (and opens files) under it. UNAVAILABLE when the name does not resolve.
