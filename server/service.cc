@@ -342,7 +342,11 @@ grpc::Status UopdService::Run(grpc::ServerContextBase* ctx, pb::RunRequest* req,
   resp->set_plan_ms(ms_since(t0));
 
   // Bindings: each names a BUFFER (or PARAM) node of this request's graph, which the
-  // plan knows by digest.
+  // plan knows by digest. No more of them than the graph has buffers (what is kept per
+  // binding below is then bounded by the graph, not by the request's count).
+  if (static_cast<size_t>(req->inputs_size()) > p.buffers.size())
+    return finish("Run", absl::InvalidArgumentError(cat(req->inputs_size(), " bindings for a graph with ", p.buffers.size(),
+                                                        " buffers; each binds one input")));
   absl::flat_hash_map<int, BoundInput> inputs;
   std::vector<BufferInfo> session_buffers(req->inputs_size());
   std::vector<HostTensor> tensors(req->inputs_size());

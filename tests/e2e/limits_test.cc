@@ -226,6 +226,19 @@ TEST(Limits, MessageFloodInsideANodeIsRefusedBeforeItIsParsed) {
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_TRUE(contains(s, "--max-request-memory")) << s;
   EXPECT_LT(hwm_after, rss_before + 4 * request.size() / 1024) << "peak " << mib(hwm_after) << " MiB";
+
+  // And in a request's other fields: 10M empty bindings of a Run.
+  auto session = u.client->create_session();
+  ASSERT_TRUE(session.ok()) << session.status();
+  std::string run;
+  put_field(run, 1, session->id());
+  run += empty_fields(3, kValues);  // RunRequest.inputs
+  absl::Status bindings = raw_unary(u.proc->address(), "/uopd.v1.Uopd/Run", run);
+  auto [rss_end, hwm_end] = u.memory();
+  std::fprintf(stderr, "  binding flood: %.1f MiB request; uopd peak VmHWM %.1f MiB\n", run.size() / 1048576.0, mib(hwm_end));
+  EXPECT_EQ(bindings.code(), absl::StatusCode::kResourceExhausted) << bindings;
+  EXPECT_TRUE(contains(bindings, "--max-request-memory")) << bindings;
+  EXPECT_LT(hwm_end, rss_before + 4 * run.size() / 1024) << "peak " << mib(hwm_end) << " MiB";
   EXPECT_TRUE(u.alive());
 }
 
