@@ -3,7 +3,6 @@
 // response written as slices that own its outputs, and the Upload reactor with its idle
 // and deadline bounds. Everything that may block runs on the service's handler threads.
 #include <algorithm>
-#include <set>
 
 #include "compiler/support/strings.h"
 #include "google/protobuf/arena.h"
