@@ -589,7 +589,17 @@ absl::StatusOr<RunResult> Session::run(const UOp* root, const Names& names, cons
     absl::StatusOr<HostTensor> t = tensor_header(what, o.dtype(), o.shape());
     if (!t.ok()) return t.status();
     RunOutput r{o.name(), std::move(*t), ""};
-    if (o.value_case() == pb::Output::kBufferId) {
+    if (o.value_case() == pb::Output::kBufferId && !keep_outputs) {
+      // Over the server's inline limit: it stays in the session for us to stream down,
+      // then it is freed (here whatever the download did, so nothing is left behind).
+      r.buffer_id = o.buffer_id();
+      absl::StatusOr<HostTensor> data = download_tensor(r);
+      absl::Status freed = free_buffer(r.buffer_id);
+      if (!data.ok()) return data.status();
+      if (!freed.ok()) return freed;
+      r.tensor = std::move(*data);
+      r.buffer_id.clear();
+    } else if (o.value_case() == pb::Output::kBufferId) {
       r.buffer_id = o.buffer_id();
     } else {
       if (absl::Status s = check_data_size(what, r.tensor, o.data().size()); !s.ok()) return s;

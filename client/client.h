@@ -202,7 +202,10 @@ class Session {
 
   // Runs the graph on the session's device. `names` travel with the graph (inputs may be
   // bound by them; outputs are named by them). With keep_outputs, outputs stay in the
-  // session as buffers and only their ids, dtypes and shapes come back.
+  // session as buffers and only their ids, dtypes and shapes come back. Without it, an
+  // output larger than the server returns inline (uopd --max-inline-output-bytes) is
+  // downloaded from the session, streamed, and freed there: the result has its data
+  // either way.
   absl::StatusOr<RunResult> run(const UOp* root, const Names& names, const std::vector<Input>& inputs,
                                 bool keep_outputs = false);
 

@@ -502,10 +502,27 @@ absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, 
   return first_failure(rs, std::move(failures), what);
 }
 
+uint64_t Executor::run_bytes(const Plan& plan, const absl::flat_hash_map<int, BoundInput>& inputs) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < plan.buffers.size(); ++i) {
+    auto in = inputs.find(static_cast<int>(i));
+    if (in != inputs.end() && in->second.session_buffer) continue;
+    const PlannedBuffer& pb = plan.buffers[i];
+    const uint64_t elements = static_cast<uint64_t>(std::max<int64_t>(pb.elements, 0));
+    const uint64_t width = scalar_bytes(pb.dtype);
+    // Saturates: a sum past 2^64 is refused by any quota all the same.
+    if (width != 0 && elements > (UINT64_MAX - total) / width) return UINT64_MAX;
+    total += elements * width;
+  }
+  return total;
+}
+
 absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const std::string& tenant, const Plan& plan,
                                          const std::vector<CompiledKernel>& kernels,
-                                         const absl::flat_hash_map<int, BoundInput>& inputs, bool keep_outputs,
+                                         const absl::flat_hash_map<int, BoundInput>& inputs, const std::vector<bool>& keep,
                                          absl::Time deadline) {
+  if (keep.size() != plan.outputs.size())
+    return absl::InternalError(cat("run: ", keep.size(), " keep flags for ", plan.outputs.size(), " outputs"));
   RunState rs;
   rs.plan = &plan;
   rs.kernels = &kernels;
@@ -552,6 +569,8 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const std::s
     }
   };
   RunOutcome& out = rs.out;
+  out.outputs.resize(plan.outputs.size());
+  out.kept.resize(plan.outputs.size());
 
   // Every plan buffer as a worker buffer on its device: a session buffer as it is (on
   // that worker, of this generation), everything else allocated for the run.
@@ -803,7 +822,7 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const std::s
     const uint64_t id = rs.ids[o.buffer];
     reading[k].device = di;
     const uint64_t buffer_bytes = static_cast<uint64_t>(pb.elements) * scalar_bytes(pb.dtype);
-    if (keep_outputs) {
+    if (keep[k]) {
       BufferInfo b;
       b.device = d.name;
       b.dtype = o.dtype;
@@ -813,7 +832,7 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const std::s
       b.worker_id = d.w->id();
       b.worker_generation = d.generation;
       d.temps.erase(std::remove(d.temps.begin(), d.temps.end(), id), d.temps.end());
-      out.kept.push_back(b);
+      out.kept[k] = b;
       continue;
     }
     if (buffer_bytes <= kInlineBytes - out_bytes[di]) {
@@ -835,8 +854,9 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const std::s
     cleanup();
     return s;
   }
-  if (!keep_outputs) {
+  {
     for (size_t k = 0; k < plan.outputs.size(); ++k) {
+      if (keep[k]) continue;
       const PlannedOutput& o = plan.outputs[k];
       RunState::Device& d = rs.devices[reading[k].device];
       HostTensor t;
@@ -861,7 +881,7 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const std::s
         t.data = std::move(*data);
       }
       out.bytes_out += t.data.size();
-      out.outputs.push_back(std::move(t));
+      out.outputs[k] = std::move(t);
     }
   }
   cleanup();

@@ -36,8 +36,10 @@ struct BoundInput {
 };
 
 struct RunOutcome {
-  std::vector<HostTensor> outputs;           // when the outputs come back as data
-  std::vector<BufferInfo> kept;              // when they stay in the session (not yet recorded there)
+  // One entry per plan output: its data in `outputs`, or, for an output kept on its
+  // worker, its buffer in `kept` (not yet recorded in the session).
+  std::vector<HostTensor> outputs;
+  std::vector<BufferInfo> kept;
   uint64_t kernels_run = 0;
   uint64_t collectives_run = 0;
   uint64_t bytes_in = 0, bytes_out = 0;      // moved to / from the workers
@@ -73,12 +75,16 @@ class Executor {
   // collective on all of its members at once, each copy as a read from one worker and a
   // write to another. Kernels of different devices between two collectives run side by
   // side. A worker that dies during a step fails the run with UNAVAILABLE naming it.
-  // `tenant` picks its workers (WorkerPool::worker_for: its own processes under tenant
-  // isolation).
+  // keep[i]: plan output i stays on its worker as a buffer for the session (else it is
+  // read back). `tenant` picks its workers (WorkerPool::worker_for: its own processes
+  // under tenant isolation).
   absl::StatusOr<RunOutcome> run(const std::string& device, const std::string& tenant, const Plan& plan,
                                  const std::vector<CompiledKernel>& kernels,
-                                 const absl::flat_hash_map<int, BoundInput>& inputs, bool keep_outputs,
+                                 const absl::flat_hash_map<int, BoundInput>& inputs, const std::vector<bool>& keep,
                                  absl::Time deadline);
+  // What run() allocates on the workers for one run: every plan buffer not bound to a
+  // session buffer (intermediates, outputs, inline inputs, unbound kernel-level buffers).
+  static uint64_t run_bytes(const Plan& plan, const absl::flat_hash_map<int, BoundInput>& inputs);
 
   // Buffer traffic for the buffer RPCs (and the run), in chunks of kChunk bytes: through
   // the worker's execute lane (worker/lane_messages.h) while it has one with a slot free,

@@ -31,11 +31,13 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "absl/strings/numbers.h"
 #include "server/cache/cluster_key.h"
+#include "grpcpp/resource_quota.h"
 #include "server/cache/disk_tier.h"
 #include "server/cache/memory_tier.h"
 #include "server/cache/redis_tier.h"
 #include "server/auth.h"
 #include "server/cluster_auth.h"
+#include "server/inflight.h"
 #include "server/registry_service.h"
 #include "server/rendezvous_service.h"
 #include "server/service.h"
@@ -99,12 +101,28 @@ under $XDG_CACHE_HOME/uopd (or ~/.cache/uopd), serve metrics on 127.0.0.1:9464.
   --redis-tls-cert=PEM --redis-tls-key=PEM  a client certificate, for a Redis that wants one
   --redis-tls-server-name=N   the name Redis's certificate carries  [the --redis host]
   --metrics-listen=HOST:PORT  Prometheus /metrics; empty: none       [127.0.0.1:9464]
+                              an operator port: it takes no credential
+  --metrics-tenant-labels     also export per-tenant series (tenant names as labels)
   --compile-threads=N         compiles in parallel (apart from RPC threads)       [2]
-  --max-nodes=N               nodes per graph                               [1000000]
+  --max-nodes=N               nodes per graph, counted before a request is parsed
+                                                                          [1000000]
   --max-request-bytes=N       one request's size                          [256 MiB]
-  --session-bytes=N           buffer bytes per session                       [4 GiB]
+  --max-request-memory=N      scheduler memory one request may hold at once: its body
+                              as received and parsed, its graph decoded, its inline
+                              outputs                                        [1 GiB]
+  --max-inflight-bytes=N      the same, all requests together; over it a request is
+                              refused RESOURCE_EXHAUSTED  [min(4 GiB, memory / 4)]
+  --max-inline-output-bytes=N outputs of one Run returned inline; larger ones stay in
+                              the session as buffers, downloaded (streamed) and freed by
+                              the client library                            [64 MiB]
+  --session-bytes=N           buffer bytes per session   [min(4 GiB, a worker's / 4)]
+  --session-buffers=N         buffers per session                             [4096]
+  --max-sessions=N            open sessions, all clients together            [1024]
   --session-idle-timeout-s=N  close sessions idle this long                    [600]
+  --max-session-idle-timeout-s=N  the longest idle timeout a client may ask for
+                                                                           [86400]
   --request-deadline-s=N      longest time one request may take                [300]
+  --stream-idle-timeout-s=N   end an Upload whose client sends nothing this long [30]
   --collective-timeout-ms=N   how long a collective member waits for its peers: a
                               worker that died or stalled fails the step within it [30000]
   --collective-transport=T    shm (workers on one host), gloo (TCP, through this
@@ -141,8 +159,11 @@ struct Flags {
       {"cache-key-file", ""}, {"redis-user", ""}, {"redis-password-file", ""}, {"redis-tls", "false"}, {"redis-tls-ca", ""},
       {"redis-tls-cert", ""}, {"redis-tls-key", ""}, {"redis-tls-server-name", ""},
       {"metrics-listen", "127.0.0.1:9464"}, {"compile-threads", "2"}, {"max-nodes", "1000000"},
-      {"max-request-bytes", "268435456"}, {"session-bytes", "4294967296"}, {"session-idle-timeout-s", "600"},
+      {"max-request-bytes", "268435456"}, {"session-bytes", "<default>"}, {"session-idle-timeout-s", "600"},
       {"request-deadline-s", "300"}, {"allow-custom", "false"},
+      {"max-request-memory", "1073741824"}, {"max-inflight-bytes", "<default>"}, {"max-inline-output-bytes", "67108864"},
+      {"session-buffers", "4096"}, {"max-sessions", "1024"}, {"max-session-idle-timeout-s", "86400"},
+      {"stream-idle-timeout-s", "30"}, {"metrics-tenant-labels", "false"},
       {"collective-timeout-ms", "30000"}, {"collective-transport", "auto"}, {"tokens-file", ""}, {"tls-cert", ""},
       {"tls-key", ""}, {"tls-client-ca", ""}, {"worker-tls-cert", ""}, {"worker-tls-key", ""}, {"worker-tls-ca", ""},
       {"worker-tls-server-name", ""}, {"exec-lane", "shm"}, {"max-tenant-workers", "8"}, {"tenant-worker-idle-s", "120"},
@@ -168,7 +189,10 @@ bool parse(int argc, char** argv, Flags* f, std::string* err) {
   for (const char* k : {"workers", "cuda-workers", "worker-threads", "disk-cache-bytes", "memory-cache-bytes", "redis-timeout-ms",
                         "compile-threads", "max-nodes", "max-request-bytes", "session-bytes",
                         "session-idle-timeout-s", "request-deadline-s", "collective-timeout-ms", "max-tenant-workers",
-                        "tenant-worker-idle-s"}) {
+                        "tenant-worker-idle-s", "max-request-memory",
+                        "max-inflight-bytes", "max-inline-output-bytes", "session-buffers", "max-sessions",
+                        "max-session-idle-timeout-s", "stream-idle-timeout-s"}) {
+    if (f->v[k] == "<default>") continue;
     try {
       size_t used = 0;
       long long n = std::stoll(f->v[k], &used);
@@ -202,7 +226,7 @@ std::string find_worker(const std::string& flag) {
 }
 
 std::vector<SampledFamily> sample(CompileCache& cache, WorkerPool& pool, Planner& planner, SessionManager& sessions,
-                                  const Executor& executor) {
+                                  const Executor& executor, const ByteBudget& inflight) {
   std::vector<SampledFamily> out;
   SampledFamily hits{"uopd_cache_hits_total", "compile cache hits by tier", true, {}};
   SampledFamily misses{"uopd_cache_misses_total", "compile cache misses by tier", true, {}};
@@ -238,26 +262,40 @@ std::vector<SampledFamily> sample(CompileCache& cache, WorkerPool& pool, Planner
                  true, {{{{"transport", "lane"}}, double(ex.lane)}, {{{"transport", "grpc"}}, double(ex.grpc)}}});
   out.push_back({"uopd_sessions", "open sessions", false, {{{}, double(sessions.sessions())}}});
   out.push_back({"uopd_buffer_bytes", "bytes held in session buffers", false, {{{}, double(sessions.bytes())}}});
+  out.push_back({"uopd_inflight_bytes", "bytes requests hold in the scheduler now (of --max-inflight-bytes)", false,
+                 {{{}, double(inflight.in_use())}}});
+  out.push_back({"uopd_inflight_refusals_total", "requests refused for want of memory (--max-inflight-bytes, --max-request-memory)",
+                 true, {{{}, double(inflight.refusals())}}});
   return out;
 }
 
-// Per tenant (with --tokens-file): what it holds, and its requests refused by each limit.
-std::vector<SampledFamily> sample_tenants(const Tenants& tenants, SessionManager& sessions) {
+// With --tokens-file: refusals by limit, auth failures and reloads; per tenant (what it
+// holds, its requests refused by each limit) only with --metrics-tenant-labels, since
+// the metrics port takes no credential and tenant names are not for everyone.
+std::vector<SampledFamily> sample_tenants(const Tenants& tenants, SessionManager& sessions, bool tenant_labels) {
   SampledFamily reqs{"uopd_tenant_requests_total", "requests by tenant (authenticated)", true, {}};
   SampledFamily refused{"uopd_tenant_rejections_total", "requests refused by a tenant limit (rps, compiles, sessions, bytes)", true, {}};
   SampledFamily open{"uopd_tenant_sessions", "open sessions by tenant", false, {}};
   SampledFamily bytes{"uopd_tenant_buffer_bytes", "buffer bytes held by tenant", false, {}};
+  std::map<std::string, uint64_t> by_limit;
   for (Tenant* t : tenants.all()) {
+    for (auto& [limit, n] : t->rejections()) by_limit[limit] += n;
+    if (!tenant_labels) continue;
     reqs.samples.push_back({{{"tenant", t->name()}}, double(t->requests())});
     for (auto& [limit, n] : t->rejections()) refused.samples.push_back({{{"tenant", t->name()}, {"limit", limit}}, double(n)});
     TenantUsage u = sessions.usage(t->name());
     open.samples.push_back({{{"tenant", t->name()}}, double(u.sessions)});
     bytes.samples.push_back({{{"tenant", t->name()}}, double(u.bytes)});
   }
-  return {reqs, refused, open, bytes,
-          {"uopd_auth_failures_total", "requests without a valid bearer token", true, {{{}, double(tenants.auth_failures())}}},
-          {"uopd_config_reloads_total", "tokens file reloads (SIGHUP) that took effect (ok) or were refused, keeping the tenants in force (error)",
-           true, {{{{"result", "ok"}}, double(tenants.reloads_ok())}, {{{"result", "error"}}, double(tenants.reloads_failed())}}}};
+  SampledFamily quota{"uopd_quota_rejections_total", "requests refused by a tenant limit, all tenants together", true, {}};
+  for (auto& [limit, n] : by_limit) quota.samples.push_back({{{"limit", limit}}, double(n)});
+  std::vector<SampledFamily> out = {
+      quota,
+      {"uopd_auth_failures_total", "requests without a valid bearer token", true, {{{}, double(tenants.auth_failures())}}},
+      {"uopd_config_reloads_total", "tokens file reloads (SIGHUP) that took effect (ok) or were refused, keeping the tenants in force (error)",
+       true, {{{{"result", "ok"}}, double(tenants.reloads_ok())}, {{{"result", "error"}}, double(tenants.reloads_failed())}}}};
+  if (tenant_labels) out.insert(out.end(), {reqs, refused, open, bytes});
+  return out;
 }
 
 // SIGHUP: the tokens file again. Either all of it takes effect or none of it does.
@@ -494,9 +532,17 @@ int run(int argc, char** argv) {
   }
   po.cuda_arch = f.v["cuda-arch"];
   Planner planner(po, &cache, CpuTarget::host());
+  // Limits that hold without a tokens file too. One session may not take a worker's
+  // whole buffer budget (by default 3/4 of its machine's memory: uop-worker).
+  const uint64_t memory = usable_memory_bytes();
+  const uint64_t worker_budget = f.v["worker-max-buffer-bytes"].empty() ? memory / 4 * 3 : std::stoull(f.v["worker-max-buffer-bytes"]);
   SessionOptions so;
-  so.max_bytes = f.num("session-bytes");
+  so.max_bytes = f.v["session-bytes"] == "<default>" ? std::min<uint64_t>(uint64_t{4} << 30, worker_budget / 4)
+                                                     : static_cast<uint64_t>(f.num("session-bytes"));
   so.idle_timeout = absl::Seconds(f.num("session-idle-timeout-s"));
+  so.max_idle_timeout = absl::Seconds(f.num("max-session-idle-timeout-s"));
+  so.max_buffers = f.num("session-buffers");
+  so.max_sessions = f.num("max-sessions");
   SessionManager sessions(so);
   Executor executor(&pool);
   std::unique_ptr<Tenants> tenants = Tenants::anonymous();
@@ -514,9 +560,16 @@ int run(int argc, char** argv) {
   deps.limits.decode.max_nodes = static_cast<uint32_t>(f.num("max-nodes"));
   deps.limits.decode.max_bytes = f.num("max-request-bytes");
   deps.limits.request_deadline = absl::Seconds(f.num("request-deadline-s"));
+  deps.limits.max_inflight_bytes = f.v["max-inflight-bytes"] == "<default>" ? std::min<uint64_t>(uint64_t{4} << 30, memory / 4)
+                                                                             : static_cast<uint64_t>(f.num("max-inflight-bytes"));
+  deps.limits.max_request_memory = std::min<uint64_t>(f.num("max-request-memory"), deps.limits.max_inflight_bytes);
+  deps.limits.max_inline_output_bytes = f.num("max-inline-output-bytes");
+  deps.limits.stream_idle_timeout = absl::Seconds(f.num("stream-idle-timeout-s"));
   UopdService service(deps);
-  (*metrics)->add_sampler([&] { return sample(cache, pool, planner, sessions, executor); });
-  if (tenants->enabled()) (*metrics)->add_sampler([&] { return sample_tenants(*tenants, sessions); });
+  (*metrics)->add_sampler([&] { return sample(cache, pool, planner, sessions, executor, service.inflight()); });
+  // Anyone who reaches the metrics port can read it: tenant names only when asked for.
+  const bool tenant_labels = f.v["metrics-tenant-labels"] == "true";
+  if (tenants->enabled()) (*metrics)->add_sampler([&, tenant_labels] { return sample_tenants(*tenants, sessions, tenant_labels); });
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -548,6 +601,12 @@ int run(int argc, char** argv) {
   }
   builder.AddListeningPort(f.v["listen"], listen_creds, &port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(f.num("max-request-bytes"), INT32_MAX)));
+  // gRPC's own buffers (what it reads before a handler sees a request) under the same
+  // budget: past it, gRPC slows reading and sheds streams (RESOURCE_EXHAUSTED) instead
+  // of growing.
+  grpc::ResourceQuota quota("uopd");
+  quota.Resize(static_cast<size_t>(deps.limits.max_inflight_bytes));
+  builder.SetResourceQuota(quota);
   builder.SetMaxSendMessageSize(INT32_MAX);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

@@ -49,6 +49,11 @@ class Sampled : public prometheus::Collectable {
   std::vector<std::function<std::vector<SampledFamily>()>> fns_;
 };
 
+namespace {
+constexpr int kHttpThreads = 8;
+constexpr int kHttpRequestTimeoutMs = 10000;
+}  // namespace
+
 struct Metrics::Impl {
   std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
   std::shared_ptr<Sampled> sampled = std::make_shared<Sampled>();
@@ -75,7 +80,12 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::create(const std::string& list
   i.kernels = &prometheus::BuildCounter().Name("uopd_kernels_run_total").Help("kernel launches run on workers").Register(*i.registry).Add({});
   if (!listen.empty()) {
     try {  // prometheus-cpp reports a bind failure by throwing; keep it at this boundary
-      i.exposer = std::make_unique<prometheus::Exposer>(listen);
+      // A scraper that opens a connection and sends nothing holds one of the server's
+      // threads until its request times out: enough threads that a few such connections
+      // leave scrapes served, and a timeout that gives each thread back.
+      i.exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+          "listening_ports", listen, "num_threads", std::to_string(kHttpThreads), "request_timeout_ms",
+          std::to_string(kHttpRequestTimeoutMs)});
     } catch (const std::exception& e) {
       return absl::UnavailableError(cat("metrics: cannot listen on ", listen, ": ", e.what()));
     }

@@ -2,7 +2,9 @@
 // compile-latency histogram are updated where things happen; values owned elsewhere
 // (cache tiers, workers, queues, sessions) are read at scrape time through a callback, so
 // there is one source of truth for each. One Exposer per process (it takes ~2 s to
-// destroy), serving /metrics on the address given.
+// destroy), serving /metrics on the address given: an operator port, with no credential,
+// whose HTTP server has threads and a request timeout enough that a few idle connections
+// do not stop scrapes.
 #pragma once
 
 #include <functional>

@@ -100,6 +100,12 @@ std::string name_of(const DecodedGraph& g, const UOp* u) {
   return "";
 }
 
+// elements x the dtype's width, saturating (a size past 2^64 is over every limit anyway).
+uint64_t bytes_of(int64_t elements, Scalar dtype) {
+  const uint64_t n = static_cast<uint64_t>(std::max<int64_t>(elements, 0)), w = scalar_bytes(dtype);
+  return w != 0 && n > UINT64_MAX / w ? UINT64_MAX : n * w;
+}
+
 // Counts a handler as in flight for its whole run.
 class InFlight {
  public:
@@ -112,13 +118,31 @@ class InFlight {
 
 }  // namespace
 
-absl::Time UopdService::deadline(grpc::ServerContext* ctx) const {
+UopdService::UopdService(ServiceDeps deps)
+    : d_(deps), inflight_(deps.limits.max_inflight_bytes), threads_(std::make_unique<HandlerThreads>(deps.limits.handler_threads)) {
+  if (!d_.tenants) {
+    own_tenants_ = Tenants::anonymous();
+    d_.tenants = own_tenants_.get();
+  }
+  watchdog_ = std::thread([this] { watchdog(); });
+}
+
+UopdService::~UopdService() {
+  {
+    std::lock_guard<std::mutex> l(watch_mu_);
+    stop_watchdog_ = true;
+  }
+  watch_cv_.notify_all();
+  watchdog_.join();
+}
+
+absl::Time UopdService::deadline(grpc::ServerContextBase* ctx) const {
   absl::Time mine = absl::Now() + d_.limits.request_deadline;
   absl::Time theirs = absl::FromChrono(ctx->deadline());
   return std::min(mine, theirs);
 }
 
-absl::StatusOr<Tenant*> UopdService::admit(grpc::ServerContext* ctx) {
+absl::StatusOr<Tenant*> UopdService::admit(grpc::ServerContextBase* ctx) {
   if (draining_) return absl::UnavailableError("uopd is shutting down: retry on another scheduler, or once it is back");
   std::vector<std::string_view> auth;
   auto range = ctx->client_metadata().equal_range("authorization");
@@ -219,44 +243,6 @@ grpc::Status UopdService::CreateBuffer(grpc::ServerContext* ctx, const pb::Creat
   return finish("CreateBuffer", absl::OkStatus());
 }
 
-grpc::Status UopdService::Upload(grpc::ServerContext* ctx, grpc::ServerReader<pb::UploadChunk>* reader,
-                                 pb::UploadResponse* resp) {
-  InFlight in_flight(in_flight_);
-  auto tenant = admit(ctx);
-  if (!tenant.ok()) return finish("Upload", tenant.status());
-  const std::string& who = (*tenant)->name();
-  pb::UploadChunk chunk;
-  if (!reader->Read(&chunk)) return finish("Upload", absl::InvalidArgumentError("upload: no chunks"));
-  auto b = d_.sessions->buffer(chunk.session_id(), chunk.buffer_id(), who);
-  if (!b.ok()) return finish("Upload", b.status());
-  auto w = d_.workers->worker_for(b->device, absl::Seconds(10), who);
-  if (!w.ok()) return finish("Upload", w.status());
-  if ((*w)->id() != b->worker_id || (*w)->generation() != b->worker_generation)
-    return finish("Upload", absl::UnavailableError(cat("buffer ", b->id, " was held by worker ", b->worker_id,
-                                                       ", which restarted since; its contents are lost")));
-  // Forward the chunks as they arrive: the upload never sits whole in the scheduler. The
-  // writer may take each chunk's bytes (gRPC: the strings trade buffers, chunk after chunk).
-  std::unique_ptr<Executor::BufferWriter> out = d_.executor->open_writer(*w, b->worker_buffer, deadline(ctx));
-  uint64_t total = 0;
-  absl::Status bad;
-  do {
-    if (chunk.offset() > b->bytes || chunk.data().size() > b->bytes - chunk.offset()) {
-      bad = absl::OutOfRangeError(cat("upload: chunk at byte ", chunk.offset(), " of ", chunk.data().size(),
-                                      " bytes does not fit buffer ", b->id, " of ", b->bytes, " bytes"));
-      break;
-    }
-    total += chunk.data().size();
-    if (!out->write(chunk.offset(), *chunk.mutable_data()).ok()) break;
-  } while (reader->Read(&chunk));
-  absl::Status ws = out->finish();
-  if (!bad.ok()) return finish("Upload", bad);
-  if (ctx->IsCancelled()) return finish("Upload", absl::CancelledError("upload: the client went away"));
-  if (!ws.ok()) return finish("Upload", absl::Status(ws.code(), cat("uploading: ", ws.message())));
-  d_.metrics->bytes_in(total);
-  resp->set_bytes(total);
-  return finish("Upload", absl::OkStatus());
-}
-
 grpc::Status UopdService::Download(grpc::ServerContext* ctx, const pb::DownloadRequest* req,
                                    grpc::ServerWriter<pb::DownloadChunk>* writer) {
   InFlight in_flight(in_flight_);
@@ -299,7 +285,7 @@ grpc::Status UopdService::FreeBuffer(grpc::ServerContext* ctx, const pb::FreeBuf
   return finish("FreeBuffer", absl::OkStatus());
 }
 
-grpc::Status UopdService::Compile(grpc::ServerContext* ctx, const pb::CompileRequest* req, pb::CompileResponse* resp) {
+grpc::Status UopdService::Compile(grpc::ServerContextBase* ctx, const pb::CompileRequest* req, pb::CompileResponse* resp) {
   InFlight in_flight(in_flight_);
   auto tenant = admit(ctx);
   if (!tenant.ok()) return finish("Compile", tenant.status());
@@ -334,7 +320,7 @@ grpc::Status UopdService::Compile(grpc::ServerContext* ctx, const pb::CompileReq
   return finish("Compile", absl::OkStatus());
 }
 
-grpc::Status UopdService::Run(grpc::ServerContext* ctx, const pb::RunRequest* req, pb::RunResponse* resp) {
+grpc::Status UopdService::Run(grpc::ServerContextBase* ctx, pb::RunRequest* req, pb::RunResponse* resp, ByteBudget::Hold& held) {
   InFlight in_flight(in_flight_);
   auto tenant = admit(ctx);
   if (!tenant.ok()) return finish("Run", tenant.status());
@@ -358,7 +344,11 @@ grpc::Status UopdService::Run(grpc::ServerContext* ctx, const pb::RunRequest* re
   resp->set_plan_ms(ms_since(t0));
 
   // Bindings: each names a BUFFER (or PARAM) node of this request's graph, which the
-  // plan knows by digest.
+  // plan knows by digest. No more of them than the graph has buffers (what is kept per
+  // binding below is then bounded by the graph, not by the request's count).
+  if (static_cast<size_t>(req->inputs_size()) > p.buffers.size())
+    return finish("Run", absl::InvalidArgumentError(cat(req->inputs_size(), " bindings for a graph with ", p.buffers.size(),
+                                                        " buffers; each binds one input")));
   absl::flat_hash_map<int, BoundInput> inputs;
   std::vector<BufferInfo> session_buffers(req->inputs_size());
   std::vector<HostTensor> tensors(req->inputs_size());
@@ -402,7 +392,8 @@ grpc::Status UopdService::Run(grpc::ServerContext* ctx, const pb::RunRequest* re
       inline_bytes += want;
       if (inline_bytes > d_.limits.max_inline_bytes)
         return finish("Run", absl::ResourceExhaustedError(cat("inline tensors of one run: over the limit of ", d_.limits.max_inline_bytes, " bytes; upload buffers instead")));
-      h.data = t.data();
+      // The request's bytes move over: an inline input is held once.
+      h.data.swap(*req->mutable_inputs(i)->mutable_tensor()->mutable_data());
       inputs[buf].tensor = &h;
     } else {
       return finish("Run", absl::InvalidArgumentError(cat("binding ", label, ": neither a buffer id nor a tensor")));
@@ -412,6 +403,31 @@ grpc::Status UopdService::Run(grpc::ServerContext* ctx, const pb::RunRequest* re
     for (size_t j = 0; j < p.buffers.size(); ++j)
       if (p.buffers[j].role == PlannedBuffer::Role::Input && !inputs.contains(static_cast<int>(j)))
         return finish("Run", absl::InvalidArgumentError(cat("input ", j, " of the graph (", p.buffers[j].elements, " x ", scalar_name(p.buffers[j].dtype), ") is not bound")));
+
+  // Outputs come back inline up to --max-inline-output-bytes, in order; the others stay
+  // in the session as buffers (the client downloads and frees them), so the answer, held
+  // here until it is sent, stays bounded whatever the graph computes.
+  std::vector<bool> keep(p.outputs.size(), req->keep_outputs());
+  uint64_t inline_out = 0;
+  for (size_t i = 0; i < p.outputs.size() && !req->keep_outputs(); ++i) {
+    const uint64_t bytes = bytes_of(p.buffers[p.outputs[i].buffer].elements, p.outputs[i].dtype);
+    if (bytes > d_.limits.max_inline_output_bytes - inline_out) keep[i] = true;
+    else inline_out += bytes;
+  }
+  if (absl::Status s = held.grow(inline_out, "Run: its inline outputs"); !s.ok()) return finish("Run", s);
+  // A copy between devices passes through the scheduler, one at a time.
+  uint64_t copy_bytes = 0;
+  for (const PlannedCopy& c : p.copies)
+    copy_bytes = std::max(copy_bytes, bytes_of(std::min(p.buffers[c.src].elements, p.buffers[c.dst].elements), p.buffers[c.src].dtype));
+  if (absl::Status s = held.grow(copy_bytes, "Run: a copy between devices"); !s.ok()) return finish("Run", s);
+  // What the run allocates on the workers counts against the session's and the tenant's
+  // byte quotas while it runs; kept outputs stay counted as the session's buffers.
+  auto reserved = d_.sessions->reserve(req->session_id(), Executor::run_bytes(p, inputs),
+                                       "for the run's intermediates, inline inputs and outputs", who);
+  if (!reserved.ok()) {
+    if (reserved.status().code() == absl::StatusCode::kResourceExhausted) (*tenant)->count_rejection("bytes");
+    return finish("Run", reserved.status());
+  }
 
   // Where each kernel runs (as the executor places it) and so what it is compiled for: a
   // kernel on a CUDA device for that GPU's arch, the others for the CPU.
@@ -448,7 +464,7 @@ grpc::Status UopdService::Run(grpc::ServerContext* ctx, const pb::RunRequest* re
     fill_kernel(k, false, false, resp->add_kernels());
   }
 
-  auto outcome = d_.executor->run(devices->front(), who, p, *kernels, inputs, req->keep_outputs(), deadline(ctx));
+  auto outcome = d_.executor->run(devices->front(), who, p, *kernels, inputs, keep, deadline(ctx));
   if (!outcome.ok()) return finish("Run", outcome.status());
   d_.metrics->kernels_run(outcome->kernels_run);
   kernels_run_ += outcome->kernels_run;
@@ -482,10 +498,13 @@ grpc::Status UopdService::Run(grpc::ServerContext* ctx, const pb::RunRequest* re
     o->set_name(n.empty() ? cat("out", i) : n);
     o->set_dtype(static_cast<::uop::v1::DType::Scalar>(p.outputs[i].dtype));
     for (int64_t d : p.outputs[i].shape) o->add_shape(d);
-    if (req->keep_outputs()) {
-      auto id = d_.sessions->add_buffer(req->session_id(), outcome->kept[i], who);
+    if (keep[i]) {
+      auto id = d_.sessions->add_buffer(req->session_id(), outcome->kept[i], who, &*reserved);
       if (!id.ok()) {
-        free_buffers({outcome->kept.begin() + i, outcome->kept.end()});
+        std::vector<BufferInfo> rest;
+        for (size_t j = i; j < p.outputs.size(); ++j)
+          if (keep[j]) rest.push_back(outcome->kept[j]);
+        free_buffers(rest);
         return finish("Run", id.status());
       }
       o->set_buffer_id(*id);
@@ -497,7 +516,7 @@ grpc::Status UopdService::Run(grpc::ServerContext* ctx, const pb::RunRequest* re
   return finish("Run", absl::OkStatus());
 }
 
-grpc::Status UopdService::Explain(grpc::ServerContext* ctx, const pb::ExplainRequest* req, pb::ExplainResponse* resp) {
+grpc::Status UopdService::Explain(grpc::ServerContextBase* ctx, const pb::ExplainRequest* req, pb::ExplainResponse* resp) {
   InFlight in_flight(in_flight_);
   auto tenant = admit(ctx);
   if (!tenant.ok()) return finish("Explain", tenant.status());

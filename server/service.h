@@ -2,11 +2,26 @@
 // the library (SessionManager, Planner, Executor, WorkerPool) and encodes the answer;
 // the logic lives in those classes, where tests reach it without a socket. Errors leave
 // as gRPC statuses naming what was wrong; every request is counted by method and code.
+//
+// The calls that carry a graph (Compile, Run, Explain) arrive as bytes (gRPC's raw
+// callback API): each is scanned (server/wire_scan.h) for its node count and the memory
+// it would take once parsed, against --max-nodes, --max-request-memory and the budget for
+// bytes in flight (server/inflight.h), before protobuf builds a single Node; a Run's
+// response is written as slices that take over its output bytes, so no output is held
+// twice. Upload is a reactor whose chunks arrive as bytes too, ended by the server when
+// its client stops sending (--stream-idle-timeout-s) or the request deadline passes.
+// These handlers block (on workers, on the compile pool), so they run on the service's
+// own threads (server/handler_threads.h), never on gRPC's.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 
 #include "absl/time/time.h"
 #include "compiler/ir/codec.h"
@@ -14,6 +29,8 @@
 #include "server/auth.h"
 #include "server/cache/compile_cache.h"
 #include "server/executor.h"
+#include "server/handler_threads.h"
+#include "server/inflight.h"
 #include "server/metrics.h"
 #include "server/planner.h"
 #include "server/sessions.h"
@@ -25,6 +42,17 @@ struct ServiceLimits {
   DecodeLimits decode;                              // nodes, bytes, ... per graph
   absl::Duration request_deadline = absl::Minutes(5);
   uint64_t max_inline_bytes = uint64_t{1} << 30;   // inline tensors of one Run
+  // Outputs of one Run returned inline; the others stay in the session as buffers, for
+  // the client to download (streamed) and free.
+  uint64_t max_inline_output_bytes = uint64_t{64} << 20;
+  // What one request may hold in the scheduler at once: its body as received and parsed,
+  // its decoded graph, its inline outputs.
+  uint64_t max_request_memory = uint64_t{1} << 30;
+  // All requests together (--max-inflight-bytes).
+  uint64_t max_inflight_bytes = uint64_t{4} << 30;
+  // An Upload whose client sends nothing for this long is ended (DEADLINE_EXCEEDED).
+  absl::Duration stream_idle_timeout = absl::Seconds(30);
+  size_t handler_threads = 256;  // handlers blocking at once; more wait their turn
 };
 
 struct ServiceDeps {
@@ -38,25 +66,29 @@ struct ServiceDeps {
   Tenants* tenants = nullptr;  // tokens and quotas (server/auth.h); null: one anonymous tenant
 };
 
-class UopdService final : public ::uopd::v1::Uopd::Service {
+// The generated service with the calls above taken as bytes / reactors.
+using UopdServiceBase = ::uopd::v1::Uopd::WithRawCallbackMethod_Compile<::uopd::v1::Uopd::WithRawCallbackMethod_Run<
+    ::uopd::v1::Uopd::WithRawCallbackMethod_Explain<::uopd::v1::Uopd::WithRawCallbackMethod_Upload<::uopd::v1::Uopd::Service>>>>;
+
+class UopdService final : public UopdServiceBase {
  public:
-  explicit UopdService(ServiceDeps deps) : d_(deps) {
-    if (!d_.tenants) {
-      own_tenants_ = Tenants::anonymous();
-      d_.tenants = own_tenants_.get();
-    }
-  }
+  explicit UopdService(ServiceDeps deps);
+  ~UopdService() override;
 
   grpc::Status CreateSession(grpc::ServerContext*, const ::uopd::v1::CreateSessionRequest*, ::uopd::v1::CreateSessionResponse*) override;
   grpc::Status CloseSession(grpc::ServerContext*, const ::uopd::v1::CloseSessionRequest*, ::uopd::v1::CloseSessionResponse*) override;
   grpc::Status CreateBuffer(grpc::ServerContext*, const ::uopd::v1::CreateBufferRequest*, ::uopd::v1::CreateBufferResponse*) override;
-  grpc::Status Upload(grpc::ServerContext*, grpc::ServerReader<::uopd::v1::UploadChunk>*, ::uopd::v1::UploadResponse*) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Upload(grpc::CallbackServerContext*, grpc::ByteBuffer*) override;
   grpc::Status Download(grpc::ServerContext*, const ::uopd::v1::DownloadRequest*, grpc::ServerWriter<::uopd::v1::DownloadChunk>*) override;
   grpc::Status FreeBuffer(grpc::ServerContext*, const ::uopd::v1::FreeBufferRequest*, ::uopd::v1::FreeBufferResponse*) override;
-  grpc::Status Compile(grpc::ServerContext*, const ::uopd::v1::CompileRequest*, ::uopd::v1::CompileResponse*) override;
-  grpc::Status Run(grpc::ServerContext*, const ::uopd::v1::RunRequest*, ::uopd::v1::RunResponse*) override;
-  grpc::Status Explain(grpc::ServerContext*, const ::uopd::v1::ExplainRequest*, ::uopd::v1::ExplainResponse*) override;
+  grpc::ServerUnaryReactor* Compile(grpc::CallbackServerContext*, const grpc::ByteBuffer*, grpc::ByteBuffer*) override;
+  grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext*, const grpc::ByteBuffer*, grpc::ByteBuffer*) override;
+  grpc::ServerUnaryReactor* Explain(grpc::CallbackServerContext*, const grpc::ByteBuffer*, grpc::ByteBuffer*) override;
   grpc::Status Stats(grpc::ServerContext*, const ::uopd::v1::StatsRequest*, ::uopd::v1::StatsResponse*) override;
+
+  // Bytes requests hold in the scheduler now (of limits.max_inflight_bytes), and
+  // reservations refused.
+  const ByteBudget& inflight() const { return inflight_; }
 
   // Requests being handled now (drain waits for zero).
   uint64_t in_flight() const { return in_flight_.load(); }
@@ -68,16 +100,44 @@ class UopdService final : public ::uopd::v1::Uopd::Service {
   void free_buffers(const std::vector<BufferInfo>& buffers);
 
  private:
-  absl::Time deadline(grpc::ServerContext* ctx) const;
+  // The handlers behind the raw calls, on parsed requests; `held` is the request's share
+  // of the budget for bytes in flight.
+  grpc::Status Compile(grpc::ServerContextBase* ctx, const ::uopd::v1::CompileRequest* req, ::uopd::v1::CompileResponse* resp);
+  grpc::Status Run(grpc::ServerContextBase* ctx, ::uopd::v1::RunRequest* req, ::uopd::v1::RunResponse* resp, ByteBudget::Hold& held);
+  grpc::Status Explain(grpc::ServerContextBase* ctx, const ::uopd::v1::ExplainRequest* req, ::uopd::v1::ExplainResponse* resp);
+
+  // A raw unary call: checked as bytes, parsed, handled by `body` on a handler thread,
+  // answered by `encode` (server/service_calls.cc). The one way a request carrying a
+  // graph (or a model) enters.
+  template <class Req, class Resp>
+  using RawBody = std::function<grpc::Status(grpc::ServerContextBase*, Req*, Resp*, ByteBudget::Hold&)>;
+  template <class Req, class Resp>
+  grpc::ServerUnaryReactor* serve_raw(std::string_view method, grpc::CallbackServerContext* ctx,
+                                      const grpc::ByteBuffer* request, grpc::ByteBuffer* response, RawBody<Req, Resp> body);
+  class RawUnaryCall;
+  class UploadCall;
+  // Open uploads, which the watchdog thread ends when idle or past their deadline.
+  void watch(UploadCall* c);
+  void unwatch(UploadCall* c);
+  void watchdog();
+
+  absl::Time deadline(grpc::ServerContextBase* ctx) const;
   grpc::Status finish(std::string_view method, const absl::Status& s);
   // The request's tenant from its bearer token, within its request rate; or why not.
-  absl::StatusOr<Tenant*> admit(grpc::ServerContext* ctx);
+  absl::StatusOr<Tenant*> admit(grpc::ServerContextBase* ctx);
 
   ServiceDeps d_;
   std::unique_ptr<Tenants> own_tenants_;
   std::atomic<uint64_t> kernels_run_{0};
   std::atomic<uint64_t> in_flight_{0};
   std::atomic<bool> draining_{false};
+  ByteBudget inflight_;
+  std::unique_ptr<HandlerThreads> threads_;
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  std::set<UploadCall*> uploads_;  // guarded by watch_mu_
+  bool stop_watchdog_ = false;     // guarded by watch_mu_
+  std::thread watchdog_;
 };
 
 }  // namespace uop::server

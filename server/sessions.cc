@@ -20,10 +20,6 @@ std::string random_id() {
 
 SessionManager::SessionManager(SessionOptions opts) : opts_(opts) {}
 
-std::string SessionManager::create(std::vector<std::string> devices, absl::Duration idle_timeout) {
-  return *open(std::move(devices), idle_timeout, SessionOwner{});  // no limits: cannot fail
-}
-
 absl::StatusOr<std::string> SessionManager::open(std::vector<std::string> devices, absl::Duration idle_timeout,
                                                  const SessionOwner& owner) {
   std::lock_guard<std::mutex> l(mu_);
@@ -33,12 +29,15 @@ absl::StatusOr<std::string> SessionManager::open(std::vector<std::string> device
   if (o.max_sessions != 0 && o.used.sessions >= o.max_sessions)
     return absl::ResourceExhaustedError(cat("tenant '", owner.tenant, "': session limit of ", o.max_sessions,
                                             " open sessions reached; close one first"));
+  if (sessions_.size() >= opts_.max_sessions)
+    return absl::ResourceExhaustedError(cat("the server has ", sessions_.size(), " open sessions, its limit (",
+                                            opts_.max_sessions, ", --max-sessions); close one first"));
   ++o.used.sessions;
   std::string id = random_id();
   Session s;
   s.tenant = owner.tenant;
   s.devices = std::move(devices);
-  s.idle_timeout = idle_timeout > absl::ZeroDuration() ? idle_timeout : opts_.idle_timeout;
+  s.idle_timeout = std::min(idle_timeout > absl::ZeroDuration() ? idle_timeout : opts_.idle_timeout, opts_.max_idle_timeout);
   s.last_used = absl::Now();
   sessions_.emplace(id, std::move(s));
   return id;
@@ -95,21 +94,85 @@ absl::Status SessionManager::touch(const std::string& session, const std::string
   return find(session, tenant).status();
 }
 
-absl::StatusOr<std::string> SessionManager::add_buffer(const std::string& session, BufferInfo info,
-                                                       const std::string& tenant) {
+absl::Status SessionManager::check_bytes_locked(const Session& ss, const Owner& o, uint64_t bytes,
+                                                std::string_view what) const {
+  // Each sum is of values already checked to fit, so none of them wraps.
+  auto held = [](uint64_t buffers, uint64_t reserved) {
+    return reserved == 0 ? cat(buffers, " bytes held") : cat(buffers, " bytes held + ", reserved, " reserved by runs");
+  };
+  if (bytes > opts_.max_bytes || ss.bytes + ss.reserved > opts_.max_bytes - bytes)
+    return absl::ResourceExhaustedError(cat("session byte quota: ", held(ss.bytes, ss.reserved), " + ", bytes, " ", what,
+                                            " > limit ", opts_.max_bytes, " (--session-bytes)"));
+  if (o.max_bytes != 0 && (bytes > o.max_bytes || o.used.bytes + o.reserved > o.max_bytes - bytes))
+    return absl::ResourceExhaustedError(cat("tenant '", ss.tenant, "' byte quota: ", held(o.used.bytes, o.reserved), " + ",
+                                            bytes, " ", what, " > limit ", o.max_bytes));
+  return absl::OkStatus();
+}
+
+SessionManager::Reservation& SessionManager::Reservation::operator=(Reservation&& o) noexcept {
+  if (this != &o) {
+    release();
+    m_ = o.m_;
+    session_ = std::move(o.session_);
+    tenant_ = std::move(o.tenant_);
+    bytes_ = o.bytes_;
+    o.m_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+void SessionManager::Reservation::release() {
+  if (!m_) return;
+  std::lock_guard<std::mutex> l(m_->mu_);
+  if (auto it = m_->sessions_.find(session_); it != m_->sessions_.end() && it->second.tenant == tenant_) {
+    Session& s = it->second;
+    s.reserved -= std::min(s.reserved, bytes_);
+    if (s.runs > 0) --s.runs;
+    s.last_used = absl::Now();  // the run just ended: idle from now
+  }
+  if (auto it = m_->owners_.find(tenant_); it != m_->owners_.end()) it->second.reserved -= std::min(it->second.reserved, bytes_);
+  m_ = nullptr;
+  bytes_ = 0;
+}
+
+absl::StatusOr<SessionManager::Reservation> SessionManager::reserve(const std::string& session, uint64_t bytes,
+                                                                    std::string_view what, const std::string& tenant) {
   std::lock_guard<std::mutex> l(mu_);
   auto s = find(session, tenant);
   if (!s.ok()) return s.status();
   Session& ss = **s;
-  if (ss.bytes + info.bytes > opts_.max_bytes)
-    return absl::ResourceExhaustedError(cat("session byte quota: ", ss.bytes, " bytes held + ", info.bytes,
-                                            " requested > limit ", opts_.max_bytes, " (--session-bytes)"));
-  if (ss.buffers.size() >= opts_.max_buffers)
-    return absl::ResourceExhaustedError(cat("session buffer count: limit ", opts_.max_buffers, " reached"));
   Owner& o = owners_[ss.tenant];
-  if (o.max_bytes != 0 && o.used.bytes + info.bytes > o.max_bytes)
-    return absl::ResourceExhaustedError(cat("tenant '", ss.tenant, "' byte quota: ", o.used.bytes, " bytes held + ", info.bytes,
-                                            " requested > limit ", o.max_bytes));
+  if (absl::Status st = check_bytes_locked(ss, o, bytes, what); !st.ok()) return st;
+  ss.reserved += bytes;
+  ++ss.runs;
+  o.reserved += bytes;
+  Reservation r;
+  r.m_ = this;
+  r.session_ = session;
+  r.tenant_ = ss.tenant;
+  r.bytes_ = bytes;
+  return r;
+}
+
+absl::StatusOr<std::string> SessionManager::add_buffer(const std::string& session, BufferInfo info,
+                                                       const std::string& tenant, Reservation* from) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto s = find(session, tenant);
+  if (!s.ok()) return s.status();
+  Session& ss = **s;
+  if (ss.buffers.size() >= opts_.max_buffers)
+    return absl::ResourceExhaustedError(cat("session buffer count: limit ", opts_.max_buffers, " reached (--session-buffers)"));
+  Owner& o = owners_[ss.tenant];
+  // Bytes a reservation of this session already holds move over; the rest is checked.
+  uint64_t taken = 0;
+  if (from && from->m_ == this && from->session_ == session) taken = std::min({from->bytes_, info.bytes, ss.reserved});
+  if (absl::Status st = check_bytes_locked(ss, o, info.bytes - taken, "requested"); !st.ok()) return st;
+  if (taken > 0) {
+    from->bytes_ -= taken;
+    ss.reserved -= taken;
+    o.reserved -= std::min(o.reserved, taken);
+  }
   o.used.bytes += info.bytes;
   ++o.used.buffers;
   info.id = random_id();
@@ -160,7 +223,7 @@ std::vector<BufferInfo> SessionManager::reap_idle(absl::Time now) {
   std::lock_guard<std::mutex> l(mu_);
   std::vector<BufferInfo> out;
   for (auto it = sessions_.begin(); it != sessions_.end();) {
-    if (now - it->second.last_used < it->second.idle_timeout) {
+    if (it->second.runs > 0 || now - it->second.last_used < it->second.idle_timeout) {
       ++it;
       continue;
     }

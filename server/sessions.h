@@ -1,6 +1,9 @@
 // Sessions and their buffers, as the scheduler keeps them. A session owns buffers on
-// workers; it closes explicitly or after an idle timeout, freeing them. Each session has a
-// byte quota. Ids are 128-bit random hex: a buffer id names a buffer of one session only,
+// workers; it closes explicitly or after an idle timeout (a client's choice, clamped to
+// the server's maximum), freeing them. Each session has a byte quota and a buffer count
+// limit, and the server a limit on open sessions, so that even without tenants no client
+// holds more than its share. A Run reserves the bytes its temporaries take on the workers
+// against the same quotas (Reservation) for as long as it runs. Ids are 128-bit random hex: a buffer id names a buffer of one session only,
 // and guessing another's is hopeless. The data lives on the worker of the buffer's device;
 // the scheduler knows which worker (and which generation of it: a restarted worker has
 // lost its buffers, and using one then is a clear error, not garbage).
@@ -11,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -33,8 +37,10 @@ struct BufferInfo {
 
 struct SessionOptions {
   uint64_t max_bytes = uint64_t{4} << 30;             // per session
-  absl::Duration idle_timeout = absl::Minutes(10);
-  uint64_t max_buffers = 100000;                      // per session
+  absl::Duration idle_timeout = absl::Minutes(10);    // when the client names none
+  absl::Duration max_idle_timeout = absl::Hours(24);  // what a client may name
+  uint64_t max_buffers = 4096;                        // per session
+  uint64_t max_sessions = 1024;                       // open at once, all tenants
 };
 
 // Who owns a session (server/auth.h: the tenant; "" without tokens) and that owner's
@@ -55,9 +61,9 @@ class SessionManager {
  public:
   explicit SessionManager(SessionOptions opts);
 
-  std::string create(std::vector<std::string> devices, absl::Duration idle_timeout);
   // A session of `owner`; RESOURCE_EXHAUSTED naming the limit when it has all the
-  // sessions it may.
+  // sessions it may, or the server has. `idle_timeout` is clamped to the maximum; zero or
+  // less is the default.
   absl::StatusOr<std::string> open(std::vector<std::string> devices, absl::Duration idle_timeout, const SessionOwner& owner);
   // The calls below take the caller's tenant: a session of another tenant is NOT_FOUND.
   // NOT_FOUND naming the session when it does not exist (or timed out).
@@ -65,10 +71,36 @@ class SessionManager {
   // Marks the session used now.
   absl::Status touch(const std::string& session, const std::string& tenant = "");
 
+  // Bytes of a session's quota (and its tenant's) held for one Run: its intermediates,
+  // the inline inputs staged on the workers and its outputs. Given back when it goes, but
+  // for what add_buffer took over from it (outputs kept in the session). While a session
+  // has one it is in use and never reaped as idle. Movable; one thread at a time.
+  class Reservation {
+   public:
+    Reservation() = default;
+    Reservation(Reservation&& o) noexcept { *this = std::move(o); }
+    Reservation& operator=(Reservation&& o) noexcept;
+    ~Reservation() { release(); }
+    uint64_t bytes() const { return bytes_; }
+    void release();
+
+   private:
+    friend class SessionManager;
+    SessionManager* m_ = nullptr;
+    std::string session_, tenant_;
+    uint64_t bytes_ = 0;
+  };
+  // RESOURCE_EXHAUSTED naming the session's or the tenant's limit when `bytes` more do
+  // not fit (`what` says what they are for), before anything is allocated.
+  absl::StatusOr<Reservation> reserve(const std::string& session, uint64_t bytes, std::string_view what,
+                                      const std::string& tenant = "");
+
   // Reserves `bytes` of the session's quota for a new buffer (RESOURCE_EXHAUSTED naming
   // the limit) and records it; the caller allocates it on the worker first.
-  // The tenant's byte limit is checked too.
-  absl::StatusOr<std::string> add_buffer(const std::string& session, BufferInfo info, const std::string& tenant = "");
+  // The tenant's byte limit is checked too. With `from`, the bytes come out of that
+  // reservation (a Run's output kept in the session), already checked.
+  absl::StatusOr<std::string> add_buffer(const std::string& session, BufferInfo info, const std::string& tenant = "",
+                                         Reservation* from = nullptr);
   absl::StatusOr<BufferInfo> buffer(const std::string& session, const std::string& buffer_id, const std::string& tenant = "");
   // Forgets the buffer and returns what the worker must free.
   absl::StatusOr<BufferInfo> remove_buffer(const std::string& session, const std::string& buffer_id,
@@ -95,6 +127,7 @@ class SessionManager {
   struct Owner {
     uint64_t max_sessions = 0, max_bytes = 0;
     TenantUsage used;
+    uint64_t reserved = 0;  // by runs in flight
   };
   // Drops a session's share of its owner's usage (mu_ held).
   void release_locked(const std::string& tenant, uint64_t buffers, uint64_t bytes, bool session);
@@ -105,8 +138,12 @@ class SessionManager {
     absl::Duration idle_timeout;
     absl::Time last_used;
     uint64_t bytes = 0;
+    uint64_t reserved = 0;  // by runs in flight (Reservation)
+    uint64_t runs = 0;      // reservations open
     absl::flat_hash_map<std::string, BufferInfo> buffers;
   };
+  // RESOURCE_EXHAUSTED when `bytes` more do not fit the session's or its owner's limit (mu_ held).
+  absl::Status check_bytes_locked(const Session& s, const Owner& o, uint64_t bytes, std::string_view what) const;
   absl::StatusOr<Session*> find(const std::string& id, const std::string& tenant = "");  // mu_ held
 
   SessionOptions opts_;

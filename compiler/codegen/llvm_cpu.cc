@@ -360,7 +360,10 @@ absl::Status Renderer::emit(const UOp* u) {
         if (!done_.contains(dep)) return bad(u, cat("depends on node ", ix_.at(dep), " before it is listed [linear.order]"));
       auto e = get(u, u->src(0));
       if (!e.ok()) return e.status();
-      done_[u] = **e;  // AFTER only orders: it is its first source
+      // AFTER only orders: it is its first source. A copy first: *e points into done_,
+      // which the insertion may rehash.
+      Emitted first = **e;
+      done_[u] = first;
       return absl::OkStatus();
     }
     case Op::IF: {

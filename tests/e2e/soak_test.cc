@@ -32,6 +32,7 @@
 #include "client/embedded_server.h"
 #include "compiler/interp/interp.h"
 #include "compiler/ir/tensor_builder.h"
+#include "tests/e2e/proc_status.h"
 #include "tests/unit/server/cache/test_util.h"
 
 namespace uop {
@@ -41,6 +42,7 @@ using client::Client;
 using client::ClientOptions;
 using client::EmbeddedServer;
 using Clock = std::chrono::steady_clock;
+using testing::memory_kib;
 
 constexpr int kClients = 6;
 constexpr int kOpsPerClient = 50;
@@ -48,17 +50,6 @@ constexpr int kVariants = 10;
 constexpr int kMaxAttempts = 60;  // per operation; backoff 20 ms .. 400 ms
 
 double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
-// VmRSS and VmHWM of a process, in KiB (0 when it is gone).
-std::pair<uint64_t, uint64_t> memory_kib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  uint64_t rss = 0, hwm = 0;
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) rss = std::stoull(line.substr(6));
-    if (line.rfind("VmHWM:", 0) == 0) hwm = std::stoull(line.substr(6));
-  }
-  return {rss, hwm};
-}
 
 // One graph variant (its shapes, hence its kernels, differ from the others'), its inputs
 // and the interpreter's outputs.
