@@ -336,13 +336,14 @@ TEST(RunawayKernels, ACustomOpThatOpensAFileDiesBySigsys) {
 // A remote worker, sandboxed by default, told its scheduler by name: it resolves the name
 // before the filter goes on (it could not after), registers, and runs a model right.
 TEST(RunawayKernels, ASandboxedRemoteWorkerFindsItsSchedulerByName) {
-  Uopd u = Uopd::start({"--cache-dir=" + scratch("by-name"), "--workers=0"});
+  const testing::ClusterSecret& secret = testing::test_secret();
+  Uopd u = Uopd::start({"--cache-dir=" + scratch("by-name"), "--workers=0", secret.flag()});
   ASSERT_TRUE(u.client);
-  const std::string address = u.proc->address();
+  const std::string internal = u.proc->internal_address();  // where workers register
   testing::WorkerProc w;
   ASSERT_NO_FATAL_FAILURE(testing::spawn_worker(
-      UOP_WORKER_BINARY, {"--device=cpu:0", "--threads=1", "--heartbeat-seconds=1",
-                          "--scheduler=localhost:" + address.substr(address.rfind(':') + 1)}, &w));
+      UOP_WORKER_BINARY, {"--device=cpu:0", "--threads=1", "--heartbeat-seconds=1", secret.flag(),
+                          "--scheduler=localhost:" + internal.substr(internal.rfind(':') + 1)}, &w));
   ASSERT_TRUE(wait_until([&] {
     const client::WorkerStatus* s = u.worker("CPU:0");
     return s && s->state == "up";
