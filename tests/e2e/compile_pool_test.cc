@@ -24,6 +24,7 @@
 #include "compiler/ir/tensor_builder.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/uopd.grpc.pb.h"
+#include "tests/e2e/background_call.h"
 #include "tests/e2e/worker_proc.h"
 #include "tests/unit/compiler/bomb_graphs.h"
 
@@ -33,6 +34,7 @@ namespace {
 using client::Client;
 using client::ClientOptions;
 using client::EmbeddedServer;
+using testing::BackgroundCall;
 using testing::wait_until;
 namespace pb = ::uopd::v1;
 
@@ -56,47 +58,6 @@ struct Bomb {
 };
 constexpr int kBombKernels = 48;
 constexpr int kBombLeaves = 600;  // ~2400 ops a kernel: well under the 8192 bound
-
-// A call on a connection of its own (a local subchannel pool: gRPC would otherwise share
-// one connection between channels to the same address, and the server tells clients
-// apart by connection), in a thread, cancellable.
-class BackgroundCall {
- public:
-  template <typename Request, typename Response>
-  BackgroundCall(const std::string& address, const std::string& token, Request req,
-                 grpc::Status (pb::Uopd::Stub::*method)(grpc::ClientContext*, const Request&, Response*)) {
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    args.SetMaxSendMessageSize(-1);
-    args.SetMaxReceiveMessageSize(-1);
-    stub_ = pb::Uopd::NewStub(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
-    ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
-    if (!token.empty()) ctx_.AddMetadata("authorization", "Bearer " + token);
-    thread_ = std::thread([this, req = std::move(req), method] {
-      Response resp;
-      status_ = ((*stub_).*method)(&ctx_, req, &resp);
-      done_ = true;
-    });
-  }
-  ~BackgroundCall() {
-    ctx_.TryCancel();
-    if (thread_.joinable()) thread_.join();
-  }
-  void cancel() { ctx_.TryCancel(); }
-  bool done() const { return done_.load(); }
-  grpc::Status finish() {
-    thread_.join();
-    return status_;
-  }
-  grpc::ClientContext& context() { return ctx_; }
-
- private:
-  std::unique_ptr<pb::Uopd::Stub> stub_;
-  grpc::ClientContext ctx_;
-  std::thread thread_;
-  std::atomic<bool> done_{false};
-  grpc::Status status_;
-};
 
 pb::CompileRequest compile_request(const UOp* root) {
   pb::CompileRequest req;
