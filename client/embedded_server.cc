@@ -21,8 +21,7 @@
 
 namespace uop::client {
 
-std::optional<std::string> parse_listening_line(std::string_view line) {
-  constexpr std::string_view kPrefix = "LISTENING ";
+std::optional<std::string> parse_listening_line(std::string_view line, std::string_view kPrefix) {
   while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
   if (line.substr(0, kPrefix.size()) != kPrefix) return std::nullopt;
   std::string_view addr = line.substr(kPrefix.size());
@@ -134,6 +133,7 @@ absl::StatusOr<std::unique_ptr<EmbeddedServer>> EmbeddedServer::start(const std:
       s->cv_.wait_for(lock, std::chrono::milliseconds(20));
     }
     if (s->listening_) s->address_ = *s->listening_;
+    s->internal_address_ = s->internal_;
   }
   if (!failure.empty()) {
     absl::Status st = s->stop(absl::Seconds(1));
@@ -171,7 +171,12 @@ void EmbeddedServer::drain_stdout() {
     if (found) continue;  // after LISTENING, stdout is only drained
     pending.append(buf, static_cast<size_t>(n));
     for (size_t nl; !found && (nl = pending.find('\n')) != std::string::npos;) {
-      std::optional<std::string> addr = parse_listening_line(std::string_view(pending).substr(0, nl));
+      std::string_view line = std::string_view(pending).substr(0, nl);
+      std::optional<std::string> addr = parse_listening_line(line);
+      if (std::optional<std::string> internal = parse_listening_line(line, "INTERNAL ")) {
+        std::lock_guard<std::mutex> lock(mu_);
+        internal_ = std::move(*internal);
+      }
       pending.erase(0, nl + 1);
       if (addr) {
         found = true;

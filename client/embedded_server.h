@@ -45,6 +45,9 @@ class EmbeddedServer {
   EmbeddedServer& operator=(const EmbeddedServer&) = delete;
 
   const std::string& address() const { return address_; }  // HOST:PORT from its LISTENING line
+  // HOST:PORT of its internal services (worker Registry, Rendezvous), from the INTERNAL
+  // line it prints before LISTENING; empty if it printed none.
+  const std::string& internal_address() const { return internal_address_; }
   pid_t pid() const { return pid_; }
 
   // SIGTERM, up to `grace` for it to exit, then SIGKILL; then SIGKILL whatever is left of
@@ -65,18 +68,20 @@ class EmbeddedServer {
   bool stopped_ = false;
   int stdout_fd_ = -1;  // read end of the child's stdout
   int log_fd_ = -1;     // the child's stderr (unlinked temporary file)
-  std::string address_;
+  std::string address_, internal_address_;
 
   std::thread reader_;
   std::atomic<bool> stop_reader_{false};
   std::mutex mu_;
   std::condition_variable cv_;
   std::optional<std::string> listening_;  // guarded by mu_
+  std::string internal_;                  // guarded by mu_
   bool stdout_closed_ = false;            // guarded by mu_
 };
 
-// "LISTENING 127.0.0.1:4242" -> "127.0.0.1:4242"; nullopt for any other line.
-std::optional<std::string> parse_listening_line(std::string_view line);
+// "LISTENING 127.0.0.1:4242" -> "127.0.0.1:4242"; nullopt for any other line. Another
+// prefix reads other lines of that form ("INTERNAL 127.0.0.1:4243").
+std::optional<std::string> parse_listening_line(std::string_view line, std::string_view prefix = "LISTENING ");
 
 // The uopd to start: `flag` (--uopd=PATH) when given; else `server/uopd` beside the
 // directory of this executable (the build tree: build/client/uop -> build/server/uopd);

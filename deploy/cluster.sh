@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # A local uopd cluster: one scheduler, N workers registering with it by address, and
 # optionally a Redis shared cache tier. Every process listens on 127.0.0.1 on a free port;
-# their pids and addresses go to STATE_DIR/cluster.env, which `stop` reads.
+# their pids and addresses go to STATE_DIR/cluster.env, which `stop` reads. Scheduler and
+# workers share a cluster secret, STATE_DIR/cluster-secret (made at the first start, mode
+# 0600): the workers register at the scheduler's internal listener with it, and take
+# calls only from who has it.
 #
 #   deploy/cluster.sh start [--workers N] [--redis] [--state DIR] [--bin DIR] [-- UOPD_FLAGS...]
 #   deploy/cluster.sh status [--state DIR]
 #   deploy/cluster.sh stop [--state DIR]
 #
 #   --workers N   uop-worker processes (devices CPU:0 .. CPU:N-1)                [2]
-#   --redis       start a redis-server for the cluster's shared cache tier
+#   --redis       start a redis-server for the cluster's shared cache tier (and make the
+#                 key its entries are authenticated with, STATE_DIR/cache.key, mode 0600)
 #   --state DIR   where pids, addresses, logs and the disk cache live  [/tmp/uopd-cluster]
 #   --bin DIR     build tree holding server/uopd and worker/uop-worker [build/release]
 # After `start`, `export UOPD_ADDRESS=...` as printed and use `uop`.
@@ -32,15 +36,15 @@ env_file=$state/cluster.env
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null ||
   shuf -i 20000-60000 -n 1; }
 
-# Waits for a "LISTENING host:port" line in a log; prints host:port.
+# Waits for a "LISTENING host:port" line (or another WORD: INTERNAL) in a log; prints host:port.
 wait_listening() {
-  local log=$1 pid=$2
+  local log=$1 pid=$2 word=${3:-LISTENING}
   for _ in $(seq 1 200); do
-    if grep -q '^LISTENING ' "$log" 2>/dev/null; then awk '/^LISTENING / {print $2; exit}' "$log"; return 0; fi
+    if grep -q "^$word " "$log" 2>/dev/null; then awk -v w="$word" '$1 == w {print $2; exit}' "$log"; return 0; fi
     kill -0 "$pid" 2>/dev/null || { echo "cluster.sh: process $pid exited; see $log" >&2; return 1; }
     sleep 0.1
   done
-  echo "cluster.sh: no LISTENING line from $pid within 20 s; see $log" >&2
+  echo "cluster.sh: no $word line from $pid within 20 s; see $log" >&2
   return 1
 }
 
@@ -63,27 +67,38 @@ case "$cmd" in
       { echo "cluster.sh: build first: $bin/server/uopd and $bin/worker/uop-worker are missing" >&2; exit 1; }
     [ -f "$env_file" ] && { echo "cluster.sh: a cluster is running ($env_file); stop it first" >&2; exit 1; }
     mkdir -p "$state"
+    secret=$state/cluster-secret
+    if [ ! -s "$secret" ]; then
+      (umask 077 && od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$secret")
+    fi
+    chmod 600 "$secret"
     redis_pid="" redis_flag=()
     if [ "$redis" = 1 ]; then
       port=$(free_port)
       redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >"$state/redis.log" 2>&1 &
       redis_pid=$!
-      redis_flag=(--redis="127.0.0.1:$port")
+      # Schedulers sharing a Redis authenticate its entries with one key; this cluster's
+      # is made once, readable by this user only.
+      [ -s "$state/cache.key" ] || (umask 077 && head -c 32 /dev/urandom >"$state/cache.key")
+      redis_flag=(--redis="127.0.0.1:$port" --cache-key-file="$state/cache.key")
       for _ in $(seq 1 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
     fi
     "$bin/server/uopd" --listen=127.0.0.1:0 --metrics-listen=127.0.0.1:0 --workers=0 \
-      --cache-dir="$state/cache" "${redis_flag[@]}" "${extra[@]}" >"$state/uopd.out" 2>"$state/uopd.log" &
+      --cluster-secret-file="$secret" --cache-dir="$state/cache" "${redis_flag[@]}" "${extra[@]}" \
+      >"$state/uopd.out" 2>"$state/uopd.log" &
     uopd_pid=$!
     addr=$(wait_listening "$state/uopd.out" "$uopd_pid")
+    internal=$(wait_listening "$state/uopd.out" "$uopd_pid" INTERNAL)
     worker_pids=""
     for i in $(seq 0 $((workers - 1))); do
-      "$bin/worker/uop-worker" --device="cpu:$i" --listen=127.0.0.1:0 --scheduler="$addr" \
-        >"$state/worker$i.out" 2>"$state/worker$i.log" &
+      "$bin/worker/uop-worker" --device="cpu:$i" --listen=127.0.0.1:0 --scheduler="$internal" \
+        --cluster-secret-file="$secret" >"$state/worker$i.out" 2>"$state/worker$i.log" &
       worker_pids="$worker_pids $!"
       wait_listening "$state/worker$i.out" "$!" >/dev/null
     done
     cat >"$env_file" <<EOF
 UOPD_ADDRESS=$addr
+UOPD_INTERNAL=$internal
 UOPD_PID=$uopd_pid
 WORKER_PIDS="$worker_pids"
 REDIS_PID=$redis_pid
@@ -102,5 +117,5 @@ EOF
     cat "$env_file"
     ;;
   stop) stop ;;
-  *) sed -n '2,15p' "$0"; exit 2 ;;
+  *) sed -n '2,16p' "$0"; exit 2 ;;
 esac

@@ -164,8 +164,12 @@ cp -r examples "$smoke/examples"
 chmod -R a+rX "$smoke/examples"
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-api=$(free_port); metrics=$(free_port); wport=$(free_port)
+api=$(free_port); metrics=$(free_port); wport=$(free_port); iport=$(free_port)
 addr=127.0.0.1:$api
+# The cluster secret of the scheduler and the worker container, owned by the image's user.
+od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$smoke/cluster-secret"
+chown 10001:10001 "$smoke/cluster-secret"; chmod 600 "$smoke/cluster-secret"
+secret_flag=--cluster-secret-file=/smoke/cluster-secret
 log "uopd on $addr, metrics on 127.0.0.1:$metrics, worker on 127.0.0.1:$wport"
 
 # The three ways of running the image: docker, podman, chroot. Each mode defines
@@ -272,7 +276,8 @@ wait_log() {  # NAME REGEX SECONDS: wait until NAME's output matches, while it r
 
 # The image's default command, on loopback and free ports (host network): two embedded
 # CPU workers, the disk cache on the volume path.
-start "$server" "$tag" uopd --listen="$addr" --metrics-listen="127.0.0.1:$metrics" --cache-dir=/var/cache/uopd
+start "$server" "$tag" uopd --listen="$addr" --metrics-listen="127.0.0.1:$metrics" --cache-dir=/var/cache/uopd \
+  --internal-listen="127.0.0.1:$iport" "$secret_flag"
 if wait_log "$server" '^LISTENING ' 60 && wait_log "$server" 'uopd: serving' 60; then
   pass "uopd starts from the image: $(logs "$server" | grep -m1 'uopd: serving')"
 else
@@ -337,7 +342,8 @@ fi
 
 # A uop-worker container registering with the containerized scheduler, as in
 # deploy/compose.yaml (healthcheck off: it is not a uopd).
-start "$worker" --no-healthcheck "$tag" uop-worker --device=cpu:2 --listen="127.0.0.1:$wport" --scheduler="$addr"
+start "$worker" --no-healthcheck "$tag" uop-worker --device=cpu:2 --listen="127.0.0.1:$wport" \
+  --scheduler="127.0.0.1:$iport" "$secret_flag"
 if wait_log "$worker" 'registered' 60 && grep -Eq 'CPU:2 +up' <<<"$(uop in-image stats)"; then
   pass "uop-worker from the image registered: $(logs "$worker" | grep -m1 registered)"
   ref=$(cexec "$server" uopc run /smoke/examples/reduction.json --random 1 2>/dev/null)

@@ -14,7 +14,7 @@ packages=(
   # compiler backend
   llvm-19-dev
   # hashing, metrics, collectives, cluster cache
-  libssl-dev prometheus-cpp-dev libgloo-dev libhiredis-dev redis-server
+  libssl-dev openssl prometheus-cpp-dev libgloo-dev redis-server
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
   # ONNX importer and its conformance data

@@ -11,6 +11,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "compiler/support/strings.h"
+#include "server/cluster_auth.h"
 #include "proto/worker.grpc.pb.h"
 #include "worker/lane_messages.h"
 
@@ -117,10 +118,13 @@ absl::Status Executor::alloc(const Worker& w, uint64_t id, uint64_t bytes, absl:
   req.set_buffer_id(id);
   req.set_bytes(bytes);
   wpb::AllocBufferResponse resp;
+  const uint64_t generation = w->generation();
   auto st = stub(w);
-  if (!st.ok()) return st.status();
-  absl::Status s = from_grpc((*st)->AllocBuffer(&ctx, req, &resp));
-  return s.ok() ? s : failed(w, s, "allocating a buffer");
+  absl::Status s = st.ok() ? from_grpc((*st)->AllocBuffer(&ctx, req, &resp)) : st.status();
+  if (s.ok()) return s;
+  const uint64_t ids[] = {id};
+  w->release_buffer_ids(ids, generation);
+  return st.ok() ? failed(w, s, "allocating a buffer") : s;
 }
 
 namespace {
@@ -287,8 +291,11 @@ absl::Status Executor::free(const Worker& w, const std::vector<uint64_t>& ids) {
   wpb::FreeBuffersResponse resp;
   auto st = stub(w);
   if (!st.ok()) return st.status();
+  const uint64_t generation = w->generation();
   absl::Status s = from_grpc((*st)->FreeBuffers(&ctx, req, &resp));
-  return s.ok() ? s : failed(w, s, "freeing buffers");
+  if (!s.ok()) return failed(w, s, "freeing buffers");
+  w->release_buffer_ids(ids, generation);
+  return s;
 }
 
 // What one run holds while its steps go: the worker of each device it uses, the worker
@@ -381,6 +388,7 @@ absl::Status Executor::flush_launches(RunState& rs) {
       if (d.pending.free_after_size() > 0) {
         absl::flat_hash_set<uint64_t> freed(d.pending.free_after().begin(), d.pending.free_after().end());
         std::erase_if(d.temps, [&](uint64_t id) { return freed.contains(id); });
+        d.w->release_buffer_ids({d.pending.free_after().data(), static_cast<size_t>(d.pending.free_after_size())}, d.generation);
       }
     } else {
       failures.emplace_back(d.w, status[k]);
@@ -411,7 +419,7 @@ absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, 
   std::string transport = collectives_.transport;
   if (transport.empty())
     transport = all_cuda && nccl_has(c.dtype) && !collectives_.rendezvous.empty() ? "nccl" : one_host ? "shm" : "gloo";
-  if (transport != "shm" && collectives_.rendezvous.empty())
+  if (transport != "shm" && (collectives_.rendezvous.empty() || !collectives_.groups))
     return absl::FailedPreconditionError(cat(what, transport == "nccl"
                                                        ? ": nccl needs the rendezvous and this scheduler serves none"
                                                        : ": the workers are on different hosts and this scheduler serves no rendezvous"));
@@ -419,8 +427,22 @@ absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, 
   if (left <= absl::ZeroDuration()) return absl::DeadlineExceededError(cat(what, ": the request's deadline passed"));
   absl::Duration timeout = std::min(collectives_.timeout, left);
   // Unique among every collective any scheduler on this host runs (shm segments are named
-  // after the group): this process, a counter.
-  const std::string group = cat("uopd-", getpid(), "-", next_group_.fetch_add(1), "-ar", index);
+  // after the group), and unguessable: only its members can find its keys at the
+  // rendezvous, where it is open for as long as they may need it.
+  const std::string group = cluster_auth::random_hex(16);
+  struct CloseGroup {
+    RendezvousStore* store;
+    const std::string& name;
+    ~CloseGroup() {
+      if (store) store->close_group(name);
+    }
+  } close_group{nullptr, group};
+  if (transport != "shm") {
+    absl::Status opened =
+        collectives_.groups->open_group(RendezvousGroup::for_members(group, static_cast<int>(n), timeout + absl::Seconds(10)));
+    if (!opened.ok()) return absl::Status(opened.code(), cat(what, ": ", opened.message()));
+    close_group.store = collectives_.groups;
+  }
 
   std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
   for (size_t i = 0; i < n; ++i) {
@@ -480,7 +502,7 @@ absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, 
   return first_failure(rs, std::move(failures), what);
 }
 
-absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const Plan& plan,
+absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const std::string& tenant, const Plan& plan,
                                          const std::vector<CompiledKernel>& kernels,
                                          const absl::flat_hash_map<int, BoundInput>& inputs, bool keep_outputs,
                                          absl::Time deadline) {
@@ -494,7 +516,7 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const Plan& 
     const std::string& d = plan.multi_device() && !named.empty() ? named : device;
     for (size_t i = 0; i < rs.devices.size(); ++i)
       if (rs.devices[i].name == d) return i;
-    auto w = pool_->worker_for(d);
+    auto w = pool_->worker_for(d, absl::Seconds(10), tenant);
     if (!w.ok()) return w.status();
     RunState::Device dev;
     dev.name = d;
@@ -513,15 +535,20 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const Plan& 
       if (!st.ok()) continue;
       struct Call {
         std::shared_ptr<Stub> stub;  // keeps the channel up until the answer
+        Worker w;
+        uint64_t generation;
         grpc::ClientContext ctx;
         wpb::FreeBuffersRequest req;
         wpb::FreeBuffersResponse resp;
       };
-      auto* c = new Call;
-      c->stub = *st;
+      auto* c = new Call{*st, d.w, d.generation};
       set_deadline(c->ctx, absl::Now() + absl::Seconds(10));
       for (uint64_t id : d.temps) c->req.add_buffer_ids(id);
-      c->stub->async()->FreeBuffers(&c->ctx, &c->req, &c->resp, [c](grpc::Status) { delete c; });
+      // An id is handed out again only once its buffer is surely gone.
+      c->stub->async()->FreeBuffers(&c->ctx, &c->req, &c->resp, [c](grpc::Status s) {
+        if (s.ok()) c->w->release_buffer_ids({c->req.buffer_ids().data(), static_cast<size_t>(c->req.buffer_ids_size())}, c->generation);
+        delete c;
+      });
     }
   };
   RunOutcome& out = rs.out;
@@ -552,7 +579,7 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const Plan& 
       rs.ids[i] = b.worker_buffer;
       continue;
     }
-    rs.ids[i] = new_buffer_id();
+    rs.ids[i] = new_buffer_id(d.w);
     d.temps.push_back(rs.ids[i]);  // freed whatever happens (an id never allocated is skipped)
     // Outputs, intermediates and unbound kernel-level buffers start zeroed (workers zero
     // new buffers). They, and inline inputs up to kInlineBytes per Execute, are allocated

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "compiler/interp/host_tensor.h"
 #include "server/planner.h"
+#include "server/rendezvous_service.h"
 #include "server/sessions.h"
 #include "server/workers.h"
 
@@ -49,6 +50,10 @@ struct RunOutcome {
 // scheduler's Rendezvous service.
 struct CollectiveOptions {
   std::string rendezvous;  // host:port of the Rendezvous service; empty: only "shm" is possible
+  // The store behind that service, where each collective's group is opened (its members,
+  // its byte budget) before its members are called, and closed after: members set and get
+  // keys only in a group that is open. Null: only "shm" is possible.
+  RendezvousStore* groups = nullptr;
   // Bounds each member's wait for its peers: a member that died, stalled or never came
   // fails the step within it.
   absl::Duration timeout = absl::Seconds(30);
@@ -68,7 +73,9 @@ class Executor {
   // collective on all of its members at once, each copy as a read from one worker and a
   // write to another. Kernels of different devices between two collectives run side by
   // side. A worker that dies during a step fails the run with UNAVAILABLE naming it.
-  absl::StatusOr<RunOutcome> run(const std::string& device, const Plan& plan,
+  // `tenant` picks its workers (WorkerPool::worker_for: its own processes under tenant
+  // isolation).
+  absl::StatusOr<RunOutcome> run(const std::string& device, const std::string& tenant, const Plan& plan,
                                  const std::vector<CompiledKernel>& kernels,
                                  const absl::flat_hash_map<int, BoundInput>& inputs, bool keep_outputs,
                                  absl::Time deadline);
@@ -77,6 +84,7 @@ class Executor {
   // the worker's execute lane (worker/lane_messages.h) while it has one with a slot free,
   // else over gRPC. Failures come back as failed() says.
   using Worker = std::shared_ptr<WorkerHandle>;
+  // `id` from new_buffer_id(w); released again when the allocation fails.
   absl::Status alloc(const Worker& w, uint64_t id, uint64_t bytes, absl::Time deadline);
   absl::Status write(const Worker& w, uint64_t id, uint64_t offset, std::string_view data, absl::Time deadline);
   // Writes into one worker buffer piece after piece (an Upload's chunks as they arrive).
@@ -97,6 +105,7 @@ class Executor {
   // a copy.
   absl::Status read_into(const Worker& w, uint64_t id, uint64_t offset, uint64_t length, absl::Time deadline,
                          const std::function<bool(uint64_t offset, std::string& data)>& sink);
+  // The ids are released for reuse once the worker freed them.
   absl::Status free(const Worker& w, const std::vector<uint64_t>& ids);
 
   // Execute calls sent so far through execute lanes, and over gRPC.
@@ -105,8 +114,9 @@ class Executor {
   };
   ExecuteCounts execute_counts() const { return {lane_executes_.load(), grpc_executes_.load()}; }
 
-  // A fresh id for a worker buffer (the scheduler names them).
-  uint64_t new_buffer_id() { return next_id_.fetch_add(1) + 1; }
+  // A fresh id for a buffer on `w` (the scheduler names them): random, so that an id
+  // tells nothing about the others (WorkerHandle::new_buffer_id).
+  static uint64_t new_buffer_id(const Worker& w) { return w->new_buffer_id(); }
 
   // The status to hand the client when an RPC to `w` failed: worker deaths go through the
   // pool (which names the worker and restarts it), other errors keep their code.
@@ -132,8 +142,6 @@ class Executor {
 
   WorkerPool* pool_;
   CollectiveOptions collectives_;
-  std::atomic<uint64_t> next_id_{0};
-  std::atomic<uint64_t> next_group_{0};
   std::atomic<uint64_t> lane_executes_{0}, grpc_executes_{0};
 };
 

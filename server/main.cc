@@ -3,8 +3,10 @@
 // and serves Prometheus metrics on loopback. Flags turn on the cluster pieces (a Redis
 // tier, remote workers registering by address) and set the limits.
 //
-// On startup it prints one line, `LISTENING <host>:<port>`, once it serves (clients and
-// tests started with --listen=127.0.0.1:0 read the port from it). SIGTERM or SIGINT
+// On startup it prints `INTERNAL <host>:<port>` (the listener of its internal services:
+// workers register and rendezvous there) and then `LISTENING <host>:<port>` once it
+// serves clients (clients and tests started with --listen=127.0.0.1:0 read the ports
+// from them). SIGTERM or SIGINT
 // drain in-flight requests, then stop the workers; nothing is left running. SIGHUP reloads
 // the --tokens-file (server/auth.h: Tenants::adopt), keeping the old tenants when the new
 // file does not parse; it is logged either way, and counted in
@@ -17,6 +19,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -26,10 +29,13 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "absl/strings/numbers.h"
+#include "server/cache/cluster_key.h"
 #include "server/cache/disk_tier.h"
 #include "server/cache/memory_tier.h"
 #include "server/cache/redis_tier.h"
 #include "server/auth.h"
+#include "server/cluster_auth.h"
 #include "server/registry_service.h"
 #include "server/rendezvous_service.h"
 #include "server/service.h"
@@ -46,6 +52,22 @@ With no flags: listen on 127.0.0.1:7070, start 2 CPU workers, cache compiled ker
 under $XDG_CACHE_HOME/uopd (or ~/.cache/uopd), serve metrics on 127.0.0.1:9464.
 
   --listen=HOST:PORT          client API address (port 0: any free port)   [127.0.0.1:7070]
+  --internal-listen=HOST:PORT the internal services (worker Registry, collective
+                              Rendezvous), apart from the client API; remote workers
+                              register here (uop-worker --scheduler=HOST:PORT)  [127.0.0.1:0]
+  --cluster-secret-file=PATH  the cluster's secret (16+ bytes, e.g. openssl rand -hex 32;
+                              the file readable by its owner only): the internal services
+                              require it of every call, remote workers check it on every
+                              call from this scheduler (uop-worker --cluster-secret-file).
+                              Without it and without --worker-tls-*, a secret is made at
+                              start that only the embedded workers know
+  --insecure-internal         no credential on the internal services or toward remote
+                              workers: anyone who reaches --internal-listen can register a
+                              worker (and receive tenants' data and kernels) or fill the
+                              rendezvous, and anyone who reaches a worker can use it. Only
+                              where nothing untrusted reaches these ports. Remote workers
+                              (--workers=0, or a --internal-listen off loopback) need this,
+                              a --cluster-secret-file or --worker-tls-*
   --workers=N                 embedded CPU workers, CPU:0..CPU:N-1; 0 waits for remote
                               workers to register (uop-worker --scheduler=...)      [2]
   --cuda-workers=N            embedded CUDA workers, CUDA:0..CUDA:N-1; a GPU that cannot
@@ -61,8 +83,21 @@ under $XDG_CACHE_HOME/uopd (or ~/.cache/uopd), serve metrics on 127.0.0.1:9464.
   --cache-dir=DIR             on-disk compile cache; empty: none  [$XDG_CACHE_HOME/uopd]
   --disk-cache-bytes=N        its size budget (LRU eviction)                  [4 GiB]
   --memory-cache-bytes=N      in-memory compile cache budget                [512 MiB]
-  --redis=HOST:PORT           a Redis shared by the cluster, as the third cache tier
-  --redis-timeout-ms=N        per Redis command; a slow Redis is a miss         [200]
+  --cache-key-file=PATH       the key that authenticates disk and Redis cache entries
+                              (HMAC-SHA256): a file of 32+ random bytes that only uopd's
+                              user may read (mode 0600). Whoever holds it can mint kernels
+                              the workers will run. Without it: a key made on first start
+                              in the cache directory (cluster.key)
+  --redis=HOST:PORT           a Redis shared by the cluster, as the third cache tier;
+                              needs --cache-key-file, the same file on every scheduler
+  --redis-timeout-ms=N        connecting, and each Redis command; a slow Redis is a miss [200]
+  --redis-user=NAME           AUTH as this Redis ACL user (with --redis-password-file)
+  --redis-password-file=PATH  AUTH with this password (the default user's requirepass,
+                              or the ACL user's); mode 0600, one trailing newline ignored
+  --redis-tls                 speak TLS to Redis, checking its certificate and name
+  --redis-tls-ca=PEM          CAs for Redis's certificate       [the system's trust store]
+  --redis-tls-cert=PEM --redis-tls-key=PEM  a client certificate, for a Redis that wants one
+  --redis-tls-server-name=N   the name Redis's certificate carries  [the --redis host]
   --metrics-listen=HOST:PORT  Prometheus /metrics; empty: none       [127.0.0.1:9464]
   --compile-threads=N         compiles in parallel (apart from RPC threads), shared
                               round robin between tenants, then client connections [2]
@@ -93,8 +128,13 @@ under $XDG_CACHE_HOME/uopd (or ~/.cache/uopd), serve metrics on 127.0.0.1:9464.
   --tls-client-ca=PEM         and require client certificates signed by this CA (mTLS)
   --worker-tls-cert=PEM --worker-tls-key=PEM --worker-tls-ca=PEM
                               mutual TLS between scheduler and workers (embedded workers
-                              are started with the same files)
+                              are started with the same files); the internal services
+                              then require client certificates of that CA
   --worker-tls-server-name=N  the name workers' certificates carry (default: their host)
+  --max-tenant-workers=N      with --tokens-file every tenant gets worker processes of its
+                              own (tenant isolation): at most this many at once        [8]
+  --tenant-worker-idle-s=N    a tenant's worker unused this long (and no session of the
+                              tenant on its device) is stopped                       [120]
   --help
 )";
 
@@ -103,13 +143,16 @@ struct Flags {
       {"listen", "127.0.0.1:7070"}, {"workers", "2"}, {"cuda-workers", "0"}, {"cuda-arch", "sm_90"}, {"worker-binary", ""}, {"worker-threads", "0"},
       {"worker-max-buffer-bytes", ""}, {"cache-dir", "<default>"}, {"disk-cache-bytes", "4294967296"},
       {"memory-cache-bytes", "536870912"}, {"redis", ""}, {"redis-timeout-ms", "200"},
+      {"cache-key-file", ""}, {"redis-user", ""}, {"redis-password-file", ""}, {"redis-tls", "false"}, {"redis-tls-ca", ""},
+      {"redis-tls-cert", ""}, {"redis-tls-key", ""}, {"redis-tls-server-name", ""},
       {"metrics-listen", "127.0.0.1:9464"}, {"compile-threads", "2"}, {"max-nodes", "1000000"},
       {"max-kernel-ops", "8192"}, {"max-plan-nodes", "2000000"},
       {"max-request-bytes", "268435456"}, {"session-bytes", "4294967296"}, {"session-idle-timeout-s", "600"},
       {"request-deadline-s", "300"}, {"allow-custom", "false"},
       {"collective-timeout-ms", "30000"}, {"collective-transport", "auto"}, {"tokens-file", ""}, {"tls-cert", ""},
       {"tls-key", ""}, {"tls-client-ca", ""}, {"worker-tls-cert", ""}, {"worker-tls-key", ""}, {"worker-tls-ca", ""},
-      {"worker-tls-server-name", ""}, {"exec-lane", "shm"},
+      {"worker-tls-server-name", ""}, {"exec-lane", "shm"}, {"max-tenant-workers", "8"}, {"tenant-worker-idle-s", "120"},
+      {"internal-listen", "127.0.0.1:0"}, {"cluster-secret-file", ""}, {"insecure-internal", "false"},
   };
   int64_t num(const std::string& k) const { return std::stoll(v.at(k)); }
 };
@@ -130,7 +173,8 @@ bool parse(int argc, char** argv, Flags* f, std::string* err) {
   }
   for (const char* k : {"workers", "cuda-workers", "worker-threads", "disk-cache-bytes", "memory-cache-bytes", "redis-timeout-ms",
                         "compile-threads", "max-nodes", "max-kernel-ops", "max-plan-nodes", "max-request-bytes", "session-bytes",
-                        "session-idle-timeout-s", "request-deadline-s", "collective-timeout-ms"}) {
+                        "session-idle-timeout-s", "request-deadline-s", "collective-timeout-ms", "max-tenant-workers",
+                        "tenant-worker-idle-s"}) {
     try {
       size_t used = 0;
       long long n = std::stoll(f->v[k], &used);
@@ -168,7 +212,7 @@ std::vector<SampledFamily> sample(CompileCache& cache, WorkerPool& pool, Planner
   std::vector<SampledFamily> out;
   SampledFamily hits{"uopd_cache_hits_total", "compile cache hits by tier", true, {}};
   SampledFamily misses{"uopd_cache_misses_total", "compile cache misses by tier", true, {}};
-  SampledFamily errors{"uopd_cache_errors_total", "compile cache errors by tier (corrupt entries, failed tiers)", true, {}};
+  SampledFamily errors{"uopd_cache_errors_total", "compile cache errors by tier (entries that fail authentication or checks, failed tiers)", true, {}};
   for (auto& [tier, st] : cache.stats()) {
     hits.samples.push_back({{{"tier", tier}}, double(st.hits)});
     misses.samples.push_back({{{"tier", tier}}, double(st.misses)});
@@ -186,11 +230,17 @@ std::vector<SampledFamily> sample(CompileCache& cache, WorkerPool& pool, Planner
                  true, {{{}, double(planner.tasks_abandoned())}}});
   double up = 0;
   SampledFamily restarts{"uopd_worker_restarts_total", "worker restarts by device", true, {}};
+  std::map<std::string, double> restarts_by_device;  // with tenant isolation a device has several processes
+  double tenant_workers = 0;
   for (const auto& w : pool.snapshot()) {
     up += w.state == "up";
-    restarts.samples.push_back({{{"device", w.device}}, double(w.restarts)});
+    restarts_by_device[w.device] += double(w.restarts);
+    tenant_workers += !w.tenant.empty() && w.state == "up";
   }
+  for (const auto& [device, n] : restarts_by_device) restarts.samples.push_back({{{"device", device}}, n});
   out.push_back({"uopd_workers_up", "workers serving", false, {{{}, up}}});
+  out.push_back({"uopd_tenant_workers", "worker processes serving one tenant alone (tenant isolation)", false,
+                 {{{}, tenant_workers}}});
   out.push_back(restarts);
   const Executor::ExecuteCounts ex = executor.execute_counts();
   out.push_back({"uopd_worker_executes_total", "Execute calls to workers by transport (lane: shared memory to an embedded worker)",
@@ -247,6 +297,141 @@ void reload_tokens(const std::string& path, Tenants& tenants, SessionManager& se
   std::cerr << "uopd: SIGHUP: reloaded tokens file " << path << ": " << *summary << "\n";
 }
 
+// The disk and Redis tiers, and the key that authenticates their entries. A cache
+// directory that cannot be used is a warning (compiles still work, they are just not kept
+// across restarts); a key file that is unsafe, or Redis settings that cannot work, are not.
+absl::Status add_persistent_tiers(Flags& f, std::string& cache_dir, std::vector<std::unique_ptr<CacheTier>>& tiers) {
+  std::optional<ClusterKey> key;
+  std::string key_from = f.v["cache-key-file"];
+  if (!key_from.empty()) {
+    auto k = ClusterKey::from_file(key_from);
+    if (!k.ok()) return absl::FailedPreconditionError(cat("--cache-key-file: ", k.status().message()));
+    key = *std::move(k);
+  } else if (!f.v["redis"].empty()) {
+    return absl::InvalidArgumentError(
+        "--redis needs --cache-key-file: every scheduler sharing a Redis must authenticate cache entries with the "
+        "same key (a file of 32+ random bytes only uopd's user can read: head -c 32 /dev/urandom > FILE; chmod 600 FILE)");
+  } else if (!cache_dir.empty()) {
+    auto k = ClusterKey::in_directory(cache_dir);
+    if (absl::IsUnavailable(k.status())) {
+      std::cerr << "uopd: warning: no disk cache: " << k.status().message() << "\n";
+      cache_dir.clear();
+    } else if (!k.ok()) {
+      return k.status();
+    } else {
+      key = *std::move(k);
+      key_from = cat(cache_dir, "/", ClusterKey::kFileName);
+    }
+  }
+  if (key) std::cerr << "uopd: cache entries authenticated with key " << key->fingerprint() << " (" << key_from << ")\n";
+  if (!cache_dir.empty()) {
+    auto disk = std::make_unique<DiskTier>(cache_dir, f.num("disk-cache-bytes"), *key);
+    if (!disk->open_status().ok()) std::cerr << "uopd: warning: " << disk->open_status().message() << "\n";
+    tiers.push_back(std::move(disk));
+  }
+  if (f.v["redis"].empty()) {
+    for (const char* k : {"redis-user", "redis-password-file", "redis-tls-ca", "redis-tls-cert", "redis-tls-key", "redis-tls-server-name"})
+      if (!f.v[k].empty()) return absl::InvalidArgumentError(cat("--", k, " needs --redis"));
+    if (f.v["redis-tls"] != "false") return absl::InvalidArgumentError("--redis-tls needs --redis");
+    return absl::OkStatus();
+  }
+  const std::string& r = f.v["redis"];
+  auto colon = r.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(r.substr(colon + 1), &port))
+    return absl::InvalidArgumentError("--redis takes HOST:PORT");
+  RedisEndpoint ep;
+  ep.host = r.substr(0, colon);
+  if (ep.host.size() > 2 && ep.host.front() == '[' && ep.host.back() == ']') ep.host = ep.host.substr(1, ep.host.size() - 2);
+  ep.port = port;
+  ep.user = f.v["redis-user"];
+  if (const std::string& pw = f.v["redis-password-file"]; !pw.empty()) {
+    auto secret = read_secret_file(pw, "redis password file", 4096);
+    if (!secret.ok()) return absl::FailedPreconditionError(cat("--redis-password-file: ", secret.status().message()));
+    ep.password = *std::move(secret);
+    if (ep.password.ends_with('\n')) ep.password.pop_back();
+    if (ep.password.ends_with('\r')) ep.password.pop_back();
+    if (ep.password.empty()) return absl::InvalidArgumentError(cat("--redis-password-file: ", pw, " is empty"));
+  }
+  if (f.v["redis-tls"] != "true" && f.v["redis-tls"] != "false")
+    return absl::InvalidArgumentError(cat("--redis-tls takes no value (or true / false), got '", f.v["redis-tls"], "'"));
+  ep.tls.enabled = f.v["redis-tls"] == "true";
+  ep.tls.ca_file = f.v["redis-tls-ca"];
+  ep.tls.cert_file = f.v["redis-tls-cert"];
+  ep.tls.key_file = f.v["redis-tls-key"];
+  ep.tls.server_name = f.v["redis-tls-server-name"];
+  RedisTier::Options ro;
+  ro.timeout_ms = static_cast<int>(f.num("redis-timeout-ms"));
+  auto tier = RedisTier::create(std::move(ep), *key, ro);
+  if (!tier.ok()) return absl::Status(tier.status().code(), cat("--redis: ", tier.status().message()));
+  tiers.push_back(*std::move(tier));
+  return absl::OkStatus();
+}
+
+// A builder option that takes the reflection plugin (every builder gets it once the
+// reflection library is linked) off a server.
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    std::erase_if(*plugins, [](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+      return dynamic_cast<grpc::reflection::ProtoServerReflectionPlugin*>(p.get()) != nullptr;
+    });
+  }
+};
+
+bool loopback(const std::string& host) {
+  return host.rfind("127.", 0) == 0 || host == "localhost" || host == "[::1]" || host == "::1";
+}
+
+// How the internal services and the workers authenticate (server/cluster_auth.h): the
+// cluster secret (--cluster-secret-file, or one made now that only the embedded workers
+// learn), mutual TLS (--worker-tls-*), both, or, with --insecure-internal, nothing.
+// Where remote workers are expected (no embedded ones, or an internal listener others can
+// reach) a secret made here would lock them out: one of the three must be given. Returns
+// an exit status, 0 to go on.
+int internal_credentials(Flags& f, cluster_auth::Gate* gate, cluster_auth::Dialer* dial, WorkerOptions* wo) {
+  const bool insecure = f.v["insecure-internal"] == "true";
+  const std::string& secret_file = f.v["cluster-secret-file"];
+  tls::TlsFiles worker_tls{f.v["worker-tls-cert"], f.v["worker-tls-key"], f.v["worker-tls-ca"]};
+  if (insecure && (!secret_file.empty() || worker_tls.any())) {
+    std::cerr << "uopd: --insecure-internal turns authentication off: it goes with neither --cluster-secret-file nor --worker-tls-*\n";
+    return 2;
+  }
+  if (worker_tls.any()) {
+    if (worker_tls.cert.empty() || worker_tls.key.empty() || worker_tls.ca.empty()) {
+      std::cerr << "uopd: worker mutual TLS needs --worker-tls-cert, --worker-tls-key and --worker-tls-ca\n";
+      return 2;
+    }
+    auto client = tls::channel_credentials(worker_tls);
+    auto server = client.ok() ? tls::server_credentials(worker_tls, /*require_client_cert=*/true) : client.status();
+    if (!server.ok()) { std::cerr << "uopd: " << server.status().message() << "\n"; return 1; }
+    dial->tls = *client;
+    dial->tls_server_name = f.v["worker-tls-server-name"];
+    gate->tls = *server;
+    for (const char* k : {"cert", "key", "ca"}) wo->extra_args.push_back(cat("--tls-", k, "=", f.v[cat("worker-tls-", k)]));
+  }
+  if (!secret_file.empty()) {
+    auto secret = cluster_auth::read_secret_file(secret_file);
+    if (!secret.ok()) { std::cerr << "uopd: --cluster-secret-file: " << secret.status().message() << "\n"; return 1; }
+    gate->secret = dial->secret = *secret;
+  } else if (!worker_tls.any() && !insecure) {
+    const std::string& internal = f.v["internal-listen"];
+    std::string why;
+    if (f.num("workers") == 0 && f.num("cuda-workers") == 0) why = "no embedded workers";
+    else if (!loopback(internal.substr(0, internal.rfind(':')))) why = cat("--internal-listen=", internal, " is off loopback");
+    if (!why.empty()) {
+      std::cerr << "uopd: remote workers are expected (" << why
+                << ") and nothing would authenticate them: give --cluster-secret-file (the workers get the same "
+                   "file), --worker-tls-cert/--worker-tls-key/--worker-tls-ca, or --insecure-internal (anyone who "
+                   "reaches the internal port is then trusted as a worker)\n";
+      return 2;
+    }
+    gate->secret = dial->secret = cluster_auth::random_secret();
+  }
+  return 0;
+}
+
 int run(int argc, char** argv) {
   Flags f;
   std::string err;
@@ -275,22 +460,23 @@ int run(int argc, char** argv) {
   std::vector<std::unique_ptr<CacheTier>> tiers;
   tiers.push_back(std::make_unique<MemoryTier>(f.num("memory-cache-bytes")));
   std::string cache_dir = f.v["cache-dir"] == "<default>" ? default_cache_dir() : f.v["cache-dir"];
-  if (!cache_dir.empty()) {
-    auto disk = std::make_unique<DiskTier>(cache_dir, f.num("disk-cache-bytes"));
-    // A cache directory that cannot be used is a warning, not a failure: compiles still
-    // work, they are just not kept across restarts.
-    if (!disk->open_status().ok()) std::cerr << "uopd: warning: " << disk->open_status().message() << "\n";
-    tiers.push_back(std::move(disk));
+  if (absl::Status s = add_persistent_tiers(f, cache_dir, tiers); !s.ok()) {
+    std::cerr << "uopd: " << s.message() << "\n";
+    return absl::IsInvalidArgument(s) ? 2 : 1;
   }
-  if (!f.v["redis"].empty()) {
-    const std::string& r = f.v["redis"];
-    auto colon = r.rfind(':');
-    if (colon == std::string::npos) { std::cerr << "uopd: --redis takes HOST:PORT\n"; return 2; }
-    tiers.push_back(std::make_unique<RedisTier>(r.substr(0, colon), std::stoi(r.substr(colon + 1)), f.num("redis-timeout-ms")));
-  }
-  CompileCache cache(std::move(tiers));
+  // A refused entry (forged, corrupt, misfiled) or a failing tier is worth a log line, but a
+  // Redis that is down fails every lookup: at most one line per tier every 10 s, the rest
+  // counted in uopd_cache_errors_total.
+  std::mutex cache_log_mu;
+  std::map<std::string, absl::Time, std::less<>> cache_logged;
+  CompileCache cache(std::move(tiers), [&](std::string_view tier, const absl::Status& s) {
+    std::lock_guard<std::mutex> l(cache_log_mu);
+    auto it = cache_logged.try_emplace(std::string(tier), absl::InfinitePast()).first;
+    if (absl::Now() - it->second < absl::Seconds(10)) return;
+    it->second = absl::Now();
+    std::cerr << "uopd: cache " << tier << ": " << s << "\n";
+  });
 
-  WorkerPool pool;
   WorkerOptions wo;
   wo.worker_binary = find_worker(f.v["worker-binary"]);
   wo.embedded_cpu_workers = static_cast<int>(f.num("workers"));
@@ -298,17 +484,10 @@ int run(int argc, char** argv) {
   wo.threads_per_worker = static_cast<int>(f.num("worker-threads"));
   wo.exec_lane = f.v["exec-lane"] == "shm";
   if (!f.v["worker-max-buffer-bytes"].empty()) wo.extra_args.push_back(cat("--max-buffer-bytes=", f.v["worker-max-buffer-bytes"]));
-  tls::TlsFiles worker_tls{f.v["worker-tls-cert"], f.v["worker-tls-key"], f.v["worker-tls-ca"]};
-  if (worker_tls.any()) {
-    if (worker_tls.cert.empty() || worker_tls.key.empty() || worker_tls.ca.empty()) {
-      std::cerr << "uopd: worker mutual TLS needs --worker-tls-cert, --worker-tls-key and --worker-tls-ca\n";
-      return 2;
-    }
-    auto creds = tls::channel_credentials(worker_tls);
-    if (!creds.ok()) { std::cerr << "uopd: " << creds.status().message() << "\n"; return 1; }
-    tls::set_worker_channel(*creds, f.v["worker-tls-server-name"]);
-    for (const char* k : {"cert", "key", "ca"}) wo.extra_args.push_back(cat("--tls-", k, "=", f.v[cat("worker-tls-", k)]));
-  }
+  cluster_auth::Gate internal_gate;
+  cluster_auth::Dialer worker_dial;
+  if (int rc = internal_credentials(f, &internal_gate, &worker_dial, &wo); rc != 0) return rc;
+  WorkerPool pool(worker_dial);
   if (wo.embedded_cpu_workers > 0 || wo.embedded_cuda_workers > 0) {
     if (absl::Status s = pool.start_embedded(wo); !s.ok()) { std::cerr << "uopd: " << s.message() << "\n"; return 1; }
   }
@@ -336,6 +515,10 @@ int run(int argc, char** argv) {
     auto loaded = Tenants::load(f.v["tokens-file"]);
     if (!loaded.ok()) { std::cerr << "uopd: " << loaded.status().message() << "\n"; pool.shutdown(); return 1; }
     tenants = std::move(*loaded);
+    // A tenant's buffers and kernels only in processes of its own (server/workers.h).
+    pool.isolate_tenants({static_cast<size_t>(std::max<int64_t>(f.num("max-tenant-workers"), 1)),
+                          absl::Seconds(f.num("tenant-worker-idle-s")),
+                          [&sessions](const std::string& t, const std::string& d) { return sessions.uses_device(t, d); }});
   }
   ServiceDeps deps{&planner, &cache, &sessions, &pool, &executor, metrics->get(), {}};
   deps.tenants = tenants.get();
@@ -343,14 +526,28 @@ int run(int argc, char** argv) {
   deps.limits.decode.max_bytes = f.num("max-request-bytes");
   deps.limits.request_deadline = absl::Seconds(f.num("request-deadline-s"));
   UopdService service(deps);
-  RegistryService registry(&pool);
-  // The rendezvous of Gloo collectives between workers on different hosts (DESIGN §4).
-  RendezvousService rendezvous;
   (*metrics)->add_sampler([&] { return sample(cache, pool, planner, sessions, executor); });
   if (tenants->enabled()) (*metrics)->add_sampler([&] { return sample_tenants(*tenants, sessions); });
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // The internal services on a listener of their own, without reflection: it serves the
+  // client listener only, which lists client services only.
+  RegistryService registry(&pool);
+  // The rendezvous of collectives between workers on different hosts, and NCCL's.
+  RendezvousService rendezvous;
+  int internal_port = 0;
+  grpc::ServerBuilder internal_builder;
+  internal_builder.SetOption(std::make_unique<WithoutReflection>());
+  internal_builder.AddListeningPort(f.v["internal-listen"], internal_gate.credentials(), &internal_port);
+  internal_builder.RegisterService(&registry);
+  internal_builder.RegisterService(&rendezvous);
+  std::unique_ptr<grpc::Server> internal_server = internal_builder.BuildAndStart();
+  if (!internal_server || internal_port == 0) {
+    std::cerr << "uopd: cannot listen on " << f.v["internal-listen"] << " (--internal-listen)\n";
+    pool.shutdown();
+    return 1;
+  }
   grpc::ServerBuilder builder;
   int port = 0;
   std::shared_ptr<grpc::ServerCredentials> listen_creds = grpc::InsecureServerCredentials();
@@ -364,8 +561,6 @@ int run(int argc, char** argv) {
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(f.num("max-request-bytes"), INT32_MAX)));
   builder.SetMaxSendMessageSize(INT32_MAX);
   builder.RegisterService(&service);
-  builder.RegisterService(&registry);
-  builder.RegisterService(&rendezvous);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     std::cerr << "uopd: cannot listen on " << f.v["listen"] << "\n";
@@ -373,18 +568,22 @@ int run(int argc, char** argv) {
     return 1;
   }
   std::string host = f.v["listen"].substr(0, f.v["listen"].rfind(':'));
-  // Workers reach the rendezvous where clients reach the scheduler; a wildcard address
-  // is advertised as this host's name.
-  std::string rendezvous_host = host;
-  if (host == "0.0.0.0" || host == "[::]" || host.empty()) {
+  // Workers reach the rendezvous at the internal listener; a wildcard address is
+  // advertised as this host's name.
+  std::string internal_host = f.v["internal-listen"].substr(0, f.v["internal-listen"].rfind(':'));
+  std::string rendezvous_host = internal_host;
+  if (internal_host == "0.0.0.0" || internal_host == "[::]" || internal_host.empty()) {
     char name[256] = {};
     rendezvous_host = gethostname(name, sizeof name - 1) == 0 ? name : "127.0.0.1";
   }
   const std::string& transport = f.v["collective-transport"];
-  executor.set_collective_options({cat(rendezvous_host, ":", port), absl::Milliseconds(f.num("collective-timeout-ms")),
-                                   transport == "auto" ? "" : transport});
+  executor.set_collective_options({cat(rendezvous_host, ":", internal_port), &rendezvous.store(),
+                                   absl::Milliseconds(f.num("collective-timeout-ms")), transport == "auto" ? "" : transport});
+  std::cout << "INTERNAL " << internal_host << ":" << internal_port << std::endl;
   std::cout << "LISTENING " << host << ":" << port << std::endl;
-  std::cerr << "uopd: serving on " << host << ":" << port << ", " << wo.embedded_cpu_workers << " CPU workers, cache "
+  std::cerr << "uopd: serving on " << host << ":" << port << " (internal services on " << internal_host << ":" << internal_port
+            << ", " << (internal_gate.authenticates() ? "authenticated" : "unauthenticated: --insecure-internal") << "), "
+            << wo.embedded_cpu_workers << " CPU workers, cache "
             << (cache_dir.empty() ? std::string("in memory only") : cache_dir)
             << (f.v["redis"].empty() ? "" : cat(" + redis ", f.v["redis"]))
             << ((*metrics)->address().empty() ? "" : cat(", metrics on http://", (*metrics)->address(), "/metrics")) << "\n";

@@ -191,16 +191,30 @@ absl::StatusOr<std::string> Planner::build_cpu(const PlannedKernel& k, const std
   return a.SerializeAsString();
 }
 
+namespace {
+// An entry that does not parse or names another kernel or target is never used, whatever
+// the tier said about its authenticity.
+absl::Status parse_artifact(const PlannedKernel& k, const std::string& key, const std::string& target_id,
+                            std::string_view value, uopd::v1::Artifact* a) {
+  if (!a->ParseFromArray(value.data(), static_cast<int>(value.size())) || a->key() != key || a->kernel_digest() != k.digest.hex() || a->target() != target_id)
+    return absl::DataLossError(cat("compile cache: the entry for kernel ", k.name, " (key ", key.substr(0, 12),
+                                   ") is not a ", target_id, " artifact of that kernel"));
+  return absl::OkStatus();
+}
+}  // namespace
+
+CompileCache::Verifier Planner::entry_check(const PlannedKernel& k, const std::string& key, const std::string& target_id) {
+  return [k, key, target_id](std::string_view value) {
+    uopd::v1::Artifact a;
+    return parse_artifact(k, key, target_id, value, &a);
+  };
+}
+
 absl::StatusOr<CompiledKernel> Planner::kernel_from_entry(const PlannedKernel& k, const std::string& key,
                                                           const std::string& target_id, const CacheResult& entry,
                                                           std::optional<double> compile_ms) {
   uopd::v1::Artifact a;
-  // An entry that does not parse or names another kernel or target is never used, whatever
-  // the tier said about its checksum.
-  if (!a.ParseFromString(entry.value) || a.key() != key || a.kernel_digest() != k.digest.hex() ||
-      a.target() != target_id)
-    return absl::DataLossError(cat("compile cache: the entry for kernel ", k.name, " (key ", key.substr(0, 12),
-                                   ") is not a ", target_id, " artifact of that kernel"));
+  if (absl::Status s = parse_artifact(k, key, target_id, entry.value, &a); !s.ok()) return s;
   auto abi = parse_abi(a.abi());
   if (!abi.ok()) return abi.status();
   CompiledKernel ck;
@@ -247,10 +261,11 @@ absl::StatusOr<std::vector<CompiledKernel>> Planner::compile_per_kernel(const Pl
     if (!arch.empty())
       if (auto t = CudaTarget::parse(arch); !t.ok()) return t.status();
     std::string key = arch.empty() ? cache_key(k.digest, cache_namespace) : cuda_cache_key(k.digest, arch, cache_namespace);
+    std::string target_id = arch.empty() ? target_.id() : CudaTarget::parse(arch)->id();
     CompileCache::Compute compute = [this, k, arch, key](const std::function<bool()>& wanted) {
       return arch.empty() ? build_cpu(k, key, wanted) : build_cuda(k, arch, key, wanted);
     };
-    lookups.push_back(cache_->start(key, std::move(compute), on_pool, who.deadline));
+    lookups.push_back(cache_->start(key, std::move(compute), on_pool, who.deadline, entry_check(k, key, target_id)));
     kernel_of.push_back(i);
   }
   std::vector<CompiledKernel> done;

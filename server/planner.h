@@ -228,6 +228,12 @@ class Planner {
                      std::function<absl::StatusOr<T>(const std::function<absl::Status()>& keep_going)> fn) {
     return compiles_.submit_for<T>(who.owner, who.deadline, std::move(what), std::move(fn));
   }
+  // What the cache checks in every entry a tier answers for kernel k: an entry that
+  // authenticates but is not an artifact of k for `target_id` under `key` (a bug in another
+  // server, a key holder's mistake) is removed from that tier and k compiled again. It
+  // keeps what it needs: a compile may check entries after its request has gone.
+  static CompileCache::Verifier entry_check(const PlannedKernel& k, const std::string& key,
+                                            const std::string& target_id);
   // A cache entry (what get_or_compute answered for `key`) checked to be an artifact of
   // kernel k for `target_id`, as a CompiledKernel; DATA_LOSS otherwise. `compile_ms` is
   // this call's compile time when it compiled the entry itself.

@@ -154,11 +154,13 @@ grpc::Status UopdService::finish(std::string_view method, const absl::Status& s)
 }
 
 void UopdService::free_buffers(const std::vector<BufferInfo>& buffers) {
-  absl::flat_hash_map<std::string, std::vector<uint64_t>> by_device;
-  for (const BufferInfo& b : buffers) by_device[b.device].push_back(b.worker_buffer);
-  for (auto& [device, ids] : by_device) {
-    auto w = d_.workers->worker_for(device, absl::Seconds(1));
-    if (w.ok()) (void)d_.executor->free(*w, ids);  // a restarted worker has nothing to free
+  // By the worker that allocated them: with tenant isolation, a device has a process per
+  // tenant, and a buffer's is the one named in it.
+  absl::flat_hash_map<std::string, std::vector<uint64_t>> by_worker;
+  for (const BufferInfo& b : buffers) by_worker[b.worker_id].push_back(b.worker_buffer);
+  for (auto& [id, ids] : by_worker) {
+    auto w = d_.workers->worker_by_id(id);
+    if (w && w->stub()) (void)d_.executor->free(w, ids);  // a restarted worker has nothing to free
   }
 }
 
@@ -171,7 +173,7 @@ grpc::Status UopdService::CreateSession(grpc::ServerContext* ctx, const pb::Crea
   std::vector<std::string> devices(req->devices().begin(), req->devices().end());
   if (devices.empty()) devices.push_back("CPU:0");
   for (const std::string& dev : devices) {
-    auto w = d_.workers->worker_for(dev, absl::Seconds(5));
+    auto w = d_.workers->worker_for(dev, absl::Seconds(5), who);
     if (!w.ok()) return finish("CreateSession", absl::Status(w.status().code(), cat("device ", dev, ": ", w.status().message())));
   }
   const TenantQuota& q = (*tenant)->quota();
@@ -214,14 +216,14 @@ grpc::Status UopdService::CreateBuffer(grpc::ServerContext* ctx, const pb::Creat
     return finish("CreateBuffer", absl::InvalidArgumentError(cat("dtype ", static_cast<int>(req->dtype()), " is not a value type")));
   if (req->elements() > (uint64_t{1} << 40))
     return finish("CreateBuffer", absl::InvalidArgumentError(cat("a buffer of ", req->elements(), " elements is too large")));
-  auto w = d_.workers->worker_for(device);
+  auto w = d_.workers->worker_for(device, absl::Seconds(10), who);
   if (!w.ok()) return finish("CreateBuffer", w.status());
   BufferInfo b;
   b.device = device;
   b.dtype = scalar;
   b.elements = req->elements();
   b.bytes = req->elements() * scalar_bytes(scalar);
-  b.worker_buffer = d_.executor->new_buffer_id();
+  b.worker_buffer = Executor::new_buffer_id(*w);
   b.worker_id = (*w)->id();
   b.worker_generation = (*w)->generation();
   auto id = d_.sessions->add_buffer(req->session_id(), b, who);  // the quota check comes first
@@ -248,7 +250,7 @@ grpc::Status UopdService::Upload(grpc::ServerContext* ctx, grpc::ServerReader<pb
   if (!reader->Read(&chunk)) return finish("Upload", absl::InvalidArgumentError("upload: no chunks"));
   auto b = d_.sessions->buffer(chunk.session_id(), chunk.buffer_id(), who);
   if (!b.ok()) return finish("Upload", b.status());
-  auto w = d_.workers->worker_for(b->device);
+  auto w = d_.workers->worker_for(b->device, absl::Seconds(10), who);
   if (!w.ok()) return finish("Upload", w.status());
   if ((*w)->id() != b->worker_id || (*w)->generation() != b->worker_generation)
     return finish("Upload", absl::UnavailableError(cat("buffer ", b->id, " was held by worker ", b->worker_id,
@@ -287,7 +289,7 @@ grpc::Status UopdService::Download(grpc::ServerContext* ctx, const pb::DownloadR
   if (req->offset() > b->bytes) return finish("Download", absl::OutOfRangeError(cat("download: offset ", req->offset(), " is past the end of buffer ", b->id, " (", b->bytes, " bytes)")));
   uint64_t length = req->length() == 0 ? b->bytes - req->offset() : req->length();
   if (length > b->bytes - req->offset()) return finish("Download", absl::OutOfRangeError(cat("download: ", length, " bytes from ", req->offset(), " pass the end of buffer ", b->id, " (", b->bytes, " bytes)")));
-  auto w = d_.workers->worker_for(b->device);
+  auto w = d_.workers->worker_for(b->device, absl::Seconds(10), who);
   if (!w.ok()) return finish("Download", w.status());
   if ((*w)->id() != b->worker_id || (*w)->generation() != b->worker_generation)
     return finish("Download", absl::UnavailableError(cat("buffer ", b->id, " was held by worker ", b->worker_id, ", which restarted since; its contents are lost")));
@@ -471,7 +473,7 @@ grpc::Status UopdService::Run(grpc::ServerContext* ctx, const pb::RunRequest* re
     fill_kernel(k, false, false, resp->add_kernels());
   }
 
-  auto outcome = d_.executor->run(devices->front(), p, *kernels, inputs, req->keep_outputs(), deadline(ctx));
+  auto outcome = d_.executor->run(devices->front(), who, p, *kernels, inputs, req->keep_outputs(), deadline(ctx));
   if (!outcome.ok()) return finish("Run", outcome.status());
   d_.metrics->kernels_run(outcome->kernels_run);
   kernels_run_ += outcome->kernels_run;
@@ -599,14 +601,20 @@ grpc::Status UopdService::Stats(grpc::ServerContext* ctx, const pb::StatsRequest
   }
   resp->set_compiles_in_progress((*tenant)->compiles_running());
   resp->set_compiler_build_id(compiler_build_id());
+  // Tenants see what a device is doing, not where its worker is: addresses, pids and the
+  // last error (which names both) are the operator's. Without a tokens file there is one
+  // tenant, the operator's own, and reaching a worker takes its secret anyway.
+  const bool operator_view = !d_.tenants->enabled();
   for (const auto& w : d_.workers->snapshot()) {
+    if (!w.tenant.empty() && w.tenant != who) continue;  // another tenant's own process
     pb::WorkerStatus* ws = resp->add_workers();
     ws->set_id(w.id);
     ws->set_device(w.device);
-    ws->set_address(w.address);
     ws->set_state(w.state);
-    ws->set_pid(w.pid);
     ws->set_restarts(w.restarts);
+    if (!operator_view) continue;
+    ws->set_address(w.address);
+    ws->set_pid(w.pid);
     ws->set_last_error(w.last_error);
   }
   return finish("Stats", absl::OkStatus());

@@ -59,6 +59,13 @@ TenantUsage SessionManager::usage(const std::string& tenant) const {
   return it == owners_.end() ? TenantUsage{} : it->second.used;
 }
 
+bool SessionManager::uses_device(const std::string& tenant, const std::string& device) const {
+  std::lock_guard<std::mutex> l(mu_);
+  for (const auto& [id, s] : sessions_)
+    if (s.tenant == tenant && std::find(s.devices.begin(), s.devices.end(), device) != s.devices.end()) return true;
+  return false;
+}
+
 void SessionManager::set_limits(const SessionOwner& owner) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = owners_.find(owner.tenant);

@@ -82,6 +82,10 @@ class SessionManager {
   uint64_t buffers() const;
   uint64_t bytes() const;
   TenantUsage usage(const std::string& tenant) const;
+  // Whether one of `tenant`'s sessions names `device` (what keeps the tenant's worker for it
+  // alive under tenant isolation, server/workers.h). A scan of the sessions: called by the
+  // worker supervisor a few times a second, not per request.
+  bool uses_device(const std::string& tenant, const std::string& device) const;
   // New limits for a tenant (a tokens file reload, server/auth.h); what it holds stays,
   // and a limit now below it refuses new sessions / buffers only. open() also takes its
   // owner's limits at each call.

@@ -1,28 +1,12 @@
 #include "server/tls.h"
 
 #include <fstream>
-#include <mutex>
 #include <sstream>
 
 #include "compiler/support/strings.h"
 #include "grpcpp/grpcpp.h"
 
 namespace uop::tls {
-namespace {
-
-struct WorkerChannel {
-  std::mutex mu;
-  std::shared_ptr<grpc::ChannelCredentials> creds;
-  std::string server_name;
-};
-
-WorkerChannel& worker_channel() {
-  static WorkerChannel* w = new WorkerChannel();  // never destroyed: used until _Exit
-  return *w;
-}
-
-}  // namespace
-
 absl::StatusOr<std::string> read_pem(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(cat(what, " ", path, ": cannot open it"));
@@ -69,25 +53,6 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials(co
     o.pem_private_key = *key;
   }
   return grpc::SslCredentials(o);
-}
-
-void set_worker_channel(std::shared_ptr<grpc::ChannelCredentials> creds, std::string server_name) {
-  WorkerChannel& w = worker_channel();
-  std::lock_guard<std::mutex> l(w.mu);
-  w.creds = std::move(creds);
-  w.server_name = std::move(server_name);
-}
-
-std::shared_ptr<grpc::ChannelCredentials> worker_channel_credentials() {
-  WorkerChannel& w = worker_channel();
-  std::lock_guard<std::mutex> l(w.mu);
-  return w.creds ? w.creds : grpc::InsecureChannelCredentials();
-}
-
-void apply_worker_channel_args(grpc::ChannelArguments* args) {
-  WorkerChannel& w = worker_channel();
-  std::lock_guard<std::mutex> l(w.mu);
-  if (w.creds && !w.server_name.empty()) args->SetSslTargetNameOverride(w.server_name);
 }
 
 }  // namespace uop::tls

@@ -6,7 +6,9 @@
 //    uop-worker --tls-cert/--tls-key/--tls-ca). Embedded workers get the scheduler's
 //    files, so one certificate valid for both TLS client and server use serves both ends.
 // Host names are checked as usual (a worker at 127.0.0.1:port needs IP:127.0.0.1 among
-// its certificate's subject alternative names), unless a name to expect is given.
+// its certificate's subject alternative names), unless a name to expect is given
+// (cluster_auth::Dialer::tls_server_name). What these credentials are used for, and with
+// which secret, is server/cluster_auth.h's business.
 #pragma once
 
 #include <memory>
@@ -15,7 +17,6 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
-#include "grpcpp/support/channel_arguments.h"
 
 namespace uop::tls {
 
@@ -36,11 +37,5 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server_credentials(cons
 // Channel credentials: ca verifies the server (empty: the system roots); cert and key,
 // when given, are presented as the client's certificate.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials(const TlsFiles& f);
-
-// How the scheduler dials its workers: insecure until set. `server_name`, when set, is the
-// name expected in the workers' certificates instead of the host they are dialled at.
-void set_worker_channel(std::shared_ptr<grpc::ChannelCredentials> creds, std::string server_name = "");
-std::shared_ptr<grpc::ChannelCredentials> worker_channel_credentials();
-void apply_worker_channel_args(grpc::ChannelArguments* args);
 
 }  // namespace uop::tls

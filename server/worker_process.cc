@@ -94,6 +94,25 @@ absl::StatusOr<ChildProcess> spawn_child(const std::vector<std::string>& args, c
   return ChildProcess{pid, out[0]};
 }
 
+absl::StatusOr<int> readable_pipe(std::string_view bytes) {
+  if (bytes.size() > 65536) return absl::InvalidArgumentError("more than a pipe holds");
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError(cat("pipe: ", strerrordesc_np(errno)));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = write(fds[1], bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int e = errno;
+      close_pair(fds);
+      return absl::InternalError(cat("writing a pipe: ", strerrordesc_np(e)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  close(fds[1]);
+  return fds[0];
+}
+
 std::optional<std::string> reap_child(pid_t pid, bool block) {
   int status = 0;
   pid_t r;

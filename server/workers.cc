@@ -6,6 +6,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,7 +19,6 @@
 
 #include "absl/time/clock.h"
 #include "compiler/support/strings.h"
-#include "server/tls.h"
 #include "server/worker_process.h"
 
 namespace uop {
@@ -94,15 +94,13 @@ std::string kind_of(const std::string& device) {
 
 }  // namespace
 
-std::shared_ptr<wv1::Worker::Stub> worker_stub(const std::string& address) {
+std::shared_ptr<wv1::Worker::Stub> worker_stub(const std::string& address, const cluster_auth::Dialer& dial) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(256 << 20);
   // A fresh channel per process: a dead worker's port may be reused by anyone.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  tls::apply_worker_channel_args(&args);  // mutual TLS when the scheduler was given certificates
-  auto channel = grpc::CreateCustomChannel(address, tls::worker_channel_credentials(), args);
-  return std::shared_ptr<wv1::Worker::Stub>(wv1::Worker::NewStub(channel));
+  return std::shared_ptr<wv1::Worker::Stub>(wv1::Worker::NewStub(dial.channel(address, args)));
 }
 
 // ---- WorkerHandle ----
@@ -174,16 +172,36 @@ void WorkerHandle::note_program(const std::string& key, std::optional<uint64_t> 
   programs_.insert(key);
 }
 
+uint64_t WorkerHandle::new_buffer_id() {
+  absl::MutexLock lock(&mu_);
+  for (;;) {
+    uint64_t id = 0;
+    if (getrandom(&id, sizeof id, 0) != static_cast<ssize_t>(sizeof id)) continue;  // EINTR, or a short read
+    if (id != 0 && buffer_ids_.insert(id).second) return id;
+  }
+}
+
+void WorkerHandle::release_buffer_ids(std::span<const uint64_t> ids, uint64_t generation) {
+  absl::MutexLock lock(&mu_);
+  if (generation != generation_) return;
+  for (uint64_t id : ids) buffer_ids_.erase(id);
+}
+
+void WorkerHandle::new_generation_locked() {
+  ++generation_;
+  programs_.clear();
+  buffer_ids_.clear();
+}
+
 void WorkerHandle::connect_locked(const std::string& address) {
   address_ = address;
-  stub_ = worker_stub(address);
+  stub_ = worker_stub(address, dial_);
   state_ = State::Up;
   up_since_ = absl::Now();
 }
 
 void WorkerHandle::lose_process_locked(const std::string& why) {
-  ++generation_;
-  programs_.clear();
+  new_generation_locked();
   stub_.reset();
   lane_.reset();
   state_ = State::Down;
@@ -275,13 +293,28 @@ bool WorkerPool::spawn_locked(WorkerHandle& h) {
       log("no execute lane for worker ", h.device_, " (", made.status().message(), "): its calls go over gRPC");
     }
   }
-  auto child = lane ? spawn_child(args, {lane->fd()}) : spawn_child(args);
+  // The secret this process checks on every call, and the one it presents to the
+  // scheduler's internal services, through a pipe it reads at start: never in argv or the
+  // environment, where other users of the host could read them.
+  const std::string secret = cluster_auth::random_secret();
+  auto secret_fd = readable_pipe(cat(secret, "\n", dial_.secret));
+  if (!secret_fd.ok()) {
+    ++h.failed_starts_;
+    schedule_restart_locked(h, cat("cannot start worker ", h.device_, ": ", secret_fd.status().message()));
+    return false;
+  }
+  args.push_back(cat("--secret-fd=", *secret_fd));
+  std::vector<int> inherit = {*secret_fd};
+  if (lane) inherit.push_back(lane->fd());
+  auto child = spawn_child(args, inherit);
+  close(*secret_fd);
   if (!child.ok()) {
     ++h.failed_starts_;
     schedule_restart_locked(h, cat("cannot start worker ", h.device_, ": ", child.status().message()));
     return false;
   }
   h.pid_ = child->pid;
+  h.dial_ = dial_.with_secret(secret);
   if (lane) lane->set_peer(child->pid);
   h.lane_ = std::move(lane);
   h.reaped_ = false;
@@ -343,7 +376,7 @@ void WorkerPool::schedule_restart_locked(WorkerHandle& h, const std::string& why
     return;
   }
   h.lose_process_locked(why);
-  if (stopping()) {
+  if (stopping() || h.retiring_) {
     h.restart_at_ = absl::InfiniteFuture();
     return;
   }
@@ -357,24 +390,29 @@ void WorkerPool::schedule_restart_locked(WorkerHandle& h, const std::string& why
 
 void WorkerPool::supervise() {
   while (!stopping()) {
-    std::vector<std::shared_ptr<WorkerHandle>> hs = handles();
     std::vector<pollfd> fds;
-    std::vector<size_t> owner;
-    for (size_t i = 0; i < hs.size(); ++i) {
-      absl::MutexLock lock(&hs[i]->mu_);
-      if (hs[i]->stdout_fd_ >= 0) {
-        fds.push_back({hs[i]->stdout_fd_, POLLIN, 0});
-        owner.push_back(i);
+    std::vector<const WorkerHandle*> owner;
+    for (const auto& h : handles()) {
+      absl::MutexLock lock(&h->mu_);
+      if (h->stdout_fd_ >= 0) {
+        fds.push_back({h->stdout_fd_, POLLIN, 0});
+        owner.push_back(h.get());
       }
     }
     // The startup lines wake us early; otherwise this is the ~100 ms reaping tick. A
     // stale fd (closed meanwhile by on_failure) only causes a harmless extra round.
     poll(fds.data(), fds.size(), static_cast<int>(absl::ToInt64Milliseconds(kSupervisorTick)));
     if (stopping()) break;
-    std::vector<bool> readable(hs.size(), false);
-    for (size_t k = 0; k < fds.size(); ++k) readable[owner[k]] = fds[k].revents != 0;
     absl::Time now = absl::Now();
-    for (size_t i = 0; i < hs.size(); ++i) supervise_one(hs[i], now, readable[i]);
+    {
+      std::vector<std::shared_ptr<WorkerHandle>> hs = handles();
+      for (const auto& h : hs) {
+        bool readable = false;
+        for (size_t k = 0; k < fds.size(); ++k) readable |= owner[k] == h.get() && fds[k].revents != 0;
+        supervise_one(h, now, readable);
+      }
+    }
+    retire_idle(now);
   }
 }
 
@@ -436,14 +474,13 @@ void WorkerPool::supervise_one(const std::shared_ptr<WorkerHandle>& hp, absl::Ti
 void WorkerPool::probe_remote(const std::shared_ptr<WorkerHandle>& h) {
   std::string address = h->address();
   // A fresh channel: the old one may sit in a long reconnect backoff.
-  auto stub = worker_stub(address);
+  auto stub = worker_stub(address, dial_);
   ProbeResult r = probe(stub.get(), kProbeTimeout);
   if (!r.status.ok()) return;
   absl::MutexLock lock(&h->mu_);
   if (h->state_ != WorkerHandle::State::Down || h->address_ != address) return;
   if (r.info.pid() != h->pid_) {
-    ++h->generation_;  // a new process: what the old one held is gone
-    h->programs_.clear();
+    h->new_generation_locked();  // a new process: what the old one held is gone
     h->pid_ = r.info.pid();
   }
   h->connect_locked(address);
@@ -452,7 +489,7 @@ void WorkerPool::probe_remote(const std::shared_ptr<WorkerHandle>& h) {
 
 std::shared_ptr<WorkerHandle> WorkerPool::find_locked(const std::string& device) const {
   for (const auto& x : handles_)
-    if (x->device() == device) return x;
+    if (x->device() == device && x->tenant_.empty()) return x;
   return nullptr;
 }
 
@@ -507,7 +544,7 @@ absl::StatusOr<RemoteRegistered> WorkerPool::register_remote(const RemoteRegistr
         cat("a worker serving ", r.device, " registers as ", kind, ":N or auto, not as '", wanted, "'"));
   const std::string instance = r.instance.empty() ? address : r.instance;
   if (stopping()) return absl::UnavailableError("the scheduler is shutting down");
-  auto stub = worker_stub(address);
+  auto stub = worker_stub(address, dial_);
   ProbeResult me = probe(stub.get(), kProbeTimeout * 3);
   if (!me.status.ok())
     return absl::UnavailableError(cat("cannot reach the worker at ", address, ": ", me.status.message()));
@@ -548,12 +585,12 @@ absl::StatusOr<RemoteRegistered> WorkerPool::register_remote(const RemoteRegistr
         bool same = h->address_ == address && h->pid_ == pid;
         if (!same || h->state_ != WorkerHandle::State::Up) {
           if (!same && h->pid_ != 0) {  // a process served this slot before: its buffers are not ours now
-            ++h->generation_;
-            h->programs_.clear();
+            h->new_generation_locked();
             ++h->restarts_;
           }
           h->pid_ = pid;
           h->address_ = address;
+          h->dial_ = dial_;
           h->stub_ = stub;
           h->state_ = WorkerHandle::State::Up;
           h->up_since_ = absl::Now();
@@ -570,7 +607,7 @@ absl::StatusOr<RemoteRegistered> WorkerPool::register_remote(const RemoteRegistr
       }
     }
     // The slot is up with another worker: it keeps it while it answers as itself.
-    ProbeResult r2 = probe(worker_stub(holder).get(), kProbeTimeout);
+    ProbeResult r2 = probe(worker_stub(holder, dial_).get(), kProbeTimeout);
     if (r2.status.ok() && r2.info.pid() == holder_pid)
       return absl::AlreadyExistsError(cat(name, " is served by the worker at ", holder, " (pid ", holder_pid,
                                           "), which still answers",
@@ -580,27 +617,189 @@ absl::StatusOr<RemoteRegistered> WorkerPool::register_remote(const RemoteRegistr
   return absl::AbortedError("the workers changed while registering; register again");
 }
 
-absl::StatusOr<std::shared_ptr<WorkerHandle>> WorkerPool::worker_for(const std::string& device, absl::Duration wait) {
+absl::StatusOr<std::shared_ptr<WorkerHandle>> WorkerPool::worker_for(const std::string& device, absl::Duration wait,
+                                                                     const std::string& tenant) {
   std::shared_ptr<WorkerHandle> h;
   std::vector<std::string> known;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& x : handles_) {
-      known.push_back(x->device());
-      if (x->device() == device) h = x;
+    if (isolation_ && !tenant.empty()) {
+      auto mine = tenant_worker_locked(device, tenant, absl::Now());
+      if (!mine.ok()) return mine.status();
+      h = *mine;
+    } else {
+      for (const auto& x : handles_) {
+        if (!x->tenant_.empty()) continue;
+        known.push_back(x->device());
+        if (x->device() == device) h = x;
+      }
     }
   }
   if (!h)
     return absl::UnavailableError(cat("no worker serves device ", device, known.empty() ? std::string(" (there are none)")
                                                                           : cat(" (devices: ", join(known, ", "), ")")));
+  h = lease(std::move(h));  // in use from here until the caller lets go
   absl::MutexLock lock(&h->mu_);
+  h->last_used_ = absl::Now();
   auto ready = [&h, this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return h->state_ == WorkerHandle::State::Up || stopping() || !h->unavailable_.empty();
+    return h->state_ == WorkerHandle::State::Up || stopping() || !h->unavailable_.empty() || h->retiring_;
   };
   h->mu_.AwaitWithTimeout(absl::Condition(&ready), wait);
   if (h->state_ == WorkerHandle::State::Up) return h;
   const std::string& why = h->unavailable_.empty() ? h->last_error_ : h->unavailable_;
   return absl::UnavailableError(cat("no worker for device ", device, " is up", why.empty() ? std::string() : cat(": ", why)));
+}
+
+std::shared_ptr<WorkerHandle> WorkerPool::worker_by_id(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& x : handles_)
+    if (x->id() == id) return lease(x);
+  return nullptr;
+}
+
+std::shared_ptr<WorkerHandle> WorkerPool::lease(std::shared_ptr<WorkerHandle> h) {
+  // The pointer returned shares ownership of a Lease (which keeps the handle alive) and
+  // points at the handle: callers see a plain shared_ptr<WorkerHandle>, and the count
+  // drops when its last copy goes.
+  struct Lease {
+    explicit Lease(std::shared_ptr<WorkerHandle> x) : h(std::move(x)) { h->leases_.fetch_add(1); }
+    ~Lease() { h->leases_.fetch_sub(1); }
+    std::shared_ptr<WorkerHandle> h;
+  };
+  WorkerHandle* raw = h.get();
+  return std::shared_ptr<WorkerHandle>(std::make_shared<Lease>(std::move(h)), raw);
+}
+
+void WorkerPool::isolate_tenants(TenantIsolation isolation) {
+  absl::MutexLock lock(&mu_);
+  isolation_ = std::move(isolation);
+}
+
+absl::StatusOr<std::shared_ptr<WorkerHandle>> WorkerPool::tenant_worker_locked(const std::string& device,
+                                                                               const std::string& tenant,
+                                                                               absl::Time now) {
+  for (const auto& x : handles_) {
+    if (x->tenant_ != tenant || x->device() != device) continue;
+    absl::MutexLock hl(&x->mu_);
+    if (!x->retiring_) return x;
+  }
+  std::shared_ptr<WorkerHandle> slot = find_locked(device);
+  if (!slot) {
+    std::vector<std::string> known;
+    for (const auto& x : handles_)
+      if (x->tenant_.empty()) known.push_back(x->device());
+    return absl::UnavailableError(cat("no worker serves device ", device, known.empty() ? std::string(" (there are none)")
+                                                                          : cat(" (devices: ", join(known, ", "), ")")));
+  }
+  if (!slot->embedded()) {
+    // A remote process is one process: it serves one tenant until that tenant is done.
+    absl::MutexLock hl(&slot->mu_);
+    if (slot->bound_tenant_.empty() || slot->bound_tenant_ == tenant) {
+      if (slot->bound_tenant_.empty()) log(slot->describe_locked(), " now serves one tenant (tenant isolation)");
+      slot->bound_tenant_ = tenant;
+      return slot;
+    }
+    return absl::ResourceExhaustedError(cat("device ", device, " is a remote worker serving another tenant now (tenant ",
+                                            "isolation: one tenant per worker process); retry once it is free"));
+  }
+  {
+    absl::MutexLock hl(&slot->mu_);
+    if (!slot->unavailable_.empty())
+      return absl::UnavailableError(cat("no worker for device ", device, " is up: ", slot->unavailable_));
+  }
+  std::vector<std::shared_ptr<WorkerHandle>> live;
+  for (const auto& x : handles_) {
+    if (x->tenant_.empty()) continue;
+    absl::MutexLock hl(&x->mu_);
+    if (!x->retiring_) live.push_back(x);
+  }
+  if (live.size() >= isolation_->max_workers) {
+    // Make room by retiring the idle process used longest ago.
+    std::shared_ptr<WorkerHandle> oldest;
+    absl::Time oldest_use = absl::InfiniteFuture();
+    for (const auto& x : live) {
+      if (x->leases_.load() > 0 || !idle_locked(x, x->tenant_, now, false)) continue;
+      absl::MutexLock hl(&x->mu_);
+      if (x->last_used_ < oldest_use) {
+        oldest = x;
+        oldest_use = x->last_used_;
+      }
+    }
+    if (!oldest)
+      return absl::ResourceExhaustedError(cat("all ", isolation_->max_workers, " tenant worker processes are in use ",
+                                              "(--max-tenant-workers); retry once a tenant's sessions close"));
+    absl::MutexLock hl(&oldest->mu_);
+    retire_locked(*oldest, "to make room for another tenant's worker");
+  }
+  auto h = std::make_shared<WorkerHandle>(cat(slot->id(), "-tenant-", ++tenant_count_), device, true, tenant);
+  {
+    absl::MutexLock hl(&h->mu_);
+    h->backoff_ = options_.restart_backoff_min;
+    h->restart_at_ = absl::InfinitePast();  // the supervisor starts it on its next round
+    h->last_used_ = now;
+  }
+  handles_.push_back(h);
+  ensure_supervisor_locked();
+  return h;
+}
+
+bool WorkerPool::idle_locked(const std::shared_ptr<WorkerHandle>& h, const std::string& tenant, absl::Time now,
+                             bool for_a_while) const {
+  {
+    absl::MutexLock hl(&h->mu_);
+    if (for_a_while && now - h->last_used_ < isolation_->idle) return false;
+  }
+  return !isolation_->in_use || !isolation_->in_use(tenant, h->device());
+}
+
+void WorkerPool::retire_locked(WorkerHandle& h, const std::string& why) {
+  if (h.retiring_) return;
+  h.retiring_ = true;
+  h.restart_at_ = absl::InfiniteFuture();
+  log(h.describe_locked(), " retired ", why);
+  if (h.pid_ > 0 && !h.reaped_) kill(static_cast<pid_t>(h.pid_), SIGTERM);  // the supervisor reaps it
+  h.lose_process_locked(cat(h.describe_locked(), " was retired (tenant isolation)"));
+}
+
+void WorkerPool::retire_idle(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  if (!isolation_) return;
+  for (auto it = handles_.begin(); it != handles_.end();) {
+    const std::shared_ptr<WorkerHandle>& h = *it;
+    // A request holds the pointer worker_for gave it for as long as it uses the worker.
+    const bool held = h->leases_.load() > 0;
+    if (h->tenant_.empty()) {
+      if (!h->embedded_ && !held) {
+        std::string bound;
+        {
+          absl::MutexLock hl(&h->mu_);
+          bound = h->bound_tenant_;
+        }
+        if (!bound.empty() && idle_locked(h, bound, now, true)) {
+          absl::MutexLock hl(&h->mu_);
+          h->bound_tenant_.clear();
+          log(h->describe_locked(), " is free for any tenant again");
+        }
+      }
+      ++it;
+      continue;
+    }
+    bool retiring, gone;
+    {
+      absl::MutexLock hl(&h->mu_);
+      retiring = h->retiring_;
+      gone = h->reaped_ || h->pid_ <= 0;
+    }
+    if (retiring && gone && !held) {
+      it = handles_.erase(it);
+      continue;
+    }
+    if (!retiring && !held && idle_locked(h, h->tenant_, now, true)) {
+      absl::MutexLock hl(&h->mu_);
+      retire_locked(*h, cat("after ", absl::FormatDuration(isolation_->idle), " unused"));
+    }
+    ++it;
+  }
 }
 
 absl::Status WorkerPool::on_failure(const std::shared_ptr<WorkerHandle>& w, const absl::Status& rpc_status,
@@ -624,7 +823,7 @@ absl::Status WorkerPool::on_failure(const std::shared_ptr<WorkerHandle>& w, cons
         !w->last_error_.empty())
       return lost(w->last_error_, w->embedded_);
   }
-  std::shared_ptr<wv1::Worker::Stub> stub = w->embedded() ? w->stub() : worker_stub(w->address());
+  std::shared_ptr<wv1::Worker::Stub> stub = w->embedded() ? w->stub() : worker_stub(w->address(), dial_);
   ProbeResult r = probe(stub.get(), kProbeTimeout);
   if (r.status.ok() && r.info.pid() == pid) {
     // Alive and answering: the failure was the call's own (a deadline, a cancellation).
@@ -679,6 +878,7 @@ std::vector<WorkerStatusSnapshot> WorkerPool::snapshot() const {
     WorkerStatusSnapshot s;
     s.id = h->id();
     s.device = h->device();
+    s.tenant = h->tenant();
     s.embedded = h->embedded();
     s.state = h->state();
     absl::MutexLock lock(&h->mu_);

@@ -14,12 +14,30 @@
 // for one ("auto": the lowest free name of its kind, kept for the same instance). Remote
 // workers register again every few seconds (a heartbeat); a registration of the process
 // that already serves the slot changes nothing.
+// Every call to a worker is authenticated (server/cluster_auth.h): an embedded worker
+// checks a random secret made for its process and handed to it at start through an
+// inherited pipe (never argv or the environment), a remote one the cluster secret (or
+// mutual TLS). Buffer ids on a worker are 64 random bits, so that knowing one id tells
+// nothing about another.
+//
+// Tenant isolation (WorkerPool::isolate_tenants, on whenever uopd has a tokens file): a
+// tenant's buffers and kernels live only in worker processes that serve that tenant alone,
+// so neither a bug in the bounds proof nor a kernel that escapes it can reach another
+// tenant's memory. An embedded slot (CPU:0, CUDA:1) then gets one process per tenant that
+// uses it, started on the tenant's first request for the device, capped in number
+// (TenantIsolation::max_workers: at the cap an idle one is retired to make room, else the request is
+// RESOURCE_EXHAUSTED naming the limit) and retired once idle (no session of the tenant on
+// the device, no request holding it) for TenantIsolation::idle. A remote worker cannot be
+// multiplied: it serves one tenant at a time, bound on first use and released the same
+// way once idle; meanwhile another tenant's request for it is RESOURCE_EXHAUSTED.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -31,6 +49,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/worker.grpc.pb.h"
+#include "server/cluster_auth.h"
 #include "worker/exec_lane.h"
 
 namespace uop {
@@ -50,6 +69,15 @@ struct WorkerOptions {
   absl::Duration stop_timeout = absl::Seconds(5);  // shutdown: SIGTERM, then SIGKILL
 };
 
+// Tenant isolation (see the top of this file).
+struct TenantIsolation {
+  size_t max_workers = 8;                        // embedded tenant processes at once
+  absl::Duration idle = absl::Minutes(2);        // unused this long, a tenant's process is retired
+  // Whether `tenant` has a session on `device` (SessionManager::uses_device): a worker of
+  // a tenant with one is never retired.
+  std::function<bool(const std::string& tenant, const std::string& device)> in_use;
+};
+
 // What a remote worker sends Registry.Register (proto/worker.proto RegisterRequest).
 struct RemoteRegistration {
   std::string address;        // HOST:PORT where the scheduler reaches it
@@ -66,6 +94,7 @@ struct RemoteRegistered {
 
 struct WorkerStatusSnapshot {
   std::string id, device, address, state;
+  std::string tenant;  // the tenant the process serves alone (tenant isolation); "" shared
   int64_t pid = 0;
   uint64_t restarts = 0;
   uint64_t generation = 0;
@@ -78,6 +107,8 @@ class WorkerHandle {
   const std::string& id() const { return id_; }
   const std::string& device() const { return device_; }
   bool embedded() const { return embedded_; }
+  // The tenant this embedded process serves alone (tenant isolation), "" for a shared slot.
+  const std::string& tenant() const { return tenant_; }
   std::string address() const;
   std::string state() const;  // "up", "starting", "down" or "unavailable"
   int64_t pid() const;        // 0 when no process is known
@@ -94,13 +125,22 @@ class WorkerHandle {
   std::shared_ptr<ExecLane> lane() const;
   uint64_t generation() const;
 
+  // A buffer id for the current process: 64 bits from the OS's CSPRNG, never 0, drawn
+  // again while it equals one handed out for this generation and not released (the
+  // worker refuses an id in use, and a failed run frees what it tried to allocate, so an
+  // id must never be handed out twice).
+  uint64_t new_buffer_id();
+  // The ids are free again (their buffers were freed). Ignored for another generation:
+  // a new process holds none of the old one's ids.
+  void release_buffer_ids(std::span<const uint64_t> ids, uint64_t generation);
+
   // What the scheduler loaded on this worker, cleared whenever the generation changes.
   // With a generation, a record for an older process is ignored.
   bool has_program(const std::string& key) const;
   void note_program(const std::string& key, std::optional<uint64_t> generation = std::nullopt);
 
-  WorkerHandle(std::string id, std::string device, bool embedded)
-      : id_(std::move(id)), device_(std::move(device)), embedded_(embedded) {}
+  WorkerHandle(std::string id, std::string device, bool embedded, std::string tenant = "")
+      : id_(std::move(id)), device_(std::move(device)), tenant_(std::move(tenant)), embedded_(embedded) {}
 
  private:
   friend class WorkerPool;
@@ -108,11 +148,20 @@ class WorkerHandle {
 
   std::string describe_locked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void connect_locked(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Another process: nothing loaded, no buffer ids in use.
+  void new_generation_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The process behind the handle is gone: new generation, nothing loaded, no stub.
   void lose_process_locked(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const std::string id_, device_;
+  const std::string id_, device_, tenant_;
   const bool embedded_;
+  // Tenant isolation: when a request last took this worker; for a remote slot, the tenant it
+  // is bound to ("" none); for a tenant process, whether it is being retired (stopped, never
+  // restarted, dropped from the pool once reaped).
+  absl::Time last_used_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::atomic<int> leases_{0};  // pointers worker_for / worker_by_id handed out that still live
+  std::string bound_tenant_ ABSL_GUARDED_BY(mu_);
+  bool retiring_ ABSL_GUARDED_BY(mu_) = false;
   mutable absl::Mutex mu_;
   State state_ ABSL_GUARDED_BY(mu_) = State::Down;
   std::string address_ ABSL_GUARDED_BY(mu_);
@@ -127,6 +176,9 @@ class WorkerHandle {
   std::shared_ptr<uopd::worker::v1::Worker::Stub> stub_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<ExecLane> lane_ ABSL_GUARDED_BY(mu_);  // made for each embedded process
   absl::flat_hash_set<std::string> programs_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> buffer_ids_ ABSL_GUARDED_BY(mu_);  // handed out, not released
+  // How stub_ reaches the process: the pool's dialer, with an embedded process's own secret.
+  cluster_auth::Dialer dial_ ABSL_GUARDED_BY(mu_);
 
   // Embedded only: the process being started or running, and when to start the next one.
   bool reaped_ ABSL_GUARDED_BY(mu_) = true;        // pid_ has been waited for (or there is none)
@@ -150,7 +202,11 @@ class WorkerHandle {
 
 class WorkerPool {
  public:
-  WorkerPool() = default;
+  // `dial`: how to reach workers: mutual TLS when it has credentials, and the secret that
+  // workers registering from elsewhere check (the cluster secret). Embedded workers are
+  // dialled the same way with a secret of their own instead, and are handed dial.secret
+  // to present to the scheduler's internal services (their collectives' Rendezvous).
+  explicit WorkerPool(cluster_auth::Dialer dial = {}) : dial_(std::move(dial)) {}
   ~WorkerPool();  // shutdown()
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
@@ -186,8 +242,18 @@ class WorkerPool {
   // The worker for `device` (names are exact: "CPU:0", "CUDA:0"), waiting up to `wait`
   // while it (re)starts. UNAVAILABLE naming the device and the last error if none is up,
   // at once for an unavailable device (with the worker's message).
+  // With tenant isolation, `tenant` picks (or starts, see the top of this file) the
+  // tenant's own process for the device; "" is the shared slot, for calls that touch no
+  // tenant's data (Info).
   absl::StatusOr<std::shared_ptr<WorkerHandle>> worker_for(const std::string& device,
-                                                           absl::Duration wait = absl::Seconds(10));
+                                                           absl::Duration wait = absl::Seconds(10),
+                                                           const std::string& tenant = "");
+  // The handle with this id (WorkerHandle::id, as BufferInfo records it), if the pool still
+  // has it: what freeing a buffer goes to, whatever process now serves its device.
+  std::shared_ptr<WorkerHandle> worker_by_id(const std::string& id) const;
+
+  // Turns tenant isolation on (see the top of this file). Call once, before any request.
+  void isolate_tenants(TenantIsolation isolation);
 
   // Call after an RPC to `w` failed. The worker's own answers (INVALID_ARGUMENT, NOT_FOUND,
   // ...) come back unchanged. For a transport failure it finds out whether the worker is
@@ -216,6 +282,21 @@ class WorkerPool {
   bool read_startup_output_locked(WorkerHandle& h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu_);
   void schedule_restart_locked(WorkerHandle& h, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu_);
   void probe_remote(const std::shared_ptr<WorkerHandle>& h);
+  // Tenant isolation: the tenant's process for an embedded slot (made if need be), or the
+  // remote slot bound to the tenant.
+  absl::StatusOr<std::shared_ptr<WorkerHandle>> tenant_worker_locked(const std::string& device, const std::string& tenant,
+                                                                     absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether nobody but the pool holds `h`, `tenant` has no session on its device and, with
+  // `for_a_while`, it has not been taken for TenantIsolation::idle. Locks h's mutex.
+  bool idle_locked(const std::shared_ptr<WorkerHandle>& h, const std::string& tenant, absl::Time now,
+                   bool for_a_while) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `h` as handed to a caller: while any copy of the result lives, h counts as in use.
+  static std::shared_ptr<WorkerHandle> lease(std::shared_ptr<WorkerHandle> h);
+  // Stops (SIGTERM) a tenant process for good; the supervisor reaps it and drops it.
+  static void retire_locked(WorkerHandle& h, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu_);
+  // One supervisor round of tenant isolation: retire idle tenant processes, release idle
+  // remote bindings, drop retired processes that have been reaped.
+  void retire_idle(absl::Time now);
   std::shared_ptr<WorkerHandle> find_locked(const std::string& device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // register_remote's choice for name "auto": a slot to take (null: none yet) and its name.
   std::pair<std::shared_ptr<WorkerHandle>, std::string> pick_auto_name_locked(const std::string& kind,
@@ -227,16 +308,20 @@ class WorkerPool {
   void ensure_supervisor_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool stopping() const;
 
+  const cluster_auth::Dialer dial_;
   WorkerOptions options_;
   mutable absl::Mutex mu_;
   std::vector<std::shared_ptr<WorkerHandle>> handles_ ABSL_GUARDED_BY(mu_);
   uint64_t remote_count_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t tenant_count_ ABSL_GUARDED_BY(mu_) = 0;  // tenant processes made, for their ids
+  std::optional<TenantIsolation> isolation_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> stopping_{false};  // read under handle locks, so not under mu_
   std::thread supervisor_ ABSL_GUARDED_BY(mu_);  // started by the first start_embedded or register_remote
 };
 
-// A channel to a worker with the message limits the worker protocol needs.
-std::shared_ptr<uopd::worker::v1::Worker::Stub> worker_stub(const std::string& address);
+// A channel to a worker with the message limits the worker protocol needs, dialled as
+// `dial` says (TLS, the secret the worker checks).
+std::shared_ptr<uopd::worker::v1::Worker::Stub> worker_stub(const std::string& address, const cluster_auth::Dialer& dial);
 
 }  // namespace uop

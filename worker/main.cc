@@ -6,6 +6,8 @@
 // unavailable instead of restarting it. With --scheduler it registers itself with a
 // remote scheduler's Registry, and again every --heartbeat-seconds, so that a scheduler
 // that restarted learns it back; --name=auto lets the scheduler pick its cluster-wide name.
+// It serves its scheduler only: every call must carry the secret (uopd's for an embedded
+// worker, the cluster's for one started elsewhere) or come over mutual TLS.
 // SIGTERM / SIGINT drain: stop accepting, let in-flight calls finish, exit 0. With
 // --health-check=ADDR it is a client instead: grpc.health.v1 Check of ADDR, exit 0 / 1.
 // Logs go to stderr.
@@ -14,9 +16,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -34,8 +38,9 @@
 #include "absl/time/time.h"
 #include "compiler/codegen/llvm_cpu.h"
 #include "compiler/support/strings.h"
-#include "server/tls.h"
 #include "proto/worker.grpc.pb.h"
+#include "server/cluster_auth.h"
+#include "server/tls.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/cuda/cuda_device.h"
 #include "worker/worker_service.h"
@@ -66,14 +71,25 @@ Serves one device to a uopd scheduler (proto/worker.proto).
                             its name back after it or the scheduler restarts (default: the
                             advertised address; a pod's node name, say, when that changes)
   --drain-seconds=N         on SIGTERM, how long in-flight calls may take (default 30)
+  --cluster-secret-file=PATH the cluster's secret (16+ bytes, e.g. openssl rand -hex 32; the
+                            file readable by its owner only): every call to this worker must
+                            carry it (the grpc.health.v1 Check aside), and the worker presents
+                            it to the scheduler (Registry, Rendezvous). The scheduler has the
+                            same file (uopd --cluster-secret-file)
   --tls-cert=PEM --tls-key=PEM --tls-ca=PEM
                             mutual TLS: serve with this certificate, accept only callers
                             whose certificate chains to the CA, and register with the
-                            scheduler over TLS the same way
+                            scheduler over TLS the same way (alone or with the secret)
+  --insecure                accept calls from anyone who can reach --listen: no secret, no
+                            TLS (a worker serves only its scheduler: without one of these
+                            three it does not start)
   --embedded[=PID]          started by uopd itself (PID: its process id): exit when the
                             parent dies. Without PID, a parent of pid 1 means it died
                             already, which is wrong where uopd itself is pid 1 (a container
                             without an init): uopd always passes its pid
+  --secret-fd=N             embedded: read the secrets from inherited descriptor N (uopd
+                            passes it): the one callers must present, a newline, the one
+                            to present to the scheduler
   --lane-fd=N               embedded: also serve Execute and buffer reads and writes through
                             the shared-memory execute lane behind inherited descriptor N
                             (uopd passes it)
@@ -107,6 +123,9 @@ struct Flags {
   bool embedded = false;
   pid_t parent_pid = 0;  // --embedded=PID; 0: not given
   int lane_fd = -1;      // --lane-fd=N
+  int secret_fd = -1;    // --secret-fd=N
+  std::string cluster_secret_file;
+  bool insecure = false;
   tls::TlsFiles tls;
 };
 
@@ -150,6 +169,10 @@ std::optional<int> parse(int argc, char** argv, Flags* f) {
     }
     if (s == "--embedded") {
       f->embedded = true;
+      continue;
+    }
+    if (s == "--insecure") {
+      f->insecure = true;
       continue;
     }
     if (s.rfind("--embedded=", 0) == 0) {
@@ -211,6 +234,12 @@ std::optional<int> parse(int argc, char** argv, Flags* f) {
       f->tls.key = value;
     } else if (name == "tls-ca") {
       f->tls.ca = value;
+    } else if (name == "cluster-secret-file") {
+      if (value.empty()) return usage_error("--cluster-secret-file needs a path");
+      f->cluster_secret_file = value;
+    } else if (name == "secret-fd") {
+      if (!parse_uint(value, &n) || n < 3 || n > 1 << 20) return usage_error("--secret-fd takes a descriptor number (3 or more)");
+      f->secret_fd = static_cast<int>(n);
     } else if (name == "lane-fd") {
       if (!parse_uint(value, &n) || n < 3 || n > 1 << 20) return usage_error("--lane-fd takes a descriptor number (3 or more)");
       f->lane_fd = static_cast<int>(n);
@@ -224,6 +253,10 @@ std::optional<int> parse(int argc, char** argv, Flags* f) {
   if ((!f->name.empty() || !f->instance.empty()) && f->scheduler.empty())
     return usage_error("--name and --instance name this worker to a scheduler: give --scheduler too");
   if (!f->instance.empty() && f->name != "auto") return usage_error("--instance goes with --name=auto");
+  if (f->secret_fd >= 0 && !f->cluster_secret_file.empty())
+    return usage_error("--secret-fd (from uopd) and --cluster-secret-file: give one");
+  if (f->insecure && (f->secret_fd >= 0 || !f->cluster_secret_file.empty() || f->tls.any()))
+    return usage_error("--insecure accepts callers without credentials: it goes with no secret and no --tls-*");
   if (!f->name.empty() && f->name != "auto" && f->name.substr(0, f->name.find(':')) != f->device.substr(0, f->device.find(':')))
     return usage_error(cat("--name=", f->name, ": a ", f->device, " worker's name is of its kind"));
   return std::nullopt;
@@ -257,7 +290,8 @@ std::string advertised_address(const Flags& f, int port) {
 // stop() also cancels a call in progress, so that draining never waits on a slow scheduler.
 class Registrar {
  public:
-  Registrar(const Flags& f, std::string address) : f_(f), address_(std::move(address)) {
+  Registrar(const Flags& f, cluster_auth::Dialer dial, std::string address)
+      : f_(f), dial_(std::move(dial)), address_(std::move(address)) {
     thread_ = std::thread([this] { loop(); });
   }
   ~Registrar() { stop(); }
@@ -274,6 +308,7 @@ class Registrar {
   void loop();
   std::unique_ptr<uopd::worker::v1::Registry::Stub> connect() const;
   const Flags& f_;
+  const cluster_auth::Dialer dial_;
   const std::string address_;
   absl::Notification stop_;
   std::mutex mu_;
@@ -285,15 +320,10 @@ class Registrar {
 // behind the same name (a channel re-resolves at most every 30 s) and an old channel may
 // sit in a long reconnect backoff.
 std::unique_ptr<uopd::worker::v1::Registry::Stub> Registrar::connect() const {
-  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
-  if (f_.tls.any()) {
-    auto tls_creds = tls::channel_credentials(f_.tls);  // checked at startup: cannot fail here
-    if (tls_creds.ok()) creds = *tls_creds;
-  }
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
-  return uopd::worker::v1::Registry::NewStub(grpc::CreateCustomChannel(f_.scheduler, creds, args));
+  return uopd::worker::v1::Registry::NewStub(dial_.channel(f_.scheduler, args));
 }
 
 void Registrar::loop() {
@@ -350,14 +380,21 @@ void Registrar::loop() {
     }
     if (stop->HasBeenNotified()) return;
     stub.reset();
+    // gRPC leaves some messages empty (UNIMPLEMENTED for a method the server lacks); the
+    // client port serves no Registry, so say where workers register.
+    std::string why = st.error_message().empty() ? cat("gRPC status ", static_cast<int>(st.error_code()))
+                                                 : st.error_message();
+    if (st.error_code() == grpc::StatusCode::UNIMPLEMENTED)
+      why += " (a uopd client port? workers register at its internal listener, --internal-listen, printed as "
+             "INTERNAL host:port)";
     if (registered) {
-      log("lost the scheduler at ", f.scheduler, ": ", st.error_message(), "; registering again");
+      log("lost the scheduler at ", f.scheduler, ": ", why, "; registering again");
       registered = false;
-    } else if (st.error_message() != last_error) {
-      log("cannot register with the scheduler at ", f.scheduler, ": ", st.error_message(),
-          "; retrying (every ", absl::FormatDuration(max_backoff), " at most)");
+    } else if (why != last_error) {
+      log("cannot register with the scheduler at ", f.scheduler, ": ", why, "; retrying (every ",
+          absl::FormatDuration(max_backoff), " at most)");
     }
-    last_error = st.error_message();
+    last_error = why;
     stop->WaitForNotificationWithTimeout(backoff);
     backoff = std::min(backoff * 2, max_backoff);
   }
@@ -402,6 +439,73 @@ int health_check(const Flags& f) {
   static constexpr const char* kNames[] = {"UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"};
   std::printf("%s: %s\n", f.health_check.c_str(), status < 4 ? kNames[status] : "UNKNOWN");
   return status == 1 ? 0 : 1;
+}
+
+// Who may call this worker, and how it calls the scheduler.
+struct Credentials {
+  cluster_auth::Gate gate;
+  cluster_auth::Dialer dial;
+};
+
+// --secret-fd: what uopd wrote there (the secret callers present, a newline, the one to
+// present to the scheduler), read to its end.
+absl::StatusOr<std::pair<std::string, std::string>> read_secret_fd(int fd) {
+  std::string all;
+  char buf[1024];
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return absl::FailedPreconditionError(cat("--secret-fd=", fd, ": ", strerrordesc_np(errno)));
+    if (n == 0) break;
+    all.append(buf, static_cast<size_t>(n));
+    if (all.size() > 2 * cluster_auth::kMaxSecretBytes) return absl::InvalidArgumentError(cat("--secret-fd=", fd, ": too long"));
+  }
+  close(fd);
+  size_t nl = all.find('\n');
+  if (nl == std::string::npos || nl < cluster_auth::kMinSecretBytes)
+    return absl::InvalidArgumentError(cat("--secret-fd=", fd, ": no secret there"));
+  return std::make_pair(all.substr(0, nl), all.substr(nl + 1));
+}
+
+// From --secret-fd or --cluster-secret-file, and --tls-*: an exit status when they cannot
+// be used, or when there are none and no --insecure.
+std::variant<Credentials, int> credentials(const Flags& f) {
+  Credentials c;
+  if (f.tls.any()) {
+    if (f.tls.cert.empty() || f.tls.key.empty() || f.tls.ca.empty())
+      return usage_error("mutual TLS needs --tls-cert, --tls-key and --tls-ca");
+    auto server = tls::server_credentials(f.tls, /*require_client_cert=*/true);
+    auto client = server.ok() ? tls::channel_credentials(f.tls) : server.status();
+    if (!client.ok()) {
+      log(client.status().message());
+      return 1;
+    }
+    c.gate.tls = *server;
+    c.dial.tls = *client;
+  }
+  if (f.secret_fd >= 0) {
+    auto got = read_secret_fd(f.secret_fd);
+    if (!got.ok()) {
+      log(got.status().message());
+      return 1;
+    }
+    c.gate.secret = std::move(got->first);
+    c.dial.secret = std::move(got->second);
+  } else if (!f.cluster_secret_file.empty()) {
+    auto secret = cluster_auth::read_secret_file(f.cluster_secret_file);
+    if (!secret.ok()) {
+      log(secret.status().message());
+      return 1;
+    }
+    c.gate.secret = c.dial.secret = *secret;
+  }
+  if (!c.gate.authenticates() && !f.insecure)
+    return usage_error("a worker serves its scheduler only: give --cluster-secret-file (the scheduler's), or "
+                       "--tls-cert/--tls-key/--tls-ca, or --insecure to accept anyone who can reach --listen");
+  // Liveness probes (Kubernetes' gRPC probes, --health-check) carry no credentials, and
+  // the answer says only SERVING or NOT_SERVING.
+  c.gate.open_methods = {"/grpc.health.v1.Health/Check"};
+  return c;
 }
 
 // Set when a kernel fault lost the CUDA context: the worker drains and exits for a restart.
@@ -451,6 +555,9 @@ int run(int argc, char** argv) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (f.parent_pid ? getppid() != f.parent_pid : getppid() == 1) return 0;
   }
+  auto creds = credentials(f);
+  if (auto* rc = std::get_if<int>(&creds)) return *rc;
+  Credentials& auth = std::get<Credentials>(creds);
   // SIGTERM / SIGINT are taken by sigwait on the main thread: blocked before any thread
   // starts, so every thread inherits the mask, with the default disposition restored (a
   // shell's background job may come with SIG_IGN, and sigwait never sees an ignored
@@ -467,6 +574,7 @@ int run(int argc, char** argv) {
   WorkerRuntimeOptions opts;
   opts.device = f.device;
   opts.threads = f.threads;
+  opts.rendezvous_dial = std::make_shared<const cluster_auth::Dialer>(auth.dial);
   std::unique_ptr<DeviceBackend> backend;
   if (f.device.rfind("CUDA:", 0) == 0) {
     // After the signal mask: the driver starts threads of its own.
@@ -500,22 +608,7 @@ int run(int argc, char** argv) {
   // serves, NOT_SERVING once it drains. Must be enabled before the builder is made.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  std::shared_ptr<grpc::ServerCredentials> listen_creds = grpc::InsecureServerCredentials();
-  if (f.tls.any()) {
-    if (f.tls.cert.empty() || f.tls.key.empty() || f.tls.ca.empty())
-      return usage_error("mutual TLS needs --tls-cert, --tls-key and --tls-ca");
-    auto creds = tls::server_credentials(f.tls, /*require_client_cert=*/true);
-    if (!creds.ok()) {
-      log(creds.status().message());
-      return 1;
-    }
-    if (auto client = tls::channel_credentials(f.tls); !client.ok()) {
-      log(client.status().message());
-      return 1;
-    }
-    listen_creds = *creds;
-  }
-  builder.AddListeningPort(f.listen, listen_creds, &port);
+  builder.AddListeningPort(f.listen, auth.gate.credentials(), &port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(256 << 20);  // program objects and write chunks
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -532,7 +625,7 @@ int run(int argc, char** argv) {
       opts.max_buffer_bytes ? cat(opts.max_buffer_bytes, " bytes") : std::string("unlimited"));
 
   std::unique_ptr<Registrar> registrar;
-  if (!f.scheduler.empty()) registrar = std::make_unique<Registrar>(f, advertised_address(f, port));
+  if (!f.scheduler.empty()) registrar = std::make_unique<Registrar>(f, auth.dial, advertised_address(f, port));
 
   int sig = 0;
   sigwait(&stop_signals, &sig);

@@ -421,6 +421,7 @@ grpc::Status WorkerService::Collective(grpc::ServerContext* ctx, const wv1::Coll
   spec.elements = req->elements();
   spec.transport = req->transport();
   spec.rendezvous = req->rendezvous();
+  spec.rendezvous_dial = rt_->options().rendezvous_dial;
   // The caller's deadline bounds the wait for peers too: a member never waits longer than
   // the scheduler is willing to.
   uint32_t timeout = req->timeout_ms() ? req->timeout_ms() : kDefaultCollectiveTimeoutMs;

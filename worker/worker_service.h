@@ -32,6 +32,8 @@ struct WorkerRuntimeOptions {
   std::string target;             // cpu: what Info reports as the CPU target id
   int threads = 0;                // cpu: <= 0, the machine's hardware threads
   uint64_t max_buffer_bytes = 0;  // 0: no budget
+  // How collectives reach the scheduler's Rendezvous (its credentials); null: plaintext.
+  std::shared_ptr<const cluster_auth::Dialer> rendezvous_dial;
 };
 
 struct LaunchSpec {

@@ -42,72 +42,90 @@ void CompileCache::put_into(size_t tier, std::string_view key, std::string_view 
   }
 }
 
-std::optional<CacheResult> CompileCache::get_fast(std::string_view key) {
+std::optional<std::string> CompileCache::lookup(size_t tier, std::string_view key, const Verifier& verify,
+                                                bool count_miss) {
+  absl::StatusOr<std::optional<std::string>> got = tiers_[tier]->get(key);
+  if (!got.ok()) {
+    ++counters_[tier].errors;
+    tier_error(tier, got.status());
+    return std::nullopt;
+  }
+  if (!got->has_value()) {
+    if (count_miss) ++counters_[tier].misses;
+    return std::nullopt;
+  }
+  // An in-process tier holds only what this process computed or already verified on its
+  // way up from a lower tier: checking it again would cost every cached Run a parse.
+  if (verify && !tiers_[tier]->in_process()) {
+    if (absl::Status v = verify(**got); !v.ok()) {
+      ++counters_[tier].errors;
+      tier_error(tier, v);
+      if (absl::Status r = tiers_[tier]->remove(key); !r.ok()) tier_error(tier, r);
+      return std::nullopt;
+    }
+  }
+  return *std::move(got);
+}
+
+std::optional<CacheResult> CompileCache::get_fast(std::string_view key, const Verifier& verify) {
   if (tiers_.empty() || !tiers_[0]->in_process() || !is_cache_key(key)) return std::nullopt;
-  absl::StatusOr<std::optional<std::string>> got = tiers_[0]->get(key);
-  if (!got.ok() || !got->has_value()) return std::nullopt;
+  std::optional<std::string> got = lookup(0, key, verify, /*count_miss=*/false);
+  if (!got) return std::nullopt;
   ++counters_[0].hits;
-  return CacheResult{std::move(**got), CacheOutcome::Hit, std::string(tiers_[0]->name())};
+  return CacheResult{*std::move(got), CacheOutcome::Hit, std::string(tiers_[0]->name())};
 }
 
 absl::StatusOr<CacheResult> CompileCache::get_or_compute(
-    std::string_view key, const std::function<absl::StatusOr<std::string>()>& compute) {
-  Lookup lookup = start(
+    std::string_view key, const std::function<absl::StatusOr<std::string>()>& compute, const Verifier& verify) {
+  Lookup l = start(
       key, [&](const std::function<bool()>&) { return compute(); }, [](std::function<void()> work) { work(); },
-      absl::InfiniteFuture());
-  return finish(lookup, nullptr);
+      absl::InfiniteFuture(), verify);
+  return finish(l, nullptr);
 }
 
-CompileCache::Lookup CompileCache::start(std::string_view key, Compute compute, Runner run, absl::Time deadline) {
-  Lookup lookup;
-  lookup.key_ = std::string(key);
-  lookup.deadline_ = deadline;
+CompileCache::Lookup CompileCache::start(std::string_view key, Compute compute, Runner run, absl::Time deadline,
+                                         const Verifier& verify) {
+  Lookup l;
+  l.key_ = std::string(key);
+  l.deadline_ = deadline;
   if (auto s = check_cache_key(key); !s.ok()) {
-    lookup.ready_ = s;
-    return lookup;
+    l.ready_ = s;
+    return l;
   }
   for (size_t i = 0; i < tiers_.size(); ++i) {
-    absl::StatusOr<std::optional<std::string>> got = tiers_[i]->get(key);
-    if (!got.ok()) {
-      ++counters_[i].errors;
-      tier_error(i, got.status());
-      continue;
-    }
-    if (!got->has_value()) {
-      ++counters_[i].misses;
-      continue;
-    }
+    std::optional<std::string> got = lookup(i, key, verify, /*count_miss=*/true);
+    if (!got) continue;
     ++counters_[i].hits;
-    for (size_t j = 0; j < i; ++j) put_into(j, key, **got);
-    lookup.ready_ = CacheResult{std::move(**got), CacheOutcome::Hit, std::string(tiers_[i]->name())};
-    return lookup;
+    for (size_t j = 0; j < i; ++j) put_into(j, key, *got);
+    l.ready_ = CacheResult{*std::move(got), CacheOutcome::Hit, std::string(tiers_[i]->name())};
+    return l;
   }
   // Missed everywhere: join the compile in flight, or start one.
-  lookup.compute_ = std::move(compute);
-  lookup.run_ = std::move(run);
-  lookup.ticket_ = flights_.join(lookup.key_, deadline, [&](const std::shared_ptr<Flights::Call>& call) {
-    lookup.run_([this, call, key = lookup.key_, compute = lookup.compute_] { fly(call, key, compute); });
+  l.compute_ = std::move(compute);
+  l.run_ = std::move(run);
+  l.verify_ = verify;
+  l.ticket_ = flights_.join(l.key_, deadline, [&](const std::shared_ptr<Flights::Call>& call) {
+    l.run_([this, call, key = l.key_, compute = l.compute_, verify = l.verify_] { fly(call, key, compute, verify); });
   });
-  return lookup;
+  return l;
 }
 
 // The leader stores the artifact in the first tier before the waiters wake, and a caller
 // that missed just before the previous leader finished looks there again before
 // compiling; the slower tiers are written after the waiters are released.
-void CompileCache::fly(const std::shared_ptr<Flights::Call>& call, std::string key, const Compute& compute) {
+void CompileCache::fly(const std::shared_ptr<Flights::Call>& call, std::string key, const Compute& compute,
+                       const Verifier& verify) {
   // Queued behind others, its callers may all have gone by now: then it costs nothing.
   if (!call->wanted()) {
     ++abandoned_;
     flights_.publish(call, Flown{absl::CancelledError(cat_abandoned(key)), false, true});
     return;
   }
-  if (!tiers_.empty()) {
-    absl::StatusOr<std::optional<std::string>> again = tiers_[0]->get(key);
-    if (again.ok() && again->has_value()) {
-      flights_.publish(call, Flown{**std::move(again), false, false});
+  if (!tiers_.empty())
+    if (std::optional<std::string> again = lookup(0, key, verify, /*count_miss=*/false)) {
+      flights_.publish(call, Flown{*std::move(again), false, false});
       return;
     }
-  }
   ++computes_;
   absl::StatusOr<std::string> value = compute([&call] { return call->wanted(); });
   // A compute that stopped (CANCELLED, DEADLINE_EXCEEDED) did so for want of callers: a
@@ -140,7 +158,9 @@ absl::StatusOr<CacheResult> CompileCache::finish(Lookup& lookup, const std::func
     if (r->abandoned && live) {
       // Everyone else gave up on that compile just as this caller joined it: start anew.
       lookup.ticket_ = flights_.join(lookup.key_, lookup.deadline_, [&](const std::shared_ptr<Flights::Call>& call) {
-        lookup.run_([this, call, key = lookup.key_, compute = lookup.compute_] { fly(call, key, compute); });
+        lookup.run_([this, call, key = lookup.key_, compute = lookup.compute_, verify = lookup.verify_] {
+          fly(call, key, compute, verify);
+        });
       });
       continue;
     }

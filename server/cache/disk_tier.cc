@@ -65,13 +65,13 @@ absl::Status write_all(int fd, std::string_view data, const std::string& path) {
   return absl::OkStatus();
 }
 
-// Reads to EOF, not just `size_hint` bytes, so a file that is longer than its stat said
-// still fails verification instead of being cut to a plausible length.
-absl::Status read_all(int fd, size_t size_hint, std::string& out, const std::string& path) {
-  out.resize(size_hint + 1);
+// Reads to EOF or `limit` bytes, not just `size_hint`, so a file that is longer than its
+// stat said still fails verification instead of being cut to a plausible length.
+absl::Status read_all(int fd, size_t size_hint, size_t limit, std::string& out, const std::string& path) {
+  out.resize(std::min(size_hint + 1, limit));
   size_t got = 0;
-  for (;;) {
-    if (got == out.size()) out.resize(out.size() * 2);
+  while (got < limit) {
+    if (got == out.size()) out.resize(std::min(out.size() * 2, limit));
     ssize_t n = ::read(fd, out.data() + got, out.size() - got);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -88,6 +88,16 @@ int64_t mtime_ns(const struct stat& st) {
   return int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
 }
 
+std::string_view file_kind(mode_t mode) {
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "something else";
+}
+
 bool is_hex2(const char* s) {
   auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); };
   return hex(s[0]) && hex(s[1]) && s[2] == '\0';
@@ -100,11 +110,14 @@ std::string without_trailing_slashes(std::string dir) {
 
 }  // namespace
 
-DiskTier::DiskTier(std::string dir, int64_t byte_budget)
-    : DiskTier(std::move(dir), byte_budget, Options{}) {}
+DiskTier::DiskTier(std::string dir, int64_t byte_budget, ClusterKey key)
+    : DiskTier(std::move(dir), byte_budget, std::move(key), Options{}) {}
 
-DiskTier::DiskTier(std::string dir, int64_t byte_budget, Options options)
-    : dir_(without_trailing_slashes(std::move(dir))), budget_(byte_budget), options_(options) {
+DiskTier::DiskTier(std::string dir, int64_t byte_budget, ClusterKey key, Options options)
+    : dir_(without_trailing_slashes(std::move(dir))),
+      budget_(byte_budget),
+      options_(options),
+      mac_key_(std::move(key)) {
   std::random_device rd;
   tmp_salt_ = (uint64_t{rd()} << 32) ^ rd();
   open_status_ = make_dirs(dir_);
@@ -160,36 +173,53 @@ absl::StatusOr<std::optional<std::string>> DiskTier::get(std::string_view key_vi
   if (auto s = check_cache_key(key_view); !s.ok()) return s;
   std::string key(key_view);
   std::string path = path_for(key);
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) {
+  auto loss = [&](std::string_view what) {
+    return absl::DataLossError(cat("corrupt cache entry ", key, " in ", path, ": ", what));
+  };
+  // Look before opening: what is not a regular file of a sane size is never opened (a
+  // device could do something on open, a FIFO would wait for a writer).
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) {
       forget(key);  // evicted or deleted by another process
       return std::optional<std::string>();
     }
-    return errno_status(errno, cat("disk cache: cannot open ", path));
+    return errno_status(errno, cat("disk cache: cannot stat ", path));
   }
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (!S_ISREG(st.st_mode)) return discard(key, path, st, loss(cat("not a regular file but ", file_kind(st.st_mode))));
+  if (st.st_size > options_.max_entry_bytes)
+    return discard(key, path, st,
+                   loss(cat(st.st_size, " bytes, over the ", options_.max_entry_bytes, "-byte cap on an entry")));
+  // The path may have been swapped since: O_NOFOLLOW refuses a link, O_NONBLOCK keeps a
+  // FIFO from blocking the open, and fstat says what was opened.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) {
+    int err = errno;
+    if (err == ENOENT) {
+      forget(key);
+      return std::optional<std::string>();
+    }
+    if (err == ELOOP && ::lstat(path.c_str(), &st) == 0)
+      return discard(key, path, st, loss("not a regular file but a symbolic link"));
+    return errno_status(err, cat("disk cache: cannot open ", path));
+  }
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > options_.max_entry_bytes) {
     ::close(fd);
-    return absl::DataLossError(cat("corrupt cache entry ", key, " in ", path,
-                                   ": not a regular file"));
+    return discard(key, path, st, loss("replaced while being opened by something that is not a valid entry"));
   }
   std::string stored;
-  absl::Status rs = read_all(fd, static_cast<size_t>(st.st_size), stored, path);
+  // At most one byte past the cap: a file that grows while being read fails the length
+  // check below instead of filling memory.
+  absl::Status rs = read_all(fd, static_cast<size_t>(st.st_size), static_cast<size_t>(options_.max_entry_bytes) + 1,
+                             stored, path);
   if (!rs.ok()) {
     ::close(fd);
     return rs;
   }
-  absl::StatusOr<std::string> payload = cache_entry::decode(key, std::move(stored), path);
+  absl::StatusOr<std::string> payload = cache_entry::decode(mac_key_, key, std::move(stored), path);
   if (!payload.ok()) {
-    // Delete only the file we read: if another process has meanwhile renamed a good entry
-    // into place, that one stays.
-    struct stat now;
-    if (::stat(path.c_str(), &now) == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev)
-      ::unlink(path.c_str());
     ::close(fd);
-    forget(key);
-    return payload.status();
+    return discard(key, path, st, payload.status());
   }
   // Record the use in the file too, so the next startup's scan orders entries by last
   // use. Best effort: a read-only directory still serves hits.
@@ -199,15 +229,36 @@ absl::StatusOr<std::optional<std::string>> DiskTier::get(std::string_view key_vi
   return std::optional<std::string>(*std::move(payload));
 }
 
+absl::Status DiskTier::discard(const std::string& key, const std::string& path, const struct stat& st,
+                               absl::Status why) {
+  forget(key);
+  // Remove only what was looked at: if another process has meanwhile renamed a good entry
+  // into place, that one stays.
+  struct stat now;
+  if (::lstat(path.c_str(), &now) != 0 || now.st_ino != st.st_ino || now.st_dev != st.st_dev) return why;
+  if ((S_ISDIR(now.st_mode) ? ::rmdir(path.c_str()) : ::unlink(path.c_str())) != 0)
+    return absl::DataLossError(cat(why.message(), " (and it cannot be removed: ", std::strerror(errno), ")"));
+  return why;
+}
+
+absl::Status DiskTier::remove(std::string_view key_view) {
+  if (auto s = check_cache_key(key_view); !s.ok()) return s;
+  std::string key(key_view);
+  forget(key);
+  std::string path = path_for(key);
+  if (::unlink(path.c_str()) == 0 || errno == ENOENT) return absl::OkStatus();
+  return errno_status(errno, cat("disk cache: cannot remove ", path));
+}
+
 absl::Status DiskTier::put(std::string_view key_view, std::string_view value) {
   if (auto s = check_cache_key(key_view); !s.ok()) return s;
   std::string key(key_view);
-  std::string entry = cache_entry::encode(key, value);
+  std::string entry = cache_entry::encode(mac_key_, key, value);
   int64_t size = static_cast<int64_t>(entry.size());
-  if (size > budget_)
-    return absl::ResourceExhaustedError(cat("disk cache ", dir_, ": entry of ", size,
-                                            " bytes exceeds the whole budget of ", budget_,
-                                            " bytes"));
+  if (size > budget_ || size > options_.max_entry_bytes)
+    return absl::ResourceExhaustedError(cat("disk cache ", dir_, ": entry of ", size, " bytes exceeds ",
+                                            size > budget_ ? "the whole budget of " : "the cap on one entry of ",
+                                            std::min(budget_, options_.max_entry_bytes), " bytes"));
   std::string subdir = cat(dir_, "/", key.substr(0, 2));
   if (auto s = make_dir(subdir); !s.ok()) {
     // The top directory may be missing (never created, or removed while we run).
@@ -268,7 +319,7 @@ void DiskTier::touch_after_read(const std::string& key) {
   // Written by another process (or evicted by this one since we opened it): count it only
   // if it is there now, so the index matches the directory.
   struct stat st;
-  if (::stat(path_for(key).c_str(), &st) == 0 && S_ISREG(st.st_mode))
+  if (::lstat(path_for(key).c_str(), &st) == 0 && S_ISREG(st.st_mode))
     record_locked(key, static_cast<int64_t>(st.st_size));
 }
 

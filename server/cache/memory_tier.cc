@@ -44,6 +44,16 @@ absl::Status MemoryTier::put(std::string_view key_view, std::string_view value) 
   return absl::OkStatus();
 }
 
+absl::Status MemoryTier::remove(std::string_view key) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = index_.find(std::string(key)); it != index_.end()) {
+    bytes_ -= cost(it->first, it->second->value->size());
+    lru_.erase(it->second);
+    index_.erase(it);
+  }
+  return absl::OkStatus();
+}
+
 void MemoryTier::evict_to_fit(int64_t incoming) {
   while (!lru_.empty() && bytes_ + incoming > budget_) {
     Entry& victim = lru_.back();

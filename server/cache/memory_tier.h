@@ -26,6 +26,7 @@ class MemoryTier : public CacheTier {
   // RESOURCE_EXHAUSTED for a value that alone exceeds the budget (a budget too small for
   // one artifact is a misconfiguration worth seeing in the put-error metric).
   absl::Status put(std::string_view key, std::string_view value) override;
+  absl::Status remove(std::string_view key) override;
 
   int64_t bytes() const;
   size_t entries() const;

@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "compiler/support/strings.h"
-#include "server/rendezvous_service.h"
+#include "tests/unit/server/open_groups_rendezvous.h"
 #include "worker/collectives/collective.h"
 #include "worker/collectives/gloo_allreduce.h"
 #include "worker/collectives/shm_ring.h"
@@ -237,7 +237,7 @@ bool start_rendezvous() {
   g_rendezvous_pid = fork();
   if (g_rendezvous_pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    RendezvousService service;
+    testing::OpenGroupsRendezvous service;
     grpc::ServerBuilder b;
     int bound = 0;
     b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &bound);

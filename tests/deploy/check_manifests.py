@@ -167,14 +167,21 @@ def main():
         if s not in services:
             fail("compose.yaml", f"no service {s}")
     sched = services.get("uopd", {}).get("command", [])
-    listen = next((a.split("=", 1)[1] for a in sched if a.startswith("--listen=")), "")
-    sched_port = listen.rsplit(":", 1)[-1]
+    internal = next((a.split("=", 1)[1] for a in sched if a.startswith("--internal-listen=")), "")
+    sched_port = internal.rsplit(":", 1)[-1]
+    sched_secret = next((a for a in sched if a.startswith("--cluster-secret-file=")), None)
+    if not internal:
+        fail("compose.yaml uopd", "no --internal-listen: remote workers cannot reach the Registry")
+    if not sched_secret:
+        fail("compose.yaml uopd", "no --cluster-secret-file: nothing authenticates the workers")
     for name, svc in services.items():
         prog = check_flags(f"compose.yaml {name}", svc.get("command", []), known)
         if prog == "uop-worker":
             args = svc["command"]
             if f"--scheduler=uopd:{sched_port}" not in args:
-                fail(f"compose.yaml {name}", f"worker does not register with uopd:{sched_port}")
+                fail(f"compose.yaml {name}", f"worker does not register with uopd:{sched_port} (--internal-listen)")
+            if sched_secret not in args:
+                fail(f"compose.yaml {name}", f"worker does not have the scheduler's {sched_secret}")
             if not any(a.startswith(f"--advertise={name}:") for a in args):
                 fail(f"compose.yaml {name}", "worker does not advertise its service name")
         build = svc.get("build")

@@ -112,7 +112,7 @@ Exit run_worker(const std::vector<std::string>& flags, absl::Duration limit = ab
 TEST(CudaWorker, ExitsAtOnceWhenItsDeviceIsUnavailable) {
   // No driver here: CUDA:0. With a driver: the first ordinal past its GPUs.
   const int n = gpus();
-  Exit e = run_worker({cat("--device=cuda:", n), "--listen=127.0.0.1:0"});
+  Exit e = run_worker({cat("--device=cuda:", n), "--listen=127.0.0.1:0", "--insecure"});
   ASSERT_EQ(e.status, 3) << "stdout: " << e.out << "\nstderr: " << e.err;
   EXPECT_FALSE(contains(e.out, "LISTENING")) << e.out;
   std::string why = cat("CUDA:", n, " is unavailable: ");

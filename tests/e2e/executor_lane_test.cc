@@ -43,7 +43,7 @@ TEST(ExecutorLane, BufferTrafficTakesGrpcWhereNoSlotIsFree) {
   Executor ex(&pool);
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   constexpr uint64_t kPiece = 1 << 20;
-  const uint64_t id = ex.new_buffer_id();
+  const uint64_t id = Executor::new_buffer_id(*w);
   ASSERT_TRUE(ex.alloc(*w, id, 3 * kPiece + 100, deadline).ok());
 
   // Piece 0 with the lane free, piece 1 with every slot taken (gRPC), piece 2 free again:

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <future>
+#include <grpcpp/grpcpp.h>
 #include <sstream>
 #include <thread>
 
@@ -25,6 +26,9 @@
 #include "compiler/interp/interp.h"
 #include "compiler/ir/tensor_builder.h"
 #include "compiler/support/strings.h"
+#include "server/cluster_auth.h"
+#include "tests/e2e/scheduler_proc.h"
+#include "tests/e2e/worker_proc.h"
 #include "worker/worker_service.h"
 
 namespace uop {
@@ -66,14 +70,7 @@ struct Service {
     EXPECT_TRUE(s.ok()) << s.status();
     return std::move(*s);
   }
-  client::WorkerStatus worker(const std::string& device) {
-    auto st = client->stats();
-    EXPECT_TRUE(st.ok()) << st.status();
-    if (st.ok())
-      for (const auto& w : st->workers)
-        if (w.device == device) return w;
-    return {};
-  }
+  client::WorkerStatus worker(const std::string& device) { return testing::worker_status(*client, device); }
 };
 
 // The multi-device graph of one reduce op: every device holds a [rows, 8] block of x
@@ -119,9 +116,7 @@ std::vector<const client::RunOutput*> parts(const client::RunResult& r, const st
   return out;
 }
 
-void check_against_interpreter(int devices, std::vector<std::string> flags = {}) {
-  Service svc(devices, flags);
-  ASSERT_TRUE(svc.ok());
+void check_against_interpreter(Service& svc, int devices) {
   Session session = svc.session(devices);
   for (ReduceOp op : {ReduceOp::Add, ReduceOp::Mul, ReduceOp::Max, ReduceOp::Min}) {
     SCOPED_TRACE(cat("op ", static_cast<int>(op), " on ", devices, " devices"));
@@ -152,12 +147,58 @@ void check_against_interpreter(int devices, std::vector<std::string> flags = {})
   }
 }
 
+void check_against_interpreter(int devices, std::vector<std::string> flags = {}) {
+  Service svc(devices, flags);
+  ASSERT_TRUE(svc.ok());
+  check_against_interpreter(svc, devices);
+}
+
 TEST(MultiDeviceE2E, AllreduceOfEveryOpMatchesTheInterpreterOnTwoWorkers) { check_against_interpreter(2); }
 TEST(MultiDeviceE2E, AllreduceOfEveryOpMatchesTheInterpreterOnThreeWorkers) { check_against_interpreter(3); }
 // The cross-host transport on one host: Gloo over TCP, the members meeting through the
-// Rendezvous service that uopd serves on its client port.
+// Rendezvous service that uopd serves on its internal listener.
 TEST(MultiDeviceE2E, AllreduceOverGlooThroughTheSchedulersRendezvous) {
   check_against_interpreter(2, {"--collective-transport=gloo"});
+}
+
+// The same while the rendezvous is flooded: with the cluster secret, keys of groups made
+// up (the names the old counter gave, and random ones), and without it, anything. Every
+// junk key is refused, the store takes none of it, and the members' own rendezvous goes
+// through: the allreduces match the interpreter.
+TEST(MultiDeviceE2E, AllreduceOverGlooWhileTheRendezvousIsFlooded) {
+  testing::ClusterSecret secret;
+  Service svc(2, {"--collective-transport=gloo", secret.flag()});
+  ASSERT_TRUE(svc.ok());
+  const std::string internal = svc.proc->internal_address();
+  ASSERT_FALSE(internal.empty());
+  std::atomic<bool> done{false};
+  std::atomic<int> sent{0}, accepted{0};
+  auto flood = [&](cluster_auth::Dialer dial, grpc::StatusCode want) {
+    auto stub = uopd::worker::v1::Rendezvous::NewStub(dial.channel(internal));
+    const std::string junk(64 << 10, 'j');
+    for (uint64_t n = 0; !done; ++n) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      uopd::worker::v1::RendezvousSetRequest req;
+      req.set_key(n % 2 ? cat("uopd-", svc.proc->pid(), "-", n / 2 % 64, "-ar0/", n % 4 < 2 ? "0" : "rank_1")
+                        : cat(cluster_auth::random_hex(16), "/0"));
+      req.set_value(junk);
+      uopd::worker::v1::RendezvousSetResponse resp;
+      grpc::Status st = stub->Set(&ctx, req, &resp);
+      if (st.ok()) ++accepted;
+      EXPECT_EQ(st.error_code(), want) << st.error_message();
+      ++sent;
+    }
+  };
+  std::thread insider(flood, secret.dialer(), grpc::StatusCode::NOT_FOUND);
+  std::thread stranger(flood, cluster_auth::Dialer{}, grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(testing::wait_until([&] { return sent.load() >= 100; })) << "the flood never got going";
+  check_against_interpreter(svc, 2);
+  done = true;
+  insider.join();
+  stranger.join();
+  EXPECT_EQ(accepted.load(), 0);
+  std::cout << "rendezvous flood: " << sent.load() << " junk keys of 64 KiB refused, none stored\n";
 }
 
 void train(int devices, int steps) {

@@ -27,6 +27,7 @@
 #include "client/client.h"
 #include "client/embedded_server.h"
 #include "compiler/support/strings.h"
+#include "tests/e2e/scheduler_proc.h"
 #include "tests/e2e/worker_proc.h"
 #include "server/registry_service.h"
 #include "server/workers.h"
@@ -44,44 +45,25 @@ constexpr const char* kUopd = UOPD_BINARY;
 
 using testing::wait_until;
 
-std::string scratch(const std::string& tag) {
-  auto dir = std::filesystem::temp_directory_path() /
-             cat("uopd-registration-", tag, "-", static_cast<int64_t>(getpid()), "-", std::rand());
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
+std::string scratch(const std::string& tag) { return testing::scratch_dir("registration-" + tag); }
 
 using Proc = testing::WorkerProc;
 
-void spawn_worker(const std::vector<std::string>& flags, Proc* p) { testing::spawn_worker(kWorker, flags, p); }
+using testing::test_secret;
+const testing::ClusterSecret& secret() { return test_secret(); }
 
-// `uop-worker ARGS...`: its exit status and stdout.
-std::pair<int, std::string> run_worker_command(const std::string& args) {
-  FILE* f = popen(cat(kWorker, " ", args, " 2>&1").c_str(), "r");
-  if (!f) return {-1, ""};
-  std::string out;
-  char buf[256];
-  while (size_t n = fread(buf, 1, sizeof buf, f)) out.append(buf, n);
-  int status = pclose(f);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+void spawn_worker(std::vector<std::string> flags, Proc* p) {
+  flags.push_back(secret().flag());
+  testing::spawn_worker(kWorker, flags, p);
 }
 
-struct Scheduler {
-  std::unique_ptr<EmbeddedServer> proc;
-  std::unique_ptr<Client> client;
+// `uop-worker ARGS...`: its exit status and output.
+std::pair<int, std::string> run_worker_command(const std::string& args) { return testing::run_command(kWorker, args); }
 
-  static Scheduler start(const std::vector<std::string>& args) {
-    Scheduler s;
-    auto p = EmbeddedServer::start(kUopd, args);
-    EXPECT_TRUE(p.ok()) << p.status();
-    if (!p.ok()) return s;
-    s.proc = std::move(*p);
-    ClientOptions o;
-    o.address = s.proc->address();
-    auto c = Client::connect(o);
-    EXPECT_TRUE(c.ok()) << c.status();
-    if (c.ok()) s.client = std::move(*c);
-    return s;
+struct Scheduler : testing::SchedulerProc {
+  static Scheduler start(std::vector<std::string> args) {
+    args.push_back(secret().flag());
+    return Scheduler{testing::SchedulerProc::start(kUopd, args)};
   }
   // device -> (address, pid) of every worker that is up.
   std::map<std::string, std::pair<std::string, int64_t>> workers_up() {
@@ -94,22 +76,7 @@ struct Scheduler {
   }
 };
 
-// Runs the softmax model in a new session on `device`: OK when the results match the
-// interpreter's, the failure otherwise.
-absl::Status run_on(Client& c, const std::string& device, uint64_t seed) {
-  auto session = c.create_session({device});
-  if (!session.ok()) return session.status();
-  testing::SoftmaxModel m(seed);
-  auto got = session->run(m.root, m.names, m.bindings);
-  if (!got.ok()) return got.status();
-  std::vector<HostTensor> want = m.expected();
-  if (want.size() != got->outputs.size()) return absl::InternalError("wrong number of outputs");
-  for (size_t i = 0; i < want.size(); ++i) {
-    CompareResult r = compare(want[i], got->outputs[i].tensor);
-    if (!r.ok) return absl::InternalError(cat(got->outputs[i].name, ": ", r.message));
-  }
-  return absl::OkStatus();
-}
+absl::Status run_on(Client& c, const std::string& device, uint64_t seed) { return testing::run_softmax(c, device, seed); }
 
 // Polls run_on until it succeeds (a device being learned back) or `limit` passes.
 absl::Status run_when_served(Client& c, const std::string& device, uint64_t seed,
@@ -125,7 +92,10 @@ TEST(Registration, RestartedSchedulerLearnsItsWorkersBack) {
   ASSERT_TRUE(a.client);
   const std::string address = a.proc->address();
   const std::string port = address.substr(address.rfind(':') + 1);
-  const std::string sched = "--scheduler=" + address;
+  // Workers register at the internal listener, which the new scheduler takes over too.
+  const std::string internal = a.proc->internal_address();
+  const std::string internal_port = internal.substr(internal.rfind(':') + 1);
+  const std::string sched = "--scheduler=" + internal;
 
   // An explicitly named worker with a fast heartbeat, two that ask for automatic names
   // (the same local device), and one that registers once (the heartbeat off).
@@ -155,9 +125,11 @@ TEST(Registration, RestartedSchedulerLearnsItsWorkersBack) {
   ASSERT_EQ(kill(a.proc->pid(), SIGKILL), 0);
   (void)a.proc->stop();  // reaps it (a status for the SIGKILL)
   a.client.reset();
-  Scheduler b = Scheduler::start({"--workers=0", "--cache-dir=" + cache, "--listen=127.0.0.1:" + port});
+  Scheduler b = Scheduler::start(
+      {"--workers=0", "--cache-dir=" + cache, "--listen=127.0.0.1:" + port, "--internal-listen=127.0.0.1:" + internal_port});
   ASSERT_TRUE(b.client);
   ASSERT_EQ(b.proc->address(), address);
+  ASSERT_EQ(b.proc->internal_address(), internal);
 
   // Without touching the workers, their devices are served again.
   absl::Status back = run_when_served(*b.client, "CPU:5", 3);
@@ -183,10 +155,12 @@ TEST(Registration, RestartedSchedulerLearnsItsWorkersBack) {
 // naming rules, with real workers behind the addresses.
 class PoolWithRegistry {
  public:
-  PoolWithRegistry() {
+  PoolWithRegistry() : pool(secret().dialer()) {
     registry_ = std::make_unique<RegistryService>(&pool);
     grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    cluster_auth::Gate gate;
+    gate.secret = secret().value();
+    builder.AddListeningPort("127.0.0.1:0", gate.credentials(), &port);
     builder.RegisterService(registry_.get());
     server_ = builder.BuildAndStart();
   }
@@ -264,7 +238,7 @@ TEST(Registration, AutomaticNamesAreDistinctAndStable) {
   Proc r1, r2, r3, r4;
   for (Proc* r : {&r1, &r2, &r3, &r4}) ASSERT_NO_FATAL_FAILURE(spawn_worker({"--device=cpu:0", "--threads=1"}, r));
   {
-    WorkerPool pool;
+    WorkerPool pool(secret().dialer());
     auto a = reg(pool, r1.address, "CPU:0", "auto", "node-a");
     auto b = reg(pool, r2.address, "CPU:0", "auto", "node-b");
     ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
@@ -279,7 +253,7 @@ TEST(Registration, AutomaticNamesAreDistinctAndStable) {
     pool.shutdown();
   }
   // A restarted scheduler: whoever comes first, each worker gets its previous name back.
-  WorkerPool pool;
+  WorkerPool pool(secret().dialer());
   auto b = reg(pool, r2.address, "CPU:0", "auto", "node-b", "CPU:1");
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(b->name, "CPU:1");

@@ -276,6 +276,7 @@ TEST(Soak, MixedLoadWithFaultsLosesNothing) {
   const std::string address = "127.0.0.1:" + std::to_string(port);
   const std::vector<std::string> args = {"--listen=" + address, "--cache-dir=" + cache_dir, "--workers=2",
                                          "--redis=127.0.0.1:" + std::to_string(redis_port), "--redis-timeout-ms=200",
+                                         "--cache-key-file=" + testing::write_cache_key_file(scratch.path() + "/cache.key"),
                                          "--compile-threads=2", "--worker-threads=1"};
   // Started from this thread, which outlives it (the server dies with the thread that
   // started it).

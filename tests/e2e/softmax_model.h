@@ -48,4 +48,21 @@ struct SoftmaxModel {
   }
 };
 
+// Runs the model in a new session on `device`: OK when the results match the
+// interpreter's, the failure otherwise.
+inline absl::Status run_softmax(client::Client& c, const std::string& device, uint64_t seed) {
+  auto session = c.create_session({device});
+  if (!session.ok()) return session.status();
+  SoftmaxModel m(seed);
+  auto got = session->run(m.root, m.names, m.bindings);
+  if (!got.ok()) return got.status();
+  std::vector<HostTensor> want = m.expected();
+  if (want.size() != got->outputs.size()) return absl::InternalError("wrong number of outputs");
+  for (size_t i = 0; i < want.size(); ++i) {
+    CompareResult r = compare(want[i], got->outputs[i].tensor);
+    if (!r.ok) return absl::InternalError(got->outputs[i].name + ": " + r.message);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace uop::testing

@@ -8,9 +8,11 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
@@ -22,6 +24,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/uopd.grpc.pb.h"
 #include "server/auth.h"
+#include "tests/e2e/worker_proc.h"
 
 namespace uop {
 namespace {
@@ -618,6 +621,106 @@ TEST_F(TenantsE2E, APrivateTenantNeitherSeesNorWarmsOthersPlans) {
   ASSERT_TRUE(after.ok());
   EXPECT_EQ(after->plan_cache_hits, before->plan_cache_hits);
   EXPECT_EQ(after->plan_cache_misses, before->plan_cache_misses + 1);
+}
+
+// ---- Tenant isolation: each tenant's buffers and kernels in worker processes of its own ----
+
+// The uop-worker processes `parent` started, by pid.
+std::vector<pid_t> worker_children(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // pid (comm) state ppid ...: comm may hold spaces, so read from the last ')'.
+    auto close = line.rfind(')');
+    auto open = line.find('(');
+    if (close == std::string::npos || open == std::string::npos) continue;
+    std::string comm = line.substr(open + 1, close - open - 1);
+    std::istringstream rest(line.substr(close + 2));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent && comm == "uop-worker" && state != "Z") out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
+class TenantIsolationE2E : public TenantsE2E {
+ protected:
+  void SetUp() override {
+    dir_ = scratch("iso");
+    tokens_ = dir_ + "/tokens";
+    std::ofstream(tokens_) << "alice alice-secret-1\nbob bob-secret-2\ncarol carol-secret-3\n";
+    // Two tenant processes at most; one unused with no session left goes at once.
+    auto p = EmbeddedServer::start(UOPD_BINARY, {"--cache-dir=" + dir_ + "/cache", "--workers=1", "--tokens-file=" + tokens_,
+                                                 "--max-tenant-workers=2", "--tenant-worker-idle-s=0"});
+    ASSERT_TRUE(p.ok()) << p.status();
+    server_ = std::move(*p);
+  }
+  size_t workers() const { return worker_children(server_->pid()).size(); }
+};
+
+TEST_F(TenantIsolationE2E, EachTenantRunsInWorkerProcessesOfItsOwn) {
+  const size_t shared = workers();  // the embedded slot's own process
+  ASSERT_EQ(shared, 1u);
+  auto alice = as("alice-secret-1"), bob = as("bob-secret-2"), carol = as("carol-secret-3");
+  ASSERT_TRUE(alice && bob && carol);
+  Graphs g(64);
+  auto sa = alice->create_session(), sb = bob->create_session();
+  ASSERT_TRUE(sa.ok() && sb.ok()) << sa.status() << " " << sb.status();
+  EXPECT_EQ(workers(), shared + 2) << "one process for Alice's CPU:0, one for Bob's";
+  HostTensor x = HostTensor::random(Scalar::Float32, {64}, 7);
+  auto in_a = sa->upload_tensor(x);
+  ASSERT_TRUE(in_a.ok()) << in_a.status();
+  for (auto* s : {&*sa, &*sb}) {
+    auto r = s->run(g.root, {}, {{g.x, x}});
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (int64_t i = 0; i < 64; ++i)
+      EXPECT_FLOAT_EQ(static_cast<float>(r->outputs[0].tensor.get(i).as_float()),
+                      static_cast<float>(x.get(i).as_float() * x.get(i).as_float()));
+  }
+  // Each sees its own process, never the other's.
+  auto st_a = alice->stats(), st_b = bob->stats();
+  ASSERT_TRUE(st_a.ok() && st_b.ok());
+  auto own = [](const client::Stats& s) {
+    std::vector<std::string> ids;
+    for (const auto& w : s.workers)
+      if (w.id.find("tenant") != std::string::npos) ids.push_back(w.id);
+    return ids;
+  };
+  ASSERT_EQ(own(*st_a).size(), 1u);
+  ASSERT_EQ(own(*st_b).size(), 1u);
+  EXPECT_NE(own(*st_a)[0], own(*st_b)[0]);
+
+  // Both processes are taken (each tenant holds a session on the device): a third tenant
+  // is refused, naming the limit, and nothing of the others is touched.
+  auto sc = carol->create_session();
+  EXPECT_EQ(sc.status().code(), absl::StatusCode::kResourceExhausted) << sc.status();
+  EXPECT_TRUE(contains(sc.status(), "--max-tenant-workers")) << sc.status();
+  auto back = sa->download(*in_a);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, x.data);
+
+  // Alice leaves: her process makes room for Carol's, and goes.
+  ASSERT_TRUE(sa->close().ok());
+  const std::vector<pid_t> before = worker_children(server_->pid());
+  auto sc2 = carol->create_session();
+  ASSERT_TRUE(sc2.ok()) << sc2.status();
+  auto rc = sc2->run(g.root, {}, {{g.x, x}});
+  ASSERT_TRUE(rc.ok()) << rc.status();
+  EXPECT_TRUE(testing::wait_until([&] { return workers() == shared + 2; })) << workers() << " workers";
+  std::vector<pid_t> after = worker_children(server_->pid());
+  size_t kept = 0;
+  for (pid_t p : after) kept += std::find(before.begin(), before.end(), p) != before.end();
+  EXPECT_EQ(kept, shared + 1) << "the shared process and Bob's stay; Alice's was replaced by Carol's";
+
+  // Closing the last sessions: their processes are retired once unused (idle time 0 here).
+  ASSERT_TRUE(sb->close().ok());
+  ASSERT_TRUE(sc2->close().ok());
+  EXPECT_TRUE(testing::wait_until([&] { return workers() == shared; })) << workers() << " workers";
 }
 
 }  // namespace

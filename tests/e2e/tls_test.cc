@@ -2,7 +2,8 @@
 // a real uopd serving its client API over TLS with client certificates required, and its
 // workers (embedded, and one started apart that registers by address) spoken to over
 // mutual TLS. Whoever lacks a certificate from the right CA gets nowhere: not the client
-// API, not a worker's port, not the Registry.
+// API, not a worker's port, not the Registry on the internal listener. An embedded worker
+// wants the secret its scheduler gave it on top of the certificate.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -188,18 +189,21 @@ TEST(Tls, ClientApiAndWorkersOnlyForCertificatesOfTheCa) {
   wrong_ca.tls_ca = certs.pem("rogue-ca");
   EXPECT_FALSE(attempt(wrong_ca).ok()) << "a server certificate the client cannot check";
 
-  // The worker's own port: mutual TLS with the CA's certificates only.
-  auto c = Client::connect(good);
-  ASSERT_TRUE(c.ok());
-  auto stats = (*c)->stats();
-  ASSERT_TRUE(stats.ok()) << stats.status();
-  ASSERT_EQ(stats->workers.size(), 1u);
-  const std::string worker = stats->workers[0].address;
-  EXPECT_FALSE(worker_info(worker, grpc::InsecureChannelCredentials()).ok()) << "plaintext to the worker";
-  EXPECT_FALSE(worker_info(worker, ssl(certs, "")).ok()) << "TLS without a client certificate";
-  EXPECT_FALSE(worker_info(worker, ssl(certs, "rogue")).ok()) << "a rogue certificate";
-  grpc::Status ok = worker_info(worker, ssl(certs, "node"));
-  EXPECT_TRUE(ok.ok()) << ok.error_message();
+  // The workers' own ports (a tenant's Stats does not show them; uopd's log does): the
+  // shared process of CPU:0 and Alice's own (tenant isolation). Mutual TLS with the CA's
+  // certificates only, and then the secret only the scheduler has.
+  const std::string log = (*server)->log_tail(1 << 20);
+  std::vector<std::string> workers;
+  for (size_t at = log.find(" is up at "); at != std::string::npos; at = log.find(" is up at ", at + 1))
+    workers.push_back(log.substr(at + 10, log.find('\n', at) - at - 10));
+  ASSERT_EQ(workers.size(), 2u) << log;
+  for (const std::string& worker : workers) {
+    EXPECT_FALSE(worker_info(worker, grpc::InsecureChannelCredentials()).ok()) << "plaintext to the worker";
+    EXPECT_FALSE(worker_info(worker, ssl(certs, "")).ok()) << "TLS without a client certificate";
+    EXPECT_FALSE(worker_info(worker, ssl(certs, "rogue")).ok()) << "a rogue certificate";
+    grpc::Status no_secret = worker_info(worker, ssl(certs, "node"));
+    EXPECT_EQ(no_secret.error_code(), grpc::StatusCode::UNAUTHENTICATED) << no_secret.error_message();
+  }
   ASSERT_TRUE((*server)->stop().ok()) << (*server)->log_tail();
 }
 
@@ -243,10 +247,13 @@ TEST(Tls, RemoteWorkersRegisterOverMutualTls) {
   const std::string address = (*server)->address();
 
   // A worker with a certificate of another CA cannot register; one of the CA can.
-  RemoteWorker rogue({"--device=cpu:1", "--scheduler=" + address, "--tls-cert=" + certs.pem("rogue"),
+  // Workers register at the internal listener, not the client port.
+  const std::string internal = (*server)->internal_address();
+  ASSERT_FALSE(internal.empty());
+  RemoteWorker rogue({"--device=cpu:1", "--scheduler=" + internal, "--tls-cert=" + certs.pem("rogue"),
                 "--tls-key=" + certs.key("rogue"), "--tls-ca=" + certs.pem("ca")},
                certs.dir() + "/rogue.log");
-  RemoteWorker good({"--device=cpu:0", "--scheduler=" + address, "--tls-cert=" + certs.pem("node"),
+  RemoteWorker good({"--device=cpu:0", "--scheduler=" + internal, "--tls-cert=" + certs.pem("node"),
                "--tls-key=" + certs.key("node"), "--tls-ca=" + certs.pem("ca")},
               certs.dir() + "/good.log");
   auto c = Client::connect(good_client(certs, address));
@@ -261,6 +268,16 @@ TEST(Tls, RemoteWorkersRegisterOverMutualTls) {
   ASSERT_TRUE(up) << read(certs.dir() + "/good.log") << (*server)->log_tail();
   absl::Status r = run_square(**c);
   EXPECT_TRUE(r.ok()) << r;
+  // A remote worker with certificates and no secret: the CA's certificate is what it asks.
+  std::string remote;
+  auto listed = (*c)->stats();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  for (auto& w : listed->workers)
+    if (w.device == "CPU:0") remote = w.address;
+  EXPECT_FALSE(worker_info(remote, grpc::InsecureChannelCredentials()).ok()) << "plaintext to the worker";
+  EXPECT_FALSE(worker_info(remote, ssl(certs, "rogue")).ok()) << "a rogue certificate";
+  grpc::Status cert_ok = worker_info(remote, ssl(certs, "node"));
+  EXPECT_TRUE(cert_ok.ok()) << cert_ok.error_message();
   // The rogue worker tries (and keeps trying) and fails: wait, bounded, until its log says
   // so; it never appears among the workers.
   std::string rogue_log;
@@ -277,7 +294,8 @@ TEST(Tls, RemoteWorkersRegisterOverMutualTls) {
 TEST(Tls, BadCertificateFilesStopTheServerWithAClearMessage) {
   Certs certs;
   ASSERT_TRUE(certs.ok());
-  auto missing = EmbeddedServer::start(UOPD_BINARY, {"--tls-cert=/nonexistent.pem", "--tls-key=" + certs.key("node"), "--workers=0", "--cache-dir="},
+  auto missing = EmbeddedServer::start(UOPD_BINARY, {"--tls-cert=/nonexistent.pem", "--tls-key=" + certs.key("node"), "--workers=0",
+                                                      "--insecure-internal", "--cache-dir="},
                                        absl::Seconds(20));
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(std::string(missing.status().message()).find("/nonexistent.pem"), std::string::npos) << missing.status();

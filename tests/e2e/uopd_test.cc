@@ -259,7 +259,7 @@ TEST(Uopd, CorruptDiskEntryIsDetectedRecompiledAndCounted) {
   }
   int corrupted = 0;
   for (auto& e : std::filesystem::recursive_directory_iterator(dir)) {
-    if (!e.is_regular_file()) continue;
+    if (!e.is_regular_file() || e.path().parent_path() == dir) continue;  // entries, not the cache's key
     std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(static_cast<std::streamoff>(e.file_size() / 2));
     f.put('\x5a' ^ static_cast<char>(corrupted + 1));
@@ -313,8 +313,10 @@ TEST(Uopd, TwoServersShareARedisCache) {
   RedisServer redis;
   ASSERT_TRUE(redis.start());
   std::string flag = "--redis=127.0.0.1:" + std::to_string(redis.port());
-  Uopd a = Uopd::start({"--cache-dir=" + scratch("redis-a"), flag, "--workers=1"});
-  Uopd b = Uopd::start({"--cache-dir=" + scratch("redis-b"), flag, "--workers=1"});
+  // Schedulers sharing a Redis share the key that authenticates its entries.
+  std::string key = "--cache-key-file=" + testing::write_cache_key_file(scratch("redis-key") + "/cache.key");
+  Uopd a = Uopd::start({"--cache-dir=" + scratch("redis-a"), flag, key, "--workers=1"});
+  Uopd b = Uopd::start({"--cache-dir=" + scratch("redis-b"), flag, key, "--workers=1"});
   ASSERT_TRUE(a.client && b.client);
   Model m(9);
   auto first = a.client->compile(m.root, m.names);

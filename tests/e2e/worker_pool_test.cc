@@ -19,8 +19,10 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <set>
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/time/clock.h"
 #include "compiler/support/strings.h"
 #include "tests/e2e/worker_proc.h"
@@ -101,16 +103,20 @@ grpc::Status write(Stub* s, uint64_t id, const std::string& data) {
   return w->Finish();
 }
 
-std::string read(Stub* s, uint64_t id) {
+grpc::Status read(Stub* s, uint64_t id, std::string* out) {
   grpc::ClientContext ctx;
   ctx.set_deadline(in(absl::Seconds(10)));
   wv1::ReadBufferRequest req;
   req.set_buffer_id(id);
   auto r = s->ReadBuffer(&ctx, req);
   wv1::ReadChunk c;
+  while (r->Read(&c)) *out += c.data();
+  return r->Finish();
+}
+
+std::string read(Stub* s, uint64_t id) {
   std::string out;
-  while (r->Read(&c)) out += c.data();
-  EXPECT_TRUE(r->Finish().ok());
+  EXPECT_TRUE(read(s, id, &out).ok());
   return out;
 }
 
@@ -189,7 +195,13 @@ using testing::wait_until;
 
 using Proc = testing::WorkerProc;
 
-void spawn_worker(const std::vector<std::string>& flags, Proc* p) { testing::spawn_worker(kBinary, flags, p); }
+// The secret of every worker this test starts itself, and of the registries they meet.
+const testing::ClusterSecret& secret() { return testing::test_secret(); }
+
+void spawn_worker(std::vector<std::string> flags, Proc* p) {
+  flags.push_back(secret().flag());
+  testing::spawn_worker(kBinary, flags, p);
+}
 
 // The exit status of a child of ours, or -1 if it did not exit in time (then killed).
 int wait_exit(Proc& p, absl::Duration limit = absl::Seconds(60)) {
@@ -339,6 +351,69 @@ TEST(WorkerPool, FailsTheExecuteInFlightWhenItsWorkerIsKilled) {
   EXPECT_TRUE(children().empty());
 }
 
+// Embedded workers listen on loopback and answer the pool only: a caller without their
+// secret, or with the cluster's (which is not theirs), is refused before any handler,
+// every method alike, and what the pool put in a buffer stays as it was. Buffer ids are
+// random and never handed out twice while in use.
+TEST(WorkerPool, EmbeddedWorkersAnswerOnlyThePool) {
+  WorkerPool pool(secret().dialer());
+  ASSERT_TRUE(pool.start_embedded(embedded(1)).ok());
+  auto w = *pool.worker_for("CPU:0");
+  EXPECT_EQ(w->address().rfind("127.0.0.1:", 0), 0u) << w->address();
+  std::shared_ptr<Stub> mine = w->stub();
+  const uint64_t id = w->new_buffer_id();
+  ASSERT_TRUE(alloc(mine.get(), id, N * 4).ok());
+  const std::string data(N * 4, '\x5a');
+  ASSERT_TRUE(write(mine.get(), id, data).ok());
+  ASSERT_TRUE(load(mine.get(), "scale", scale_kernel()).ok());
+  for (const cluster_auth::Dialer& dial : {cluster_auth::Dialer{}, secret().dialer()}) {
+    std::shared_ptr<Stub> stranger = worker_stub(w->address(), dial);
+    const auto refused = grpc::StatusCode::UNAUTHENTICATED;
+    wv1::InfoResponse i;
+    EXPECT_EQ(info(stranger.get(), &i).error_code(), refused);
+    EXPECT_EQ(alloc(stranger.get(), id + 1, 4).error_code(), refused);
+    EXPECT_EQ(write(stranger.get(), id, std::string(N * 4, 'X')).error_code(), refused);
+    EXPECT_EQ(load(stranger.get(), "theirs", count_kernel()).error_code(), refused);
+    EXPECT_EQ(execute(stranger.get(), "scale", {id, id}, {}).error_code(), refused);
+    std::string got;
+    EXPECT_EQ(read(stranger.get(), id, &got).error_code(), refused);
+    EXPECT_TRUE(got.empty()) << "a stranger read " << got.size() << " bytes";
+    {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(in(absl::Seconds(10)));
+      wv1::FreeBuffersRequest req;
+      req.add_buffer_ids(id);
+      wv1::FreeBuffersResponse resp;
+      EXPECT_EQ(stranger->FreeBuffers(&ctx, req, &resp).error_code(), refused);
+    }
+    {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(in(absl::Seconds(10)));
+      wv1::CollectiveRequest req;
+      req.set_group("g");
+      req.set_size(1);
+      req.set_buffer_id(id);
+      wv1::CollectiveResponse resp;
+      EXPECT_EQ(stranger->Collective(&ctx, req, &resp).error_code(), refused);
+    }
+  }
+  EXPECT_EQ(read(mine.get(), id), data) << "a stranger changed the buffer";
+  wv1::InfoResponse i;
+  ASSERT_TRUE(info(mine.get(), &i).ok());
+  EXPECT_EQ(i.programs(), 1u) << "a stranger loaded a program";
+
+  absl::flat_hash_set<uint64_t> ids = {id};
+  bool top_bit = false;
+  for (int k = 0; k < 1000; ++k) {
+    uint64_t x = w->new_buffer_id();
+    EXPECT_NE(x, 0u);
+    EXPECT_TRUE(ids.insert(x).second) << x << " handed out twice";
+    top_bit |= (x >> 63) != 0;
+  }
+  EXPECT_TRUE(top_bit) << "the ids do not use all 64 bits";
+  pool.shutdown();
+}
+
 TEST(WorkerPool, ReportsAWorkerBinaryThatCannotRun) {
   WorkerPool pool;
   WorkerOptions o = embedded(1);
@@ -352,7 +427,7 @@ TEST(WorkerPool, ReportsAWorkerBinaryThatCannotRun) {
 TEST(WorkerProcess, SigtermDrainsTheExecuteInFlight) {
   Proc p;
   ASSERT_NO_FATAL_FAILURE(spawn_worker({"--threads=1"}, &p));
-  std::shared_ptr<Stub> stub = worker_stub(p.address);
+  std::shared_ptr<Stub> stub = worker_stub(p.address, secret().dialer());
   ASSERT_TRUE(load(stub.get(), "count", count_kernel()).ok());
   ASSERT_TRUE(alloc(stub.get(), 1, 4).ok());
   grpc::Status st;
@@ -375,7 +450,7 @@ TEST(WorkerProcess, EmbeddedWorkerKnowsItsParentByPid) {
   ASSERT_NO_FATAL_FAILURE(spawn_worker({"--threads=1", cat("--embedded=", getpid())}, &ours));
   EXPECT_TRUE(ours.running());
   wv1::InfoResponse i;
-  EXPECT_TRUE(info(worker_stub(ours.address).get(), &i).ok());
+  EXPECT_TRUE(info(worker_stub(ours.address, secret().dialer()).get(), &i).ok());
 
   // Its exit status, stdout and stderr dropped.
   auto exit_status = [](const char* flag) {
@@ -399,7 +474,8 @@ TEST(WorkerProcess, EmbeddedWorkerDiesWithItsParent) {
   // As a subreaper this process inherits the orphan, so it can see how it ended (and
   // reap it: init in a container may never do that).
   ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
-  std::string cmd = cat("'", kBinary, "' --embedded --listen=127.0.0.1:0 >/dev/null 2>&1 & echo $!; sleep 2");
+  std::string cmd = cat("'", kBinary, "' --embedded --listen=127.0.0.1:0 ", secret().flag(),
+                        " >/dev/null 2>&1 & echo $!; sleep 2");
   FILE* f = popen(cmd.c_str(), "r");
   ASSERT_TRUE(f);
   Proc worker;
@@ -413,11 +489,13 @@ TEST(WorkerProcess, EmbeddedWorkerDiesWithItsParent) {
 }
 
 TEST(WorkerPool, RemoteWorkerRegistersWithTheRegistry) {
-  WorkerPool pool;
+  WorkerPool pool(secret().dialer());
   RegistryService registry(&pool);
   int port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  cluster_auth::Gate gate;
+  gate.secret = secret().value();
+  builder.AddListeningPort("127.0.0.1:0", gate.credentials(), &port);
   builder.RegisterService(&registry);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_TRUE(server && port != 0);
@@ -472,6 +550,85 @@ TEST(WorkerPool, RemoteWorkerRegistersWithTheRegistry) {
   server->Shutdown();
   pool.shutdown();
   EXPECT_TRUE(children().empty());
+}
+
+// Tenant isolation: each tenant gets processes of its own for an embedded slot, capped, and
+// retired once unused; a remote worker serves one tenant at a time.
+TEST(WorkerPool, TenantsGetWorkerProcessesOfTheirOwn) {
+  WorkerPool pool;
+  ASSERT_TRUE(pool.start_embedded(embedded(1)).ok());
+  absl::Mutex mu;
+  std::set<std::string> with_sessions;  // tenants the test says still have a session on CPU:0
+  pool.isolate_tenants({2, absl::ZeroDuration(), [&](const std::string& t, const std::string&) {
+                          absl::MutexLock l(&mu);
+                          return with_sessions.contains(t);
+                        }});
+  auto session = [&](const std::string& t, bool open) {
+    absl::MutexLock l(&mu);
+    if (open) with_sessions.insert(t);
+    else with_sessions.erase(t);
+  };
+  const int64_t shared = (*pool.worker_for("CPU:0"))->pid();
+  session("a", true);
+  session("b", true);
+  auto a = pool.worker_for("CPU:0", absl::Seconds(30), "a");
+  auto b = pool.worker_for("CPU:0", absl::Seconds(30), "b");
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
+  EXPECT_EQ((*a)->tenant(), "a");
+  EXPECT_NE((*a)->pid(), shared);
+  EXPECT_NE((*b)->pid(), shared);
+  EXPECT_NE((*a)->pid(), (*b)->pid());
+  EXPECT_EQ((*pool.worker_for("CPU:0", absl::Seconds(1), "a"))->pid(), (*a)->pid()) << "one process per tenant and device";
+  run_scale((*a)->stub().get(), 1);
+  // Both processes are held: a third tenant is refused, naming the limit.
+  session("c", true);
+  auto c = pool.worker_for("CPU:0", absl::Seconds(1), "c");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted) << c.status();
+  EXPECT_NE(c.status().message().find("--max-tenant-workers"), std::string::npos) << c.status();
+  // Tenant a is done (no session, no request holding its worker): its process makes room.
+  const int64_t a_pid = (*a)->pid();
+  a = absl::UnavailableError("let go");
+  session("a", false);
+  c = pool.worker_for("CPU:0", absl::Seconds(30), "c");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(wait_until([&] { return dead(a_pid); })) << "a's process is stopped once retired";
+  // b stays while it holds its worker, and is retired once it lets go and has no session.
+  const int64_t b_pid = (*b)->pid();
+  session("b", false);
+  EXPECT_FALSE(dead(b_pid));
+  run_scale((*b)->stub().get(), 2);
+  b = absl::UnavailableError("let go");
+  EXPECT_TRUE(wait_until([&] { return dead(b_pid); }));
+  EXPECT_EQ((*pool.worker_for("CPU:0"))->pid(), shared) << "the shared process is never retired";
+  pool.shutdown();
+  EXPECT_TRUE(children().empty());
+}
+
+TEST(WorkerPool, ARemoteWorkerServesOneTenantAtATime) {
+  WorkerPool pool(secret().dialer());
+  bool b_has_session = true;
+  absl::Mutex mu;
+  pool.isolate_tenants({2, absl::ZeroDuration(), [&](const std::string& t, const std::string&) {
+                          absl::MutexLock l(&mu);
+                          return t == "b" && b_has_session;
+                        }});
+  Proc p;
+  ASSERT_NO_FATAL_FAILURE(spawn_worker({"--device=cpu:3"}, &p));
+  ASSERT_TRUE(pool.register_remote(p.address, "CPU:3").ok());
+  auto b = pool.worker_for("CPU:3", absl::Seconds(10), "b");
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto a = pool.worker_for("CPU:3", absl::Seconds(1), "a");
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kResourceExhausted) << a.status();
+  b = absl::UnavailableError("let go");
+  {
+    absl::MutexLock l(&mu);
+    b_has_session = false;
+  }
+  // Free again once b is done: a gets it (the binding is released within a supervisor round).
+  EXPECT_TRUE(wait_until([&] { return pool.worker_for("CPU:3", absl::Seconds(1), "a").ok(); }));
+  kill(p.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(p), 0);
+  pool.shutdown();
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // A uop-worker process started by an e2e test itself (not by uopd): its LISTENING line
 // read, killed and reaped when it goes out of scope, and dead with the test
-// (PR_SET_PDEATHSIG) if the test crashes. Shared by the tests of remote workers.
+// (PR_SET_PDEATHSIG) if the test crashes; and a cluster secret file for such workers and
+// the schedulers they talk to. Shared by the tests of remote workers.
 #pragma once
 
 #include <fcntl.h>
@@ -10,6 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
@@ -17,6 +21,8 @@
 #include <gtest/gtest.h>
 
 #include "absl/time/clock.h"
+#include "compiler/support/strings.h"
+#include "server/cluster_auth.h"
 
 namespace uop::testing {
 
@@ -29,6 +35,44 @@ inline bool wait_until(const std::function<bool()>& cond, absl::Duration limit =
     absl::SleepFor(absl::Milliseconds(20));
   }
   return true;
+}
+
+// A fresh random secret in a file only its owner can read, removed with the object:
+// `flag()` for uopd and uop-worker, `dialer()` for calls made by the test itself.
+class ClusterSecret {
+ public:
+  ClusterSecret()
+      : dir_(std::filesystem::temp_directory_path() / cat("uopd-secret-", static_cast<int64_t>(getpid()), "-", std::rand())),
+        value_(cluster_auth::random_secret()) {
+    std::filesystem::create_directories(dir_);
+    path_ = (dir_ / "cluster-secret").string();
+    std::ofstream(path_) << value_ << "\n";
+    std::filesystem::permissions(path_, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  }
+  ~ClusterSecret() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  ClusterSecret(const ClusterSecret&) = delete;
+  ClusterSecret& operator=(const ClusterSecret&) = delete;
+  const std::string& path() const { return path_; }
+  const std::string& value() const { return value_; }
+  std::string flag() const { return "--cluster-secret-file=" + path_; }
+  cluster_auth::Dialer dialer() const {
+    cluster_auth::Dialer d;
+    d.secret = value_;
+    return d;
+  }
+
+ private:
+  std::filesystem::path dir_;
+  std::string path_, value_;
+};
+
+// One secret for a whole test binary: its schedulers, its workers, its own calls.
+inline const ClusterSecret& test_secret() {
+  static const ClusterSecret* s = new ClusterSecret();  // never destroyed: children may outlive the tests
+  return *s;
 }
 
 struct WorkerProc {
@@ -49,8 +93,10 @@ struct WorkerProc {
 };
 
 // Starts `binary flags...` with stdout on a pipe and waits (up to 30 s) for its first
-// line, which must be "LISTENING HOST:PORT". Fails the test (ASSERT) otherwise.
-inline void spawn_worker(const std::string& binary, const std::vector<std::string>& flags, WorkerProc* p) {
+// line, which must be "LISTENING HOST:PORT". Fails the test (ASSERT) otherwise. Its
+// stderr goes to `log` when one is named.
+inline void spawn_worker(const std::string& binary, const std::vector<std::string>& flags, WorkerProc* p,
+                         const std::string& log = "") {
   std::vector<std::string> args = {binary};
   args.insert(args.end(), flags.begin(), flags.end());
   std::vector<char*> argv;
@@ -64,6 +110,10 @@ inline void spawn_worker(const std::string& binary, const std::vector<std::strin
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(0);
     dup2(out[1], STDOUT_FILENO);
+    if (!log.empty()) {
+      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (fd >= 0) dup2(fd, STDERR_FILENO);
+    }
     execv(argv[0], argv.data());
     _exit(127);
   }

@@ -66,6 +66,7 @@ absl::Status run_collective(const CollectiveSpec& spec, void* data, uint64_t dat
     o.rank = spec.rank;
     o.size = spec.size;
     o.rendezvous = spec.rendezvous;
+    o.rendezvous_dial = spec.rendezvous_dial;
     o.timeout = timeout;
     return gloo_allreduce(o, data, spec.elements, op, dtype);
   }
@@ -89,6 +90,7 @@ absl::Status run_collective(const CollectiveSpec& spec, const DeviceBufferRef& b
   o.rank = spec.rank;
   o.size = spec.size;
   o.rendezvous = spec.rendezvous;
+  o.rendezvous_dial = spec.rendezvous_dial;
   o.timeout = timeout;
   o.cancelled = cancelled;
   o.context = buffer.context;

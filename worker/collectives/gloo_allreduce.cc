@@ -147,7 +147,8 @@ absl::Status GlooGroup::Impl::connect() {
   auto dev = shared_device(host);
   if (!dev.ok()) return absl::UnavailableError(cat(where(), dev.status().message()));
   device = *dev;
-  client = std::make_unique<RendezvousClient>(opts.rendezvous);
+  client = std::make_unique<RendezvousClient>(opts.rendezvous,
+                                              opts.rendezvous_dial ? *opts.rendezvous_dial : cluster_auth::Dialer{});
   store = std::make_unique<GrpcStore>(client.get(), cat(opts.group, "/"), opts.timeout);
   try {
     char name[256] = {};

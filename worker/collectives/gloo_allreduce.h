@@ -25,11 +25,16 @@
 
 namespace uop {
 
+namespace cluster_auth {
+struct Dialer;
+}
+
 struct GlooOptions {
   std::string group;       // unique per collective instance: the rendezvous namespace
   int rank = 0;
   int size = 1;
   std::string rendezvous;  // host:port of the Rendezvous service (the scheduler)
+  std::shared_ptr<const cluster_auth::Dialer> rendezvous_dial;  // how to reach it; null: plaintext, no secret
   // Bounds joining (rendezvous and connecting) and each step of an allreduce.
   std::chrono::milliseconds timeout{30000};
   // The address to listen on for peers; empty: this host's address on the route to the

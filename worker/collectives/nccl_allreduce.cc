@@ -122,7 +122,7 @@ absl::Status Member::rendezvous(uint64_t elements, ReduceOp op, Scalar dtype, nc
   const int n = o_.size, r = o_.rank;
   const Millis timeout = o_.timeout;
   const std::string prefix = cat(o_.group, "/nccl/");
-  client_ = std::make_unique<RendezvousClient>(o_.rendezvous);
+  client_ = std::make_unique<RendezvousClient>(o_.rendezvous, o_.rendezvous_dial ? *o_.rendezvous_dial : cluster_auth::Dialer{});
   auto unreachable = [&](const absl::Status& st) {
     return fail(st.code() == absl::StatusCode::kDeadlineExceeded ? st.code() : absl::StatusCode::kUnavailable,
                 cat("rendezvous at ", o_.rendezvous, ": ", st.message()));

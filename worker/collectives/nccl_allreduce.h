@@ -41,6 +41,9 @@
 namespace uop {
 
 class CudaContext;
+namespace cluster_auth {
+struct Dialer;
+}
 
 namespace nccl {
 
@@ -152,6 +155,7 @@ struct NcclOptions {
   int rank = 0;
   int size = 1;
   std::string rendezvous;  // host:port of the Rendezvous service (the scheduler)
+  std::shared_ptr<const cluster_auth::Dialer> rendezvous_dial;  // how to reach it; null: plaintext, no secret
   // Bounds joining (the rendezvous, the communicator) and the allreduce, each.
   std::chrono::milliseconds timeout{30000};
   // Asked while waiting; true aborts the communicator: CANCELLED.

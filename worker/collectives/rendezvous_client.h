@@ -1,6 +1,7 @@
 // A client of the scheduler's Rendezvous service (proto/worker.proto; the store is
 // server/rendezvous_service.h): Set a key, Get keys once they all exist. The Gloo
-// transport's store and the NCCL transport's unique id both go through it.
+// transport's store and the NCCL transport's unique id both go through it. The service
+// is on the scheduler's internal listener: the dialer presents the cluster's credentials.
 #pragma once
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/worker.grpc.pb.h"
+#include "server/cluster_auth.h"
 
 namespace uop {
 
@@ -23,8 +25,8 @@ class RendezvousClient {
   // A Get's gRPC deadline is its wait plus this.
   static constexpr std::chrono::milliseconds kRpcMargin{5000};
 
-  explicit RendezvousClient(const std::string& address)
-      : stub_(uopd::worker::v1::Rendezvous::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+  RendezvousClient(const std::string& address, const cluster_auth::Dialer& dial)
+      : stub_(uopd::worker::v1::Rendezvous::NewStub(dial.channel(address))) {}
 
   absl::Status set(const std::string& key, const std::string& value, std::chrono::milliseconds timeout) {
     grpc::ClientContext ctx;

@@ -28,12 +28,13 @@ class FailingTier : public CacheTier {
   absl::Status put(std::string_view, std::string_view) override {
     return absl::UnavailableError("failing tier: put");
   }
+  absl::Status remove(std::string_view) override { return absl::UnavailableError("failing tier: remove"); }
 };
 
 std::vector<std::unique_ptr<CacheTier>> memory_and_disk(const std::string& dir) {
   std::vector<std::unique_ptr<CacheTier>> tiers;
   tiers.push_back(std::make_unique<MemoryTier>(1 << 20));
-  tiers.push_back(std::make_unique<DiskTier>(dir, 1 << 20));
+  tiers.push_back(std::make_unique<DiskTier>(dir, 1 << 20, testing::cluster_key()));
   return tiers;
 }
 
@@ -107,7 +108,7 @@ TEST(CompileCache, GetFastAnswersOnlyFromMemory) {
 
   // A cache whose first tier is the disk: the entry is there, but get_fast does not look.
   std::vector<std::unique_ptr<CacheTier>> disk_only;
-  disk_only.push_back(std::make_unique<DiskTier>(d.path(), 1 << 20));
+  disk_only.push_back(std::make_unique<DiskTier>(d.path(), 1 << 20, testing::cluster_key()));
   CompileCache on_disk(std::move(disk_only));
   EXPECT_FALSE(on_disk.get_fast(key).has_value());
   auto full = on_disk.get_or_compute(key, [] { return absl::StatusOr<std::string>("recompiled"); });
@@ -196,7 +197,7 @@ TEST(CompileCache, CorruptDiskEntryIsRecompiledAndCounted) {
     CompileCache first(memory_and_disk(d.path()));
     ASSERT_TRUE(first.get_or_compute(key, compile).ok());
   }
-  std::string path = DiskTier(d.path(), 1 << 20).path_for(key);
+  std::string path = DiskTier(d.path(), 1 << 20, testing::cluster_key()).path_for(key);
   {
     std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(cache_entry::kHeaderSize + 100);
@@ -231,7 +232,7 @@ TEST(CompileCache, FailingTierIsCountedAndSkipped) {
   std::vector<std::unique_ptr<CacheTier>> tiers;
   tiers.push_back(std::make_unique<MemoryTier>(1 << 20));
   tiers.push_back(std::make_unique<FailingTier>());
-  tiers.push_back(std::make_unique<DiskTier>(d.path(), 1 << 20));
+  tiers.push_back(std::make_unique<DiskTier>(d.path(), 1 << 20, testing::cluster_key()));
   CompileCache cache(std::move(tiers));
   int compiles = 0;
   auto compile = [&]() -> absl::StatusOr<std::string> {
@@ -286,7 +287,9 @@ TEST(CompileCache, TwoServersWithSeparateDisksShareOneRedis) {
   ScratchDir da, db;
   auto server = [&](const ScratchDir& d) {
     auto tiers = memory_and_disk(d.path());
-    tiers.push_back(std::make_unique<RedisTier>("127.0.0.1", redis.port(), 500));
+    auto r = RedisTier::create(redis.endpoint(), testing::cluster_key(), RedisTier::Options{.timeout_ms = 500});
+    EXPECT_TRUE(r.ok()) << r.status();
+    tiers.push_back(*std::move(r));
     return std::make_unique<CompileCache>(std::move(tiers));
   };
   auto a = server(da), b = server(db);
@@ -308,7 +311,123 @@ TEST(CompileCache, TwoServersWithSeparateDisksShareOneRedis) {
   EXPECT_EQ(compiles, 1);
   // Promoted into b's own tiers: b's disk now has it too.
   EXPECT_EQ(stats_of(*b, "disk").puts, 1u);
-  EXPECT_TRUE(DiskTier(db.path(), 1 << 20).get(key_of("kernel"))->has_value());
+  EXPECT_TRUE(DiskTier(db.path(), 1 << 20, testing::cluster_key()).get(key_of("kernel"))->has_value());
+}
+
+// What a caller's verifier refuses: here, any artifact but kernel A's.
+absl::Status only_kernel_a(std::string_view value) {
+  if (value.starts_with("artifact of kernel A")) return absl::OkStatus();
+  return absl::DataLossError(cat("the entry names another kernel: ", value));
+}
+
+TEST(CompileCache, AnEntryTheVerifierRefusesIsRemovedCountedAndRecompiled) {
+  ScratchDir d;
+  std::string key = key_of("kernel A");
+  // An entry that authenticates but holds another kernel's artifact: what a key holder's
+  // mistake or a bug in another server would leave behind.
+  ASSERT_TRUE(DiskTier(d.path(), 1 << 20, testing::cluster_key()).put(key, "artifact of kernel B").ok());
+  std::vector<std::string> errors;
+  CompileCache cache(memory_and_disk(d.path()), [&](std::string_view tier, const absl::Status& s) {
+    errors.push_back(cat(tier, ": ", s.ToString()));
+  });
+  int compiles = 0;
+  auto compile = [&]() -> absl::StatusOr<std::string> {
+    ++compiles;
+    return std::string("artifact of kernel A");
+  };
+  auto r = cache.get_or_compute(key, compile, only_kernel_a);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->value, "artifact of kernel A");
+  EXPECT_EQ(r->outcome, CacheOutcome::Miss);
+  EXPECT_EQ(compiles, 1);
+  EXPECT_EQ(stats_of(cache, "disk").errors, 1u);
+  EXPECT_EQ(stats_of(cache, "disk").hits, 0u);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_TRUE(errors[0].starts_with("disk: DATA_LOSS")) << errors[0];
+  EXPECT_NE(errors[0].find("names another kernel"), std::string::npos) << errors[0];
+  // The disk now holds the recompiled artifact: a restart hits it.
+  EXPECT_EQ(*DiskTier(d.path(), 1 << 20, testing::cluster_key()).get(key), "artifact of kernel A");
+
+  // What the memory tier holds came from this process's compile or passed the check on its
+  // way up, so hits there are not checked again (a cached Run would pay a parse for it).
+  int checks = 0;
+  auto counting = [&](std::string_view value) {
+    ++checks;
+    return only_kernel_a(value);
+  };
+  std::optional<CacheResult> hit = cache.get_fast(key, counting);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->value, "artifact of kernel A");
+  EXPECT_EQ(checks, 0);
+  r = cache.get_or_compute(key, compile, counting);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tier, "memory");
+  EXPECT_EQ(checks, 0);
+  EXPECT_EQ(compiles, 1);
+}
+
+TEST(CompileCache, OnlyVerifiedEntriesTravelThroughRedisIntoAnotherServersDisk) {
+  if (!RedisServer::installed()) GTEST_SKIP() << testing::kRedisServer << " is not installed";
+  RedisServer redis;
+  ASSERT_TRUE(redis.start());
+  ScratchDir da, db, dc;
+  auto server = [&](const ScratchDir& d, std::string_view cluster) {
+    std::vector<std::unique_ptr<CacheTier>> tiers;
+    tiers.push_back(std::make_unique<MemoryTier>(1 << 20));
+    tiers.push_back(std::make_unique<DiskTier>(d.path(), 1 << 20, testing::cluster_key(cluster)));
+    auto r = RedisTier::create(redis.endpoint(), testing::cluster_key(cluster), RedisTier::Options{.timeout_ms = 500});
+    EXPECT_TRUE(r.ok()) << r.status();
+    tiers.push_back(*std::move(r));
+    return std::make_unique<CompileCache>(std::move(tiers));
+  };
+  auto a = server(da, "ours"), b = server(db, "ours");
+  auto disk_of = [](const ScratchDir& d, const std::string& key) {
+    auto got = DiskTier(d.path(), 1 << 20, testing::cluster_key("ours")).get(key);
+    return got.ok() ? got->value_or("(absent)") : got.status().ToString();
+  };
+  auto compiled = [](std::string value) {
+    return [value]() -> absl::StatusOr<std::string> { return value; };
+  };
+
+  // Whoever can write Redis but lacks the key plants another kernel's code in the format
+  // that used to be accepted (a valid header and checksum).
+  std::string key = key_of("kernel A");
+  ASSERT_EQ(redis.raw({"SET", cat("uopd:cache:v2:", key), testing::checksummed_entry(key, "artifact of kernel B")}), "OK");
+  auto rb = b->get_or_compute(key, compiled("artifact of kernel A"));
+  ASSERT_TRUE(rb.ok()) << rb.status();
+  EXPECT_EQ(rb->outcome, CacheOutcome::Miss);
+  EXPECT_EQ(rb->value, "artifact of kernel A");
+  EXPECT_EQ(stats_of(*b, "redis").errors, 1u);
+  EXPECT_EQ(disk_of(db, key), "artifact of kernel A");
+  // Redis now holds b's authenticated entry, which a finds and copies into its own disk.
+  auto ra = a->get_or_compute(key, compiled("compiled again"));
+  ASSERT_TRUE(ra.ok()) << ra.status();
+  EXPECT_EQ(ra->tier, "redis");
+  EXPECT_EQ(ra->value, "artifact of kernel A");
+  EXPECT_EQ(disk_of(da, key), "artifact of kernel A");
+
+  // An entry authenticated under another cluster's key is refused the same way.
+  std::string key2 = key_of("kernel A2");
+  auto theirs = server(dc, "theirs");
+  ASSERT_TRUE(theirs->get_or_compute(key2, compiled("artifact of kernel B2")).ok());
+  auto r2 = a->get_or_compute(key2, compiled("artifact of kernel A2"));
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  EXPECT_EQ(r2->outcome, CacheOutcome::Miss);
+  EXPECT_EQ(r2->value, "artifact of kernel A2");
+  EXPECT_EQ(stats_of(*a, "redis").errors, 1u);
+  EXPECT_EQ(disk_of(da, key2), "artifact of kernel A2");
+
+  // And one under the right key that the verifier refuses (another kernel's artifact) is
+  // removed from Redis and not copied anywhere.
+  std::string key3 = key_of("kernel A3");
+  auto* redis_of_a = static_cast<RedisTier*>(a->tiers()[2].get());
+  ASSERT_TRUE(redis_of_a->put(key3, "artifact of kernel B3").ok());
+  auto r3 = b->get_or_compute(key3, compiled("artifact of kernel A3"), only_kernel_a);
+  ASSERT_TRUE(r3.ok()) << r3.status();
+  EXPECT_EQ(r3->outcome, CacheOutcome::Miss);
+  EXPECT_EQ(stats_of(*b, "redis").errors, 2u);
+  EXPECT_EQ(disk_of(db, key3), "artifact of kernel A3");
+  EXPECT_EQ(*redis_of_a->get(key3), "artifact of kernel A3");  // b's compile replaced it
 }
 
 }  // namespace

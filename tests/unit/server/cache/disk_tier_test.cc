@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -53,7 +54,7 @@ int temp_files(const std::string& dir) {
 
 TEST(DiskTier, RoundTripStoresOneVerifiedFilePerKey) {
   ScratchDir d;
-  DiskTier t(d.path(), 1 << 20);
+  DiskTier t(d.path(), 1 << 20, testing::cluster_key());
   ASSERT_TRUE(t.open_status().ok()) << t.open_status();
   std::string k = key_of("kernel");
   EXPECT_EQ(get_ok(t, k), std::nullopt);
@@ -64,7 +65,7 @@ TEST(DiskTier, RoundTripStoresOneVerifiedFilePerKey) {
   EXPECT_EQ(t.path_for(k), path);
   std::string stored = read_file(path);
   EXPECT_EQ(stored.size(), kEntry + 12);
-  EXPECT_TRUE(stored.starts_with("UOPDCACHE1"));
+  EXPECT_TRUE(stored.starts_with("UOPDCACHE2"));
   EXPECT_EQ(temp_files(d.path()), 0);
   EXPECT_EQ(t.bytes(), kEntry + 12);
 
@@ -74,7 +75,7 @@ TEST(DiskTier, RoundTripStoresOneVerifiedFilePerKey) {
 
 TEST(DiskTier, KeysThatAreNotDigestsAreRefused) {
   ScratchDir d;
-  DiskTier t(cat(d.path(), "/cache"), 1 << 20);
+  DiskTier t(cat(d.path(), "/cache"), 1 << 20, testing::cluster_key());
   std::string upper = key_of("x");
   for (char& c : upper) c = static_cast<char>(std::toupper(c));
   for (std::string bad : {std::string("../../escape"), std::string(""), key_of("x").substr(1),
@@ -92,7 +93,7 @@ class DiskCorruption : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DiskCorruption, IsDataLossAndTheEntryIsDeleted) {
   ScratchDir d;
-  DiskTier t(d.path(), 1 << 20);
+  DiskTier t(d.path(), 1 << 20, testing::cluster_key());
   std::string k = key_of("kernel");
   std::string payload(1000, 'p');
   ASSERT_TRUE(t.put(k, payload).ok());
@@ -101,13 +102,19 @@ TEST_P(DiskCorruption, IsDataLossAndTheEntryIsDeleted) {
 
   const std::string& how = GetParam();
   if (how == "flip_payload") stored[kEntry + 500] ^= 0x01;
-  if (how == "flip_digest") stored[10 + 32 + 3] ^= 0x80;
+  if (how == "flip_mac") stored[10 + 32 + 3] ^= 0x80;
+  if (how == "flip_key") stored[10 + 5] ^= 0x01;
+  if (how == "flip_length") stored[10 + 64] ^= 0x01;
   if (how == "flip_magic") stored[0] = 'X';
   if (how == "truncate") stored.resize(stored.size() - 1);
   if (how == "truncate_header") stored.resize(20);
   if (how == "extend") stored += "junk";
   if (how == "empty") stored.clear();
-  if (how == "other_key") stored = cache_entry::encode(key_of("other"), payload);
+  if (how == "other_key") stored = cache_entry::encode(testing::cluster_key(), key_of("other"), payload);
+  // Without the key: the previous format (a valid header and checksum) around other bytes,
+  // or the current one made under another cluster's key.
+  if (how == "checksummed") stored = testing::checksummed_entry(k, "another kernel's machine code");
+  if (how == "other_cluster_key") stored = cache_entry::encode(testing::cluster_key("another cluster"), k, payload);
   write_file(path, stored);
 
   auto r = t.get(k);
@@ -122,14 +129,15 @@ TEST_P(DiskCorruption, IsDataLossAndTheEntryIsDeleted) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ways, DiskCorruption,
-                         ::testing::Values("flip_payload", "flip_digest", "flip_magic", "truncate",
-                                           "truncate_header", "extend", "empty", "other_key"),
+                         ::testing::Values("flip_payload", "flip_mac", "flip_key", "flip_length", "flip_magic",
+                                           "truncate", "truncate_header", "extend", "empty", "other_key",
+                                           "checksummed", "other_cluster_key"),
                          [](const auto& info) { return info.param; });
 
 TEST(DiskTier, EvictsLeastRecentlyUsedToStayInBudget) {
   ScratchDir d;
   const int64_t each = kEntry + 100;
-  DiskTier t(d.path(), 3 * each);
+  DiskTier t(d.path(), 3 * each, testing::cluster_key());
   std::string v(100, 'v');
   for (auto k : {"a", "b", "c"}) ASSERT_TRUE(t.put(key_of(k), v).ok());
   EXPECT_EQ(t.bytes(), 3 * each);
@@ -151,7 +159,7 @@ TEST(DiskTier, RestartFindsEntriesAndKeepsRecencyAcrossRuns) {
   const int64_t each = kEntry + 100;
   std::string v(100, 'v');
   {
-    DiskTier t(d.path(), 10 * each);
+    DiskTier t(d.path(), 10 * each, testing::cluster_key());
     for (auto k : {"a", "b", "c"}) ASSERT_TRUE(t.put(key_of(k), v).ok());
   }
   // Make the recorded last use explicit: b oldest, then c, then a.
@@ -166,14 +174,14 @@ TEST(DiskTier, RestartFindsEntriesAndKeepsRecencyAcrossRuns) {
   age("c", 200);
   age("a", 100);
   {
-    DiskTier t(d.path(), 10 * each);
+    DiskTier t(d.path(), 10 * each, testing::cluster_key());
     EXPECT_EQ(t.entries(), 3u);
     EXPECT_EQ(t.bytes(), 3 * each);
     EXPECT_EQ(get_ok(t, key_of("c")), v);  // a hit after a restart; also touches c
   }
   {
     // A smaller budget on the next start evicts the least recently used: b, then a.
-    DiskTier t(d.path(), 1 * each);
+    DiskTier t(d.path(), 1 * each, testing::cluster_key());
     EXPECT_EQ(t.entries(), 1u);
     EXPECT_EQ(get_ok(t, key_of("c")), v);
     EXPECT_EQ(get_ok(t, key_of("a")), std::nullopt);
@@ -185,7 +193,7 @@ TEST(DiskTier, StartupRemovesOnlyStaleTempFiles) {
   ScratchDir d;
   std::string k = key_of("a");
   {
-    DiskTier t(d.path(), 1 << 20);
+    DiskTier t(d.path(), 1 << 20, testing::cluster_key());
     ASSERT_TRUE(t.put(k, "v").ok());
   }
   std::string sub = cat(d.path(), "/", k.substr(0, 2));
@@ -197,7 +205,7 @@ TEST(DiskTier, StartupRemovesOnlyStaleTempFiles) {
   ASSERT_EQ(::utimensat(AT_FDCWD, stale.c_str(), old, 0), 0);
   write_file(cat(sub, "/not-a-key"), "left alone");
 
-  DiskTier t(d.path(), 1 << 20);
+  DiskTier t(d.path(), 1 << 20, testing::cluster_key());
   EXPECT_FALSE(fs::exists(stale));
   EXPECT_TRUE(fs::exists(fresh));
   EXPECT_TRUE(fs::exists(cat(sub, "/not-a-key")));
@@ -208,7 +216,7 @@ TEST(DiskTier, StartupRemovesOnlyStaleTempFiles) {
 // The read-only checks, run by whoever cannot write the directory. Returns the failures.
 std::string read_only_failures(const std::string& dir, const std::string& k) {
   std::string failures;
-  DiskTier t(dir, 1 << 20);
+  DiskTier t(dir, 1 << 20, testing::cluster_key());
   if (t.entries() != 1) failures += "the existing entry was not indexed; ";
   auto got = t.get(k);
   if (!got.ok() || *got != std::optional<std::string>("v")) failures += "get failed; ";
@@ -228,7 +236,7 @@ TEST(DiskTier, ReadOnlyDirectoryFailsPutsButServesGets) {
   ScratchDir d;
   std::string k = key_of("a");
   {
-    DiskTier t(d.path(), 1 << 20);
+    DiskTier t(d.path(), 1 << 20, testing::cluster_key());
     ASSERT_TRUE(t.put(k, "v").ok());
   }
   if (::geteuid() != 0) {
@@ -272,7 +280,7 @@ TEST(DiskTier, FullDiskFailsPutsCleanlyButServesGets) {
   // RLIMIT_FSIZE makes writes past a size fail with EFBIG, as a full disk fails them with
   // ENOSPC, and it holds even for root.
   ScratchDir d;
-  DiskTier t(d.path(), 1 << 30);
+  DiskTier t(d.path(), 1 << 30, testing::cluster_key());
   std::string k = key_of("a");
   ASSERT_TRUE(t.put(k, "small").ok());
 
@@ -309,7 +317,7 @@ bool is_whole(const std::string& v) {
 TEST(DiskTier, ConcurrentWritersNeverExposeAPartialEntry) {
   // Two tiers over one directory stand for two processes: separate indexes, shared files.
   ScratchDir d;
-  DiskTier a(d.path(), 1 << 30), b(d.path(), 1 << 30);
+  DiskTier a(d.path(), 1 << 30, testing::cluster_key()), b(d.path(), 1 << 30, testing::cluster_key());
   std::string k = key_of("contended");
   std::atomic<bool> done{false};
   std::atomic<int> hits{0}, errors{0};
@@ -347,7 +355,7 @@ TEST(DiskTier, ConcurrentWritersNeverExposeAPartialEntry) {
 TEST(DiskTier, ConcurrentPutsOfManyKeysKeepTheBudget) {
   ScratchDir d;
   const int64_t budget = 40 * (kEntry + 1000);
-  DiskTier t(d.path(), budget);
+  DiskTier t(d.path(), budget, testing::cluster_key());
   std::vector<std::thread> threads;
   for (int w = 0; w < 4; ++w)
     threads.emplace_back([&, w] {
@@ -364,7 +372,70 @@ TEST(DiskTier, ConcurrentPutsOfManyKeysKeepTheBudget) {
   for (auto& e : fs::recursive_directory_iterator(d.path()))
     if (e.is_regular_file()) on_disk += static_cast<int64_t>(e.file_size());
   EXPECT_EQ(on_disk, t.bytes());
-  EXPECT_EQ(DiskTier(d.path(), budget).bytes(), on_disk);  // a restart agrees
+  EXPECT_EQ(DiskTier(d.path(), budget, testing::cluster_key()).bytes(), on_disk);  // a restart agrees
+}
+
+// What is at an entry's path but is not a regular file is refused without being read
+// (a FIFO would block the open for good), counted as DATA_LOSS, and removed.
+class DiskNonRegular : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DiskNonRegular, IsDataLossRemovedAndNeverBlocks) {
+  ScratchDir d;
+  DiskTier t(d.path(), 1 << 20, testing::cluster_key());
+  std::string k = key_of("kernel");
+  // A valid entry elsewhere, for the link to point at: even a good entry behind a link is
+  // refused (links would let whoever writes the directory alias entries or read files).
+  ASSERT_TRUE(t.put(key_of("elsewhere"), "good").ok());
+  std::string path = t.path_for(k);
+  fs::create_directories(fs::path(path).parent_path());
+  const std::string& what = GetParam();
+  if (what == "fifo") ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0);
+  if (what == "symlink") fs::create_symlink(t.path_for(key_of("elsewhere")), path);
+  if (what == "dangling_symlink") fs::create_symlink("/nonexistent/entry", path);
+  if (what == "directory") fs::create_directory(path);
+  if (what == "device") {
+    if (::mknod(path.c_str(), S_IFCHR | 0644, makedev(1, 3)) != 0) GTEST_SKIP() << "cannot mknod here";
+  }
+  auto r = t.get(k);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+  EXPECT_NE(r.status().message().find("not a regular file"), std::string::npos) << r.status();
+  EXPECT_FALSE(fs::exists(fs::symlink_status(path))) << "still there: " << path;
+  EXPECT_EQ(get_ok(t, k), std::nullopt);
+  ASSERT_TRUE(t.put(k, "v").ok());
+  EXPECT_EQ(get_ok(t, k), "v");
+  EXPECT_EQ(get_ok(t, key_of("elsewhere")), "good");  // what the link pointed at is untouched
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, DiskNonRegular,
+                         ::testing::Values("fifo", "symlink", "dangling_symlink", "directory", "device"),
+                         [](const auto& info) { return info.param; });
+
+TEST(DiskTier, AnEntryOverTheCapIsRemovedUnread) {
+  ScratchDir d;
+  DiskTier::Options o;
+  o.max_entry_bytes = 4096;
+  DiskTier t(d.path(), 1 << 20, testing::cluster_key(), o);
+  std::string k = key_of("kernel");
+  EXPECT_EQ(t.put(k, std::string(5000, 'x')).code(), absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(t.put(k, "small").ok());
+  write_file(t.path_for(k), std::string(1 << 20, 'x'));
+  auto r = t.get(k);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+  EXPECT_NE(r.status().message().find("cap"), std::string::npos) << r.status();
+  EXPECT_FALSE(fs::exists(t.path_for(k)));
+}
+
+TEST(DiskTier, RemoveDropsTheEntry) {
+  ScratchDir d;
+  DiskTier t(d.path(), 1 << 20, testing::cluster_key());
+  std::string k = key_of("kernel");
+  ASSERT_TRUE(t.put(k, "v").ok());
+  ASSERT_TRUE(t.remove(k).ok());
+  EXPECT_FALSE(fs::exists(t.path_for(k)));
+  EXPECT_EQ(t.entries(), 0u);
+  EXPECT_EQ(t.bytes(), 0);
+  EXPECT_TRUE(t.remove(k).ok());  // nothing there: fine
+  EXPECT_EQ(t.remove("../x").code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

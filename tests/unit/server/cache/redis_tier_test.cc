@@ -2,7 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <atomic>
 #include <chrono>
+#include <thread>
 
 #include "server/cache/compile_cache.h"
 #include "server/cache/memory_tier.h"
@@ -19,6 +25,20 @@ int64_t ms_since(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
 }
 
+std::unique_ptr<RedisTier> make_tier(RedisEndpoint endpoint, RedisTier::Options o,
+                                     ClusterKey key = testing::cluster_key()) {
+  auto t = RedisTier::create(std::move(endpoint), std::move(key), std::move(o));
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *std::move(t) : nullptr;
+}
+
+RedisTier::Options options(int timeout_ms = 200, int backoff_ms = 300) {
+  RedisTier::Options o;
+  o.timeout_ms = timeout_ms;
+  o.backoff_ms = backoff_ms;
+  return o;
+}
+
 class RedisTierTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -26,37 +46,11 @@ class RedisTierTest : public ::testing::Test {
     ASSERT_TRUE(redis_.start()) << "redis-server did not start";
   }
 
-  RedisTier::Options options(int timeout_ms = 200, int backoff_ms = 300) {
-    RedisTier::Options o;
-    o.timeout_ms = timeout_ms;
-    o.backoff_ms = backoff_ms;
-    return o;
-  }
-  std::unique_ptr<RedisTier> tier(RedisTier::Options o) {
-    return std::make_unique<RedisTier>("127.0.0.1", redis_.port(), std::move(o));
+  std::unique_ptr<RedisTier> tier(RedisTier::Options o, ClusterKey key = testing::cluster_key()) {
+    return make_tier(redis_.endpoint(), std::move(o), std::move(key));
   }
   std::unique_ptr<RedisTier> tier() { return tier(options()); }
-
-  // Runs one command on a direct connection and returns the reply as text ("" for nil).
-  std::string raw(std::vector<std::string> args) {
-    redisContext* c = redis_.connect();
-    EXPECT_TRUE(c != nullptr && c->err == 0);
-    std::vector<const char*> argv;
-    std::vector<size_t> len;
-    for (auto& a : args) {
-      argv.push_back(a.data());
-      len.push_back(a.size());
-    }
-    auto* r = static_cast<redisReply*>(
-        redisCommandArgv(c, static_cast<int>(args.size()), argv.data(), len.data()));
-    std::string out;
-    if (r != nullptr && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS))
-      out.assign(r->str, r->len);
-    if (r != nullptr && r->type == REDIS_REPLY_INTEGER) out = std::to_string(r->integer);
-    if (r != nullptr) freeReplyObject(r);
-    redisFree(c);
-    return out;
-  }
+  std::string raw(std::vector<std::string> args) { return redis_.raw(std::move(args)); }
 
   RedisServer redis_;
 };
@@ -76,7 +70,7 @@ TEST_F(RedisTierTest, RoundTrip) {
   EXPECT_EQ(get_ok(*t, k), "machine code");
   // Stored in the verified entry format, under the prefixed key.
   std::string stored = raw({"GET", t->redis_key(k)});
-  EXPECT_TRUE(stored.starts_with("UOPDCACHE1"));
+  EXPECT_TRUE(stored.starts_with("UOPDCACHE2"));
   EXPECT_EQ(stored.size(), cache_entry::kHeaderSize + 12);
 
   std::string big(8 << 20, '\0');
@@ -107,12 +101,16 @@ TEST_F(RedisTierTest, TtlIsApplied) {
 TEST_F(RedisTierTest, CorruptValuesAreDataLossAndDeleted) {
   auto t = tier();
   std::string k = key_of("kernel");
-  std::string good = cache_entry::encode(k, std::string(1000, 'p'));
+  std::string good = cache_entry::encode(testing::cluster_key(), k, std::string(1000, 'p'));
   std::string flipped = good;
   flipped[cache_entry::kHeaderSize + 10] ^= 0x04;
   std::vector<std::string> corrupt = {
       "garbage", "", flipped, good.substr(0, good.size() - 1),
-      cache_entry::encode(key_of("another kernel"), std::string(1000, 'p'))};
+      cache_entry::encode(testing::cluster_key(), key_of("another kernel"), std::string(1000, 'p')),
+      // What anyone who can write Redis can make without the key: the previous format, or
+      // the current one under a key of their own.
+      testing::checksummed_entry(k, "another kernel's machine code"),
+      cache_entry::encode(testing::cluster_key("theirs"), k, std::string(1000, 'p'))};
   for (const std::string& bad : corrupt) {
     raw({"SET", t->redis_key(k), bad});
     auto r = t->get(k);
@@ -210,6 +208,242 @@ TEST_F(RedisTierTest, CompileCacheWorksThroughADeadRedis) {
   EXPECT_EQ(r->outcome, CacheOutcome::Hit);
   EXPECT_EQ(r->tier, "memory");
   EXPECT_EQ(compiles, 1);
+}
+
+TEST_F(RedisTierTest, ForgedEntryIsAMissCountedAndReplacedByTheCompile) {
+  std::vector<std::unique_ptr<CacheTier>> tiers;
+  tiers.push_back(std::make_unique<MemoryTier>(1 << 20));
+  tiers.push_back(tier());
+  auto* redis = static_cast<RedisTier*>(tiers[1].get());
+  CompileCache cache(std::move(tiers));
+  std::string k = key_of("kernel");
+  ASSERT_EQ(raw({"SET", redis->redis_key(k), testing::checksummed_entry(k, "another kernel's machine code")}), "OK");
+  auto r = cache.get_or_compute(k, [] { return absl::StatusOr<std::string>("this kernel's machine code"); });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->outcome, CacheOutcome::Miss);
+  EXPECT_EQ(r->value, "this kernel's machine code");
+  EXPECT_EQ(cache.stats()[1].second.errors, 1u);
+  EXPECT_EQ(cache.stats()[1].second.hits, 0u);
+  // What Redis holds now is the compile's authenticated entry.
+  EXPECT_TRUE(raw({"GET", redis->redis_key(k)}).starts_with("UOPDCACHE2"));
+  EXPECT_EQ(get_ok(*tier(), k), "this kernel's machine code");
+}
+
+// A hostile or broken server on the Redis port: the tier is bounded by the cap on a reply
+// and by the deadline on a whole command, however the bytes arrive.
+class HostileRedis {
+ public:
+  // `reply` is what it answers to anything; with `trickle` it sends it one byte at a time,
+  // 20 ms apart, for as long as the client listens.
+  HostileRedis(std::string reply, bool trickle) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd_, 4) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+      return;
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this, reply = std::move(reply), trickle] {
+      int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      char buf[4096];
+      (void)!::recv(c, buf, sizeof buf, 0);  // the command, whatever it is
+      if (!trickle) {
+        (void)!::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+      } else {
+        // The client gives up long before the end; stop when it has hung up.
+        for (size_t i = 0; i < reply.size() && !done_; ++i) {
+          if (::send(c, &reply[i], 1, MSG_NOSIGNAL) != 1) break;
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+      }
+      while (!done_ && ::recv(c, buf, sizeof buf, 0) > 0) {
+      }
+      ::close(c);
+    });
+  }
+  ~HostileRedis() {
+    done_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    if (thread_.joinable()) thread_.join();
+    ::close(fd_);
+  }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+TEST(RedisTierBounds, AReplyOverTheCapIsRefusedUnread) {
+  HostileRedis hostile("$99999999999\r\n", /*trickle=*/false);
+  ASSERT_GT(hostile.port(), 0);
+  auto t = make_tier(RedisEndpoint{.host = "127.0.0.1", .port = hostile.port()}, options(2000));
+  auto r = t->get(key_of("kernel"));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_NE(r.status().message().find("over the"), std::string::npos) << r.status();
+}
+
+TEST(RedisTierBounds, ATricklingReplyIsCutOffAtTheCommandDeadline) {
+  // 40 bytes at 20 ms each would take 800 ms; each byte comes well within any per-read
+  // timeout, but the command as a whole has 200 ms.
+  HostileRedis hostile(cat("$30\r\n", std::string(30, 'x'), "\r\n"), /*trickle=*/true);
+  ASSERT_GT(hostile.port(), 0);
+  auto t = make_tier(RedisEndpoint{.host = "127.0.0.1", .port = hostile.port()}, options(200));
+  auto r = t->get(key_of("kernel"));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_NE(r.status().message().find("no reply within 200 ms"), std::string::npos) << r.status();
+}
+
+// A Redis that wants a password (requirepass) or ACL users (and no anonymous default user).
+TEST(RedisAuth, RequirepassTakesTheRightPasswordOnly) {
+  if (!RedisServer::installed()) GTEST_SKIP() << testing::kRedisServer << " is not installed";
+  RedisServer::Config c;
+  c.args = {"--requirepass", "s3cret pass"};
+  c.admin.password = "s3cret pass";
+  RedisServer redis(c);
+  ASSERT_TRUE(redis.start());
+  RedisEndpoint ep{.host = "127.0.0.1", .port = redis.port(), .password = "s3cret pass"};
+  auto good = make_tier(ep, options());
+  std::string k = key_of("kernel");
+  ASSERT_TRUE(good->put(k, "v").ok());
+  EXPECT_EQ(get_ok(*good, k), "v");
+
+  ep.password = "wrong";
+  auto r = make_tier(ep, options())->get(k);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_NE(r.status().message().find("AUTH refused"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("WRONGPASS"), std::string::npos) << r.status();
+  EXPECT_EQ(r.status().message().find("wrong"), std::string::npos) << "the password is not repeated: " << r.status();
+
+  ep.password.clear();
+  r = make_tier(ep, options())->get(k);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_NE(r.status().message().find("NOAUTH"), std::string::npos) << r.status();
+
+  // Compiles go on through a Redis that refuses the tier: a miss and an error each time.
+  std::vector<std::unique_ptr<CacheTier>> tiers;
+  tiers.push_back(std::make_unique<MemoryTier>(1 << 20));
+  tiers.push_back(make_tier(RedisEndpoint{.host = "127.0.0.1", .port = redis.port(), .password = "wrong"}, options()));
+  CompileCache cache(std::move(tiers));
+  auto got = cache.get_or_compute(key_of("other"), [] { return absl::StatusOr<std::string>("artifact"); });
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->value, "artifact");
+  EXPECT_EQ(cache.stats()[1].second.errors, 1u);
+  EXPECT_EQ(cache.stats()[1].second.put_errors, 1u);
+}
+
+TEST(RedisAuth, AnAclUserConfinedToTheCacheKeys) {
+  if (!RedisServer::installed()) GTEST_SKIP() << testing::kRedisServer << " is not installed";
+  RedisServer::Config c;
+  c.args = {"--user", "default", "off",
+            "--user", "uopd", "on", ">uopd-pw", "~uopd:cache:*", "+get", "+set", "+del", "+ping",
+            "--user", "admin", "on", ">admin-pw", "~*", "&*", "+@all"};
+  c.admin.user = "admin";
+  c.admin.password = "admin-pw";
+  RedisServer redis(c);
+  ASSERT_TRUE(redis.start());
+  RedisEndpoint ep{.host = "127.0.0.1", .port = redis.port(), .user = "uopd", .password = "uopd-pw"};
+  auto t = make_tier(ep, options());
+  std::string k = key_of("kernel");
+  ASSERT_TRUE(t->put(k, "v").ok());
+  EXPECT_EQ(get_ok(*t, k), "v");
+  EXPECT_TRUE(redis.raw({"GET", t->redis_key(k)}).starts_with("UOPDCACHE2"));
+
+  ep.password = "admin-pw";  // another user's password
+  auto r = make_tier(ep, options())->get(k);
+  EXPECT_NE(r.status().message().find("AUTH as uopd refused: WRONGPASS"), std::string::npos) << r.status();
+  r = make_tier(RedisEndpoint{.host = "127.0.0.1", .port = redis.port()}, options())->get(k);
+  EXPECT_NE(r.status().message().find("NOAUTH"), std::string::npos) << r.status();
+  // The user reaches nothing but the cache's keys.
+  auto o = options();
+  o.key_prefix = "elsewhere:";
+  r = make_tier(RedisEndpoint{.host = "127.0.0.1", .port = redis.port(), .user = "uopd", .password = "uopd-pw"}, o)->get(k);
+  EXPECT_NE(r.status().message().find("NOPERM"), std::string::npos) << r.status();
+}
+
+// TLS: certificates made for the test; redis-server on a TLS port only.
+class RedisTlsTest : public ::testing::Test {
+ protected:
+  void start(bool client_certificates) {
+    if (!RedisServer::installed()) GTEST_SKIP() << testing::kRedisServer << " is not installed";
+    ASSERT_TRUE(certs_.ok()) << "the openssl command could not make the test certificates";
+    RedisServer::Config c;
+    c.tls = true;
+    c.args = {"--tls-cert-file", certs_.pem("leaf"), "--tls-key-file", certs_.key("leaf"),
+              "--tls-ca-cert-file", certs_.pem("ca"), "--tls-auth-clients", client_certificates ? "yes" : "no"};
+    c.admin.tls = tls("127.0.0.1", client_certificates);
+    redis_ = std::make_unique<RedisServer>(c);
+    ASSERT_TRUE(redis_->start()) << "redis-server with TLS did not start";
+  }
+  RedisEndpoint::Tls tls(std::string server_name, bool client_cert, std::string ca = "ca") {
+    RedisEndpoint::Tls t;
+    t.enabled = true;
+    t.ca_file = certs_.pem(ca);
+    t.server_name = std::move(server_name);
+    if (client_cert) {
+      t.cert_file = certs_.pem("leaf");
+      t.key_file = certs_.key("leaf");
+    }
+    return t;
+  }
+  RedisEndpoint endpoint(RedisEndpoint::Tls t) {
+    return RedisEndpoint{.host = "127.0.0.1", .port = redis_->port(), .tls = std::move(t)};
+  }
+  absl::Status get_status(RedisEndpoint ep) {
+    auto t = make_tier(std::move(ep), options(1000));
+    return t ? t->get(key_of("kernel")).status() : absl::InternalError("no tier");
+  }
+
+  testing::TestCerts certs_;
+  std::unique_ptr<RedisServer> redis_;
+};
+
+TEST_F(RedisTlsTest, ServesOverTlsAndChecksTheCertificateAndItsName) {
+  start(/*client_certificates=*/false);
+  for (std::string name : {"127.0.0.1", "localhost"}) {
+    auto t = make_tier(endpoint(tls(name, false)), options(1000));
+    std::string k = key_of(name);
+    ASSERT_TRUE(t->put(k, "over tls").ok()) << name;
+    EXPECT_EQ(get_ok(*t, k), "over tls") << name;
+  }
+  std::string big(4 << 20, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
+  auto t = make_tier(endpoint(tls("", false)), options(2000));  // the name: the host, 127.0.0.1
+  ASSERT_TRUE(t->put(key_of("big"), big).ok());
+  EXPECT_EQ(get_ok(*t, key_of("big")), big);
+
+  absl::Status s = get_status(endpoint(tls("redis.example.com", false)));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find("certificate is refused"), std::string::npos) << s;
+  s = get_status(endpoint(tls("127.0.0.1", false, "rogue-ca")));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find("certificate is refused"), std::string::npos) << s;
+  s = get_status(RedisEndpoint{.host = "127.0.0.1", .port = redis_->port()});  // no TLS at all
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+}
+
+TEST_F(RedisTlsTest, AServerThatWantsClientCertificatesGetsThem) {
+  start(/*client_certificates=*/true);
+  auto t = make_tier(endpoint(tls("127.0.0.1", true)), options(1000));
+  ASSERT_TRUE(t->put(key_of("k"), "v").ok());
+  EXPECT_EQ(get_ok(*t, key_of("k")), "v");
+  absl::Status s = get_status(endpoint(tls("127.0.0.1", false)));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+}
+
+TEST(RedisTierConfig, SettingsThatCannotWorkAreRefusedAtCreation) {
+  auto bad = [](RedisEndpoint ep) { return RedisTier::create(std::move(ep), testing::cluster_key(), options()).status(); };
+  EXPECT_EQ(bad({.host = "127.0.0.1", .port = 6379, .user = "uopd"}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad({.host = "", .port = 6379}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad({.host = "127.0.0.1", .port = 6379, .tls = {.ca_file = "/x"}}).code(), absl::StatusCode::kInvalidArgument);
+  absl::Status s = bad({.host = "127.0.0.1", .port = 6379, .tls = {.enabled = true, .ca_file = "/nonexistent/ca.pem"}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("/nonexistent/ca.pem"), std::string::npos) << s;
 }
 
 }  // namespace

@@ -10,8 +10,7 @@
 
 #include <atomic>
 
-#include "server/rendezvous_service.h"
-#include "tests/unit/worker/collectives/collective_testing.h"
+#include "tests/unit/worker/collectives/rendezvous_testing.h"
 
 namespace uop {
 namespace {
@@ -129,23 +128,9 @@ TEST(RunCollectiveTest, ShmThroughRunCollective) {
 
 // The gloo transport through run_collective, with the Rendezvous service in a child.
 TEST(RunCollectiveTest, GlooThroughRunCollective) {
-  SharedMemory port_mem(sizeof(std::atomic<int>));
-  auto* port = new (port_mem.data()) std::atomic<int>(0);
-  Child server;
-  server.pid = fork_child([port] {
-    RendezvousService service;
-    grpc::ServerBuilder b;
-    int bound = 0;
-    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &bound);
-    b.RegisterService(&service);
-    auto srv = b.BuildAndStart();
-    port->store(srv ? bound : -1);
-    if (srv)
-      for (;;) pause();
-  });
-  while (port->load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  ASSERT_GT(port->load(), 0);
-  const std::string address = cat("127.0.0.1:", port->load());
+  RendezvousServer server;
+  ASSERT_TRUE(server.ok());
+  const std::string address = server.address();
 
   const int n = 2;
   const uint64_t elements = 777;

@@ -10,19 +10,20 @@
 #include <unistd.h>
 
 #include "compiler/support/strings.h"
-#include "server/rendezvous_service.h"
+#include "tests/unit/server/open_groups_rendezvous.h"
 #include "tests/unit/worker/collectives/collective_testing.h"
 
 namespace uop::testing {
 
 // The Rendezvous service in a child process of its own (see collective_testing.h on
-// gRPC and fork); its port comes back through shared memory.
+// gRPC and fork), opening every group it is asked about; its port comes back through
+// shared memory.
 class RendezvousServer {
  public:
   RendezvousServer() : port_(sizeof(std::atomic<int>)) {
     auto* port = new (port_.data()) std::atomic<int>(0);
     child_.pid = fork_child([port] {
-      RendezvousService service;
+      OpenGroupsRendezvous service;
       grpc::ServerBuilder b;
       int bound = 0;
       b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &bound);
