@@ -34,8 +34,8 @@ const std::vector<StageInfo>& pipeline_stages() {
       {"optimize", "per kernel: axis types for the target (Thread, Upcast)"},
       {"expand", "per kernel: Upcast ranges -> vector lanes (vector loads / stores, vector accumulators)"},
       {"lower_reduce", "per kernel: REDUCE -> accumulator (DEFINE_REG); closed ranges -> ENDs"},
-      {"bounds", "per kernel: every INDEX proven inside its buffer, or the kernel is refused"},
       {"gpu_dims", "per kernel, GPU: Global / Local ranges -> SPECIAL blockIdx / threadIdx (launch dims)"},
+      {"bounds", "per kernel: every INDEX of the IR that is rendered proven inside its buffer, or the kernel is refused"},
       {"linearize", "per kernel: LINEAR, the flat op list in execution order"},
       {"render", "per kernel: LLVM IR (CPU) or CUDA C (GPU)"},
       {"compile", "per kernel: relocatable ELF object (CPU) or cubin (GPU)"},
@@ -70,9 +70,9 @@ absl::Status bound_graph(Graph& g, const PipelineOptions& o) {
 }
 
 // The stages every backend runs after its own optimizer: upcasts expanded, reductions
-// lowered to accumulators, then every memory access proven inside its buffer.
-absl::StatusOr<const UOp*> expand_reduce_and_check(Graph& g, const UOp* kernel, const PipelineOptions& opts,
-                                                   std::string_view name) {
+// lowered to accumulators.
+absl::StatusOr<const UOp*> expand_and_reduce(Graph& g, const UOp* kernel, const PipelineOptions& opts,
+                                             std::string_view name) {
   auto k = expand_upcasts(g, kernel);
   if (!k.ok()) return k.status();
   if (absl::Status s = after(g, opts, "expand", name, *k); !s.ok()) return s;
@@ -80,8 +80,20 @@ absl::StatusOr<const UOp*> expand_reduce_and_check(Graph& g, const UOp* kernel, 
   if (k.ok()) k = simplify(g, *k);
   if (!k.ok()) return k.status();
   if (absl::Status s = after(g, opts, "lower_reduce", name, *k); !s.ok()) return s;
-  if (absl::Status s = check_bounds(g, *k); !s.ok()) return s;
-  if (absl::Status s = after(g, opts, "bounds", name, *k); !s.ok()) return s;
+  return k;
+}
+
+// The last stages of every backend: every memory access of the kernel proven inside its
+// buffer, then the same IR linearized. Nothing runs between the proof and linearize
+// (which only orders; the checks after the bounds stage only look), so what is rendered
+// is what was proven.
+absl::StatusOr<const UOp*> check_and_linearize(Graph& g, const UOp* kernel, const PipelineOptions& opts,
+                                               std::string_view name) {
+  if (absl::Status s = check_bounds(g, kernel); !s.ok()) return s;
+  if (absl::Status s = after(g, opts, "bounds", name, kernel); !s.ok()) return s;
+  auto k = linearize(g, kernel);
+  if (!k.ok()) return k.status();
+  if (absl::Status s = after(g, opts, "linearize", name, *k); !s.ok()) return s;
   return k;
 }
 
@@ -239,12 +251,9 @@ absl::StatusOr<const UOp*> lower_for_cpu(Graph& g, const UOp* kernel, const Pipe
   auto k = optimize_cpu(g, kernel, oo);
   if (!k.ok()) return k.status();
   if (absl::Status s = after(g, opts, "optimize", name, *k); !s.ok()) return s;
-  k = expand_reduce_and_check(g, *k, opts, name);
+  k = expand_and_reduce(g, *k, opts, name);
   if (!k.ok()) return k.status();
-  k = linearize(g, *k);
-  if (!k.ok()) return k.status();
-  if (absl::Status s = after(g, opts, "linearize", name, *k); !s.ok()) return s;
-  return k;
+  return check_and_linearize(g, *k, opts, name);
 }
 
 absl::StatusOr<const UOp*> lower_for_cuda(Graph& g, const UOp* kernel, const PipelineOptions& opts,
@@ -259,16 +268,13 @@ absl::StatusOr<const UOp*> lower_for_cuda(Graph& g, const UOp* kernel, const Pip
   if (!k.ok()) return k.status();
   if (absl::Status s = after(g, opts, "optimize", name, *k); !s.ok()) return s;
   k = group_reduce(g, *k);
-  if (k.ok()) k = expand_reduce_and_check(g, *k, opts, name);
+  if (k.ok()) k = expand_and_reduce(g, *k, opts, name);
   if (!k.ok()) return k.status();
   k = map_gpu_dims(g, *k, gpu.max_threads);
   if (k.ok()) k = simplify(g, *k);
   if (!k.ok()) return k.status();
   if (absl::Status s = after(g, opts, "gpu_dims", name, *k); !s.ok()) return s;
-  k = linearize(g, *k);
-  if (!k.ok()) return k.status();
-  if (absl::Status s = after(g, opts, "linearize", name, *k); !s.ok()) return s;
-  return k;
+  return check_and_linearize(g, *k, opts, name);
 }
 
 }  // namespace uop

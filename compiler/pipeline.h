@@ -115,9 +115,9 @@ absl::StatusOr<const UOp*> lower_for_cpu(Graph& g, const UOp* kernel, const Pipe
                                          std::string_view name = {});
 
 // Stages optimize .. linearize for a GPU: optimize_gpu (tensor cores, group reduce,
-// upcast, grid), group_reduce (shared memory), expand, lower_reduce, bounds, gpu_dims
-// (parallel ranges -> SPECIAL blockIdx / threadIdx), linearize: a LINEAR for the CUDA
-// backend (codegen/cuda.h). `sm` is the compute capability (80 for sm_80): tensor cores
+// upcast, grid), group_reduce (shared memory), expand, lower_reduce, gpu_dims (parallel
+// ranges -> SPECIAL blockIdx / threadIdx), bounds (on the IR gpu_dims made, which is
+// what is rendered), linearize: a LINEAR for the CUDA backend (codegen/cuda.h). `sm` is the compute capability (80 for sm_80): tensor cores
 // from 80 on.
 struct GpuLowerOptions {
   int sm = 80;

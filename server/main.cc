@@ -102,7 +102,7 @@ under $XDG_CACHE_HOME/uopd (or ~/.cache/uopd), serve metrics on 127.0.0.1:9464.
   --compile-threads=N         compiles in parallel (apart from RPC threads), shared
                               round robin between tenants, then client connections [2]
   --max-kernel-ops=N          ops in one kernel (a vector op counted per 16 lanes);
-                              a bigger one is refused before LLVM / NVRTC      [8192]
+                              a bigger one is refused before LLVM / NVRTC     [16384]
   --max-plan-nodes=N          nodes planning one graph, or lowering one kernel, may
                               make; past it the request is refused          [2000000]
   --max-nodes=N               nodes per graph                               [1000000]
@@ -146,7 +146,7 @@ struct Flags {
       {"cache-key-file", ""}, {"redis-user", ""}, {"redis-password-file", ""}, {"redis-tls", "false"}, {"redis-tls-ca", ""},
       {"redis-tls-cert", ""}, {"redis-tls-key", ""}, {"redis-tls-server-name", ""},
       {"metrics-listen", "127.0.0.1:9464"}, {"compile-threads", "2"}, {"max-nodes", "1000000"},
-      {"max-kernel-ops", "8192"}, {"max-plan-nodes", "2000000"},
+      {"max-kernel-ops", "16384"}, {"max-plan-nodes", "2000000"},
       {"max-request-bytes", "268435456"}, {"session-bytes", "4294967296"}, {"session-idle-timeout-s", "600"},
       {"request-deadline-s", "300"}, {"allow-custom", "false"},
       {"collective-timeout-ms", "30000"}, {"collective-transport", "auto"}, {"tokens-file", ""}, {"tls-cert", ""},

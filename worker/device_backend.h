@@ -5,6 +5,7 @@
 // worker/cuda) only moves bytes and runs code. The scheduler never includes this.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -73,8 +74,11 @@ class DeviceBackend {
   // leaves empty; every other one holds at least what the ABI says (the runtime checked).
   // The backend checks the variables against the ABI's bounds and that no written buffer
   // overlaps another one. Errors name nothing of the launch: the runtime adds that.
+  // `stop` (null: none) is the launch's stop word (compiler/codegen/abi.h), set by the
+  // runtime when the launch must end: a backend whose kernels watch it hands it to them;
+  // one whose kernels cannot is ended with its process (worker/launch_watchdog.h).
   virtual absl::Status run(const DeviceProgram& program, std::span<DeviceMemory* const> buffers,
-                           std::span<const int64_t> vars) = 0;
+                           std::span<const int64_t> vars, const std::atomic<uint32_t>* stop = nullptr) = 0;
 };
 
 // The checks every backend makes before a launch, given each slot's device address (0

@@ -19,7 +19,7 @@ namespace uop {
 namespace {
 
 constexpr uint64_t kMagic = 0x656e616c646f7075ULL;  // "uopdlane", little-endian
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: a request carries its deadline
 constexpr uint64_t kPage = 4096;
 constexpr uint32_t kMaxSlots = 1024;
 constexpr uint64_t kMaxSlotBytes = 1ULL << 30;
@@ -51,6 +51,7 @@ struct alignas(64) ExecLane::Slot {
   int32_t code;                 // the reply's absl::StatusCode
   uint64_t request_bytes;
   uint64_t reply_bytes;         // the reply, or the failure's message
+  int64_t deadline_ns;          // the request's, Unix nanoseconds (INT64_MAX: none)
 };
 static_assert(sizeof(ExecLane::Slot) == 64);
 static_assert(sizeof(ExecLane::Header) <= kPage);
@@ -155,6 +156,7 @@ absl::StatusOr<std::string_view> ExecLane::Call::call(size_t bytes, absl::Time d
     return absl::InvalidArgumentError(cat("a request of ", bytes, " bytes does not fit the lane's ", lane_->slot_bytes_));
   Slot& s = lane_->slot(slot_);
   s.request_bytes = bytes;
+  s.deadline_ns = deadline == absl::InfiniteFuture() ? INT64_MAX : absl::ToUnixNanos(deadline);
   s.state.store(kReady, std::memory_order_release);
   shm::futex_wake_all(&s.state);
   bool slept = false;
@@ -232,12 +234,13 @@ void ExecLane::serve_slot(uint32_t i) {
     }
     if (!s.state.compare_exchange_strong(st, kRunning, std::memory_order_acq_rel)) continue;
     const uint64_t n = s.request_bytes;
+    const absl::Time deadline = s.deadline_ns == INT64_MAX ? absl::InfiniteFuture() : absl::FromUnixNanos(s.deadline_ns);
     absl::StatusOr<size_t> r =
         n > slot_bytes_
             ? absl::StatusOr<size_t>(absl::InvalidArgumentError(
                   cat("a request of ", n, " bytes does not fit the lane's slot of ", slot_bytes_)))
             : handler_(std::string_view(buf, n), std::span<char>(buf, slot_bytes_),
-                       [&s] { return s.state.load(std::memory_order_acquire) == kAbandoned; });
+                       [&s] { return s.state.load(std::memory_order_acquire) == kAbandoned; }, deadline);
     if (r.ok() && *r > slot_bytes_)
       r = absl::InternalError(cat("a reply of ", *r, " bytes does not fit the lane's slot of ", slot_bytes_));
     if (r.ok()) {

@@ -102,10 +102,11 @@ class ExecLane {
   // ---- the worker's end ----
 
   // Handles one request: writes the reply into `reply` and returns its length, or a failure
-  // (its message goes back, cut to the slot). `abandoned` says whether uopd stopped waiting.
+  // (its message goes back, cut to the slot). `abandoned` says whether uopd stopped waiting;
+  // `deadline` is the one uopd posted the request with (it abandons the request then).
   // `request` and `reply` are the same bytes: read the request before writing the reply.
   using Handler = std::function<absl::StatusOr<size_t>(std::string_view request, std::span<char> reply,
-                                                       const std::function<bool()>& abandoned)>;
+                                                       const std::function<bool()>& abandoned, absl::Time deadline)>;
   // Starts one thread per slot and announces this process as the lane's server. Once per
   // lane (FAILED_PRECONDITION after that, and after stop()).
   absl::Status serve(Handler handler);

@@ -10,6 +10,7 @@
 // worker, the cluster's for one started elsewhere) or come over mutual TLS.
 // SIGTERM / SIGINT drain: stop accepting, let in-flight calls finish, exit 0. With
 // --health-check=ADDR it is a client instead: grpc.health.v1 Check of ADDR, exit 0 / 1.
+// A CPU worker runs its kernels in a sandbox (sandbox.h), entered once start-up is done.
 // Logs go to stderr.
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -42,7 +44,12 @@
 #include "server/cluster_auth.h"
 #include "server/tls.h"
 #include "worker/cpu/cpu_backend.h"
+#include "worker/collectives/gloo_allreduce.h"
+#include "worker/collectives/shm_ring.h"
+#include "worker/cpu/cpu_program.h"
 #include "worker/cuda/cuda_device.h"
+#include "worker/launch_watchdog.h"
+#include "worker/sandbox.h"
 #include "worker/worker_service.h"
 
 namespace uop {
@@ -93,6 +100,15 @@ Serves one device to a uopd scheduler (proto/worker.proto).
   --lane-fd=N               embedded: also serve Execute and buffer reads and writes through
                             the shared-memory execute lane behind inherited descriptor N
                             (uopd passes it)
+  --seccomp=on|off          run kernels in a sandbox: Landlock (writes only beneath /dev/shm)
+                            and a seccomp allowlist of what a kernel runner needs, entered
+                            before serving; a refused system call kills the worker by SIGSYS
+                            (default: on for cpu on x86_64, off for cuda, whose driver opens
+                            device files on demand). Sandboxed, the worker resolves
+                            --scheduler's name once, at start-up
+  --stop-grace-ms=N         a launch past its deadline (or whose caller went away) is told to
+                            stop; one still running N ms later ends the worker (exit status 5)
+                            for a restart (default 3000)
   --health-check=HOST:PORT  do not serve: ask the worker (or uopd) at HOST:PORT for its
                             grpc.health.v1 status (3 s deadline; with the --tls-* flags over
                             mutual TLS), print it, exit 0 if SERVING, else 1 (a container
@@ -102,7 +118,8 @@ Serves one device to a uopd scheduler (proto/worker.proto).
 Prints `LISTENING HOST:PORT` on stdout once serving, or `UNAVAILABLE <why>` when the
 device cannot be used. Exit status: 0 after a clean shutdown, 1 on a startup failure or
 a drain that ran out of time, 2 for bad usage, 3 when the device is unavailable (no CUDA
-driver, no such GPU), 4 after a kernel fault lost the CUDA context (start it again).
+driver, no such GPU), 4 after a kernel fault lost the CUDA context (start it again), 5 when
+a launch did not stop past its deadline (start it again).
 )";
 
 constexpr int kExitDeviceUnavailable = 3;
@@ -127,6 +144,9 @@ struct Flags {
   std::string cluster_secret_file;
   bool insecure = false;
   tls::TlsFiles tls;
+  std::string seccomp;   // "on", "off", "" (by device)
+  int stop_grace_ms = 3000;
+  std::string scheduler_target;  // what the Registrar dials: --scheduler, resolved if sandboxed
 };
 
 template <typename... Args>
@@ -243,6 +263,12 @@ std::optional<int> parse(int argc, char** argv, Flags* f) {
     } else if (name == "lane-fd") {
       if (!parse_uint(value, &n) || n < 3 || n > 1 << 20) return usage_error("--lane-fd takes a descriptor number (3 or more)");
       f->lane_fd = static_cast<int>(n);
+    } else if (name == "seccomp") {
+      if (value != "on" && value != "off") return usage_error("--seccomp takes on or off");
+      f->seccomp = value;
+    } else if (name == "stop-grace-ms") {
+      if (!parse_uint(value, &n) || n < 1 || n > 3600000) return usage_error("--stop-grace-ms takes 1 to 3600000");
+      f->stop_grace_ms = static_cast<int>(n);
     } else if (name == "drain-seconds") {
       if (!parse_uint(value, &n) || n > 86400) return usage_error("--drain-seconds takes a number of seconds");
       f->drain_seconds = static_cast<int>(n);
@@ -257,6 +283,8 @@ std::optional<int> parse(int argc, char** argv, Flags* f) {
     return usage_error("--secret-fd (from uopd) and --cluster-secret-file: give one");
   if (f->insecure && (f->secret_fd >= 0 || !f->cluster_secret_file.empty() || f->tls.any()))
     return usage_error("--insecure accepts callers without credentials: it goes with no secret and no --tls-*");
+  if (f->seccomp == "on" && f->device.rfind("CUDA:", 0) == 0)
+    return usage_error("--seccomp=on is for CPU workers: the CUDA driver opens device files on demand");
   if (!f->name.empty() && f->name != "auto" && f->name.substr(0, f->name.find(':')) != f->device.substr(0, f->device.find(':')))
     return usage_error(cat("--name=", f->name, ": a ", f->device, " worker's name is of its kind"));
   return std::nullopt;
@@ -323,7 +351,11 @@ std::unique_ptr<uopd::worker::v1::Registry::Stub> Registrar::connect() const {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
-  return uopd::worker::v1::Registry::NewStub(dial_.channel(f_.scheduler, args));
+  if (f_.scheduler_target != f_.scheduler) {  // resolved for the sandbox: certificates still name the host
+    args.SetSslTargetNameOverride(host_of(f_.scheduler));
+    args.SetString(GRPC_ARG_DEFAULT_AUTHORITY, f_.scheduler);
+  }
+  return uopd::worker::v1::Registry::NewStub(dial_.channel(f_.scheduler_target, args));
 }
 
 void Registrar::loop() {
@@ -570,11 +602,19 @@ int run(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+  // The sandbox's first layer goes on before any thread exists (Landlock binds only the
+  // thread that asks, and what it starts after).
+  const bool sandboxed =
+      f.seccomp == "on" || (f.seccomp.empty() && f.device.rfind("CPU:", 0) == 0 && sandbox_available());
+  if (std::string why; sandboxed && !confine_files(shm_directory(), &why))
+    log("files are not confined (", why, "): only the seccomp filter keeps the worker from them, and it cannot "
+        "stop a path relative to /dev/shm from leading out of it (../)");
 
   WorkerRuntimeOptions opts;
   opts.device = f.device;
   opts.threads = f.threads;
   opts.rendezvous_dial = std::make_shared<const cluster_auth::Dialer>(auth.dial);
+  opts.watchdog.grace = absl::Milliseconds(f.stop_grace_ms);
   std::unique_ptr<DeviceBackend> backend;
   if (f.device.rfind("CUDA:", 0) == 0) {
     // After the signal mask: the driver starts threads of its own.
@@ -617,12 +657,32 @@ int run(int argc, char** argv) {
     return 1;
   }
   std::string listening = cat(host_of(f.listen), ":", port);
+  f.scheduler_target = f.scheduler;
+  if (sandboxed) {
+    // Before anything is served or announced: what would otherwise happen lazily under
+    // the filter (the JIT, the time zone, Gloo's look at /sys, resolving the scheduler)
+    // happens now.
+    absl::Status s = CpuProgram::start_jit();
+    tzset();
+    gloo_read_system_once();
+    if (s.ok() && !f.scheduler.empty()) {
+      auto target = dial_target(f.scheduler);
+      if (target.ok()) f.scheduler_target = *target;
+      else s = target.status();
+    }
+    if (s.ok()) s = enter_sandbox(shm_directory());
+    if (!s.ok()) {
+      log("cannot enter the sandbox: ", s.message(), " (--seccomp=off runs without it)");
+      return 1;
+    }
+  }
   std::printf("LISTENING %s\n", listening.c_str());
   std::fflush(stdout);
   WorkerInfo info = runtime.info();
   log("serving ", f.device, " (", info.backend, " ", info.target, ") on ", listening,
       info.threads ? cat(" with ", info.threads, " threads") : std::string(), ", buffer budget ",
-      opts.max_buffer_bytes ? cat(opts.max_buffer_bytes, " bytes") : std::string("unlimited"));
+      opts.max_buffer_bytes ? cat(opts.max_buffer_bytes, " bytes") : std::string("unlimited"),
+      sandboxed ? ", sandboxed" : "");
 
   std::unique_ptr<Registrar> registrar;
   if (!f.scheduler.empty()) registrar = std::make_unique<Registrar>(f, auth.dial, advertised_address(f, port));

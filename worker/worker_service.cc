@@ -56,7 +56,7 @@ WorkerRuntime::WorkerRuntime(WorkerRuntimeOptions options)
     : WorkerRuntime(options, std::make_unique<CpuBackend>(options.target, options.threads)) {}
 
 WorkerRuntime::WorkerRuntime(WorkerRuntimeOptions options, std::unique_ptr<DeviceBackend> backend)
-    : options_(std::move(options)), backend_(std::move(backend)) {}
+    : options_(std::move(options)), backend_(std::move(backend)), watchdog_(options_.watchdog) {}
 
 absl::Status WorkerRuntime::alloc_buffer(uint64_t id, uint64_t bytes) {
   if (id == 0) return absl::InvalidArgumentError("buffer id 0 is reserved (it means no buffer in a launch)");
@@ -151,7 +151,8 @@ bool WorkerRuntime::has_program(const std::string& key) const {
   return programs_.contains(key);
 }
 
-absl::Status WorkerRuntime::run_launch(size_t index, const LaunchSpec& launch) const {
+absl::Status WorkerRuntime::run_launch(size_t index, const LaunchSpec& launch, const std::function<bool()>& cancelled,
+                                       absl::Time deadline) const {
   auto where = [&] { return cat("launch ", index, " (program ", launch.key, "): "); };
   std::shared_ptr<const DeviceProgram> prog;
   {
@@ -191,23 +192,29 @@ absl::Status WorkerRuntime::run_launch(size_t index, const LaunchSpec& launch) c
                                             held[p.slot]->size(), " bytes, the kernel needs ", need, " (", p.size,
                                             " x ", p.dtype.str(), ")"));
   }
-  absl::Status st = backend_->run(*prog, ptrs, launch.vars);
+  LaunchWatchdog::Watch watch(watchdog_, cat("launch ", index, " (program ", launch.key, ")"), deadline, &cancelled);
+  absl::Status st = backend_->run(*prog, ptrs, launch.vars, watch.word());
+  // Stopped: whatever the kernel wrote is incomplete, whether or not it noticed in time.
+  if (absl::Status stopped = watch.status(); !stopped.ok()) st = stopped;
   if (!st.ok()) return absl::Status(st.code(), cat(where(), st.message()));
   return absl::OkStatus();
 }
 
 absl::StatusOr<double> WorkerRuntime::execute(std::span<const LaunchSpec> launches,
-                                              const std::function<bool()>& cancelled) const {
+                                              const std::function<bool()>& cancelled, absl::Time deadline) const {
   auto start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < launches.size(); ++i) {
     if (cancelled && cancelled())
       return absl::CancelledError(cat("cancelled by the caller before launch ", i, " of ", launches.size()));
-    if (absl::Status st = run_launch(i, launches[i]); !st.ok()) return st;
+    if (absl::Now() >= deadline)
+      return absl::DeadlineExceededError(cat("the deadline passed before launch ", i, " of ", launches.size()));
+    if (absl::Status st = run_launch(i, launches[i], cancelled, deadline); !st.ok()) return st;
   }
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
-absl::StatusOr<ExecuteResult> WorkerRuntime::execute(const ExecuteBatch& batch, const std::function<bool()>& cancelled) {
+absl::StatusOr<ExecuteResult> WorkerRuntime::execute(const ExecuteBatch& batch, const std::function<bool()>& cancelled,
+                                                     absl::Time deadline) {
   ExecuteResult result;
   absl::Status st = [&]() -> absl::Status {
     for (const BufferInit& a : batch.allocs) {
@@ -218,7 +225,7 @@ absl::StatusOr<ExecuteResult> WorkerRuntime::execute(const ExecuteBatch& batch, 
       if (s.ok()) s = write_buffer(a.id, 0, a.data);
       if (!s.ok()) return absl::Status(s.code(), cat("allocating buffer ", a.id, ": ", s.message()));
     }
-    auto ms = execute(batch.launches, cancelled);
+    auto ms = execute(batch.launches, cancelled, deadline);
     if (!ms.ok()) return ms.status();
     result.run_ms = *ms;
     for (uint64_t id : batch.read_back) {
@@ -351,7 +358,7 @@ grpc::Status WorkerService::LoadProgram(grpc::ServerContext*, const wv1::LoadPro
 }
 
 absl::Status run_execute(WorkerRuntime& rt, const wv1::ExecuteRequest& req, wv1::ExecuteResponse* resp,
-                         const std::function<bool()>& cancelled) {
+                         const std::function<bool()>& cancelled, absl::Time deadline) {
   ExecuteBatch batch;
   batch.allocs.reserve(req.allocs_size());
   for (const wv1::BufferInit& a : req.allocs()) batch.allocs.push_back({a.buffer_id(), a.bytes(), a.data()});
@@ -360,7 +367,7 @@ absl::Status run_execute(WorkerRuntime& rt, const wv1::ExecuteRequest& req, wv1:
     batch.launches.push_back({l.key(), {l.buffer_ids().begin(), l.buffer_ids().end()}, {l.vars().begin(), l.vars().end()}});
   batch.read_back.assign(req.read_back().begin(), req.read_back().end());
   batch.free_after.assign(req.free_after().begin(), req.free_after().end());
-  auto result = rt.execute(batch, cancelled);
+  auto result = rt.execute(batch, cancelled, deadline);
   if (!result.ok()) return result.status();
   resp->set_run_ms(result->run_ms);
   for (const BufferSlice& out : result->outputs) resp->add_outputs(out.data, out.length);
@@ -368,8 +375,8 @@ absl::Status run_execute(WorkerRuntime& rt, const wv1::ExecuteRequest& req, wv1:
 }
 
 ExecLane::Handler lane_handler(WorkerRuntime* rt) {
-  return [rt](std::string_view request, std::span<char> reply,
-              const std::function<bool()>& abandoned) -> absl::StatusOr<size_t> {
+  return [rt](std::string_view request, std::span<char> reply, const std::function<bool()>& abandoned,
+              absl::Time deadline) -> absl::StatusOr<size_t> {
     const std::optional<lane::Kind> kind = lane::kind_of(request);
     if (kind == lane::Kind::Write) {
       auto w = lane::decode_write(request);
@@ -394,7 +401,7 @@ ExecLane::Handler lane_handler(WorkerRuntime* rt) {
     if (!req.ParseFromArray(request.data(), static_cast<int>(request.size())))
       return absl::InvalidArgumentError(cat("the lane's ", request.size(), " bytes are not an ExecuteRequest"));
     wv1::ExecuteResponse resp;
-    if (absl::Status s = run_execute(*rt, req, &resp, abandoned); !s.ok()) return s;
+    if (absl::Status s = run_execute(*rt, req, &resp, abandoned, deadline); !s.ok()) return s;
     const size_t n = resp.ByteSizeLong();
     if (n > reply.size())
       return absl::ResourceExhaustedError(cat("the reply of ", n, " bytes does not fit the lane's slot of ", reply.size()));
@@ -406,7 +413,10 @@ ExecLane::Handler lane_handler(WorkerRuntime* rt) {
 grpc::Status WorkerService::Execute(grpc::ServerContext* ctx, const wv1::ExecuteRequest* req,
                                     wv1::ExecuteResponse* resp) {
   InFlight guard(in_flight_);
-  return to_grpc(run_execute(*rt_, *req, resp, [ctx] { return ctx->IsCancelled(); }));
+  const auto when = ctx->deadline();
+  const absl::Time deadline =
+      when == std::chrono::system_clock::time_point::max() ? absl::InfiniteFuture() : absl::FromChrono(when);
+  return to_grpc(run_execute(*rt_, *req, resp, [ctx] { return ctx->IsCancelled(); }, deadline));
 }
 
 grpc::Status WorkerService::Collective(grpc::ServerContext* ctx, const wv1::CollectiveRequest* req,

@@ -3,8 +3,9 @@
 // cuda): buffers by id under a byte budget, loaded programs by cache key, and Execute,
 // which checks that every buffer a launch passes is at least as large as the kernel's ABI
 // says before the backend runs it, so a launch can never make a kernel touch memory
-// outside its buffers. WorkerService only decodes requests, calls the runtime and encodes
-// the answers.
+// outside its buffers. Every launch is watched (launch_watchdog.h): one past the request's
+// deadline, or whose caller went away, is stopped, and the worker is free again at once.
+// WorkerService only decodes requests, calls the runtime and encodes the answers.
 #pragma once
 
 #include <atomic>
@@ -24,6 +25,7 @@
 #include "worker/collectives/collective.h"
 #include "worker/device_backend.h"
 #include "worker/exec_lane.h"
+#include "worker/launch_watchdog.h"
 
 namespace uop {
 
@@ -34,6 +36,7 @@ struct WorkerRuntimeOptions {
   uint64_t max_buffer_bytes = 0;  // 0: no budget
   // How collectives reach the scheduler's Rendezvous (its credentials); null: plaintext.
   std::shared_ptr<const cluster_auth::Dialer> rendezvous_dial;
+  LaunchWatchdogOptions watchdog;  // how launches that must end are ended
 };
 
 struct LaunchSpec {
@@ -92,16 +95,19 @@ class WorkerRuntime {
   bool has_program(const std::string& key) const;
 
   // Runs the launches in order and stops at the first failure, whose message names the
-  // launch. `cancelled`, if given, is asked between launches (a caller that went away
-  // does not keep the worker busy). Returns the time spent running, in milliseconds.
-  absl::StatusOr<double> execute(std::span<const LaunchSpec> launches,
-                                 const std::function<bool()>& cancelled = {}) const;
+  // launch. `cancelled`, if given, is asked between launches and while one runs (a caller
+  // that went away does not keep the worker busy); at `deadline` the launch running is
+  // stopped: DEADLINE_EXCEEDED, or CANCELLED, naming it. Returns the time spent running,
+  // in milliseconds.
+  absl::StatusOr<double> execute(std::span<const LaunchSpec> launches, const std::function<bool()>& cancelled = {},
+                                 absl::Time deadline = absl::InfiniteFuture()) const;
 
   // An ExecuteBatch: alloc_buffer + write_buffer for each of its allocs, the launches as
   // execute() runs them, read_buffer of each read_back buffer, then free_buffers of
   // free_after whether or not the rest succeeded (a failed run leaves no temporaries).
   // Stops at the first failure; its message says which step ("allocating buffer 7: ...").
-  absl::StatusOr<ExecuteResult> execute(const ExecuteBatch& batch, const std::function<bool()>& cancelled = {});
+  absl::StatusOr<ExecuteResult> execute(const ExecuteBatch& batch, const std::function<bool()>& cancelled = {},
+                                        absl::Time deadline = absl::InfiniteFuture());
 
   // This worker's part of a collective over buffer `id` (in place): the buffer must hold
   // spec.elements values of spec.dtype. NOT_FOUND for an unknown buffer; otherwise
@@ -115,7 +121,8 @@ class WorkerRuntime {
 
  private:
   absl::StatusOr<std::shared_ptr<DeviceMemory>> find_buffer(uint64_t id) const;
-  absl::Status run_launch(size_t index, const LaunchSpec& launch) const;
+  absl::Status run_launch(size_t index, const LaunchSpec& launch, const std::function<bool()>& cancelled,
+                          absl::Time deadline) const;
 
   WorkerRuntimeOptions options_;
   // First, so it goes last: buffers and programs are the backend's.
@@ -130,6 +137,7 @@ class WorkerRuntime {
   uint64_t next_serial_ = 0;
   absl::flat_hash_map<std::string, std::shared_ptr<const DeviceProgram>> programs_;
   uint64_t buffer_bytes_ = 0;
+  mutable LaunchWatchdog watchdog_;
 };
 
 // The gRPC adapter. Synchronous handlers on purpose: Execute blocks for as long as its
@@ -173,9 +181,11 @@ class WorkerService final : public uopd::worker::v1::Worker::Service {
   std::atomic<int> in_flight_{0};
 };
 
-// worker.proto's Execute on the runtime: what the gRPC handler and the execute lane both run.
+// worker.proto's Execute on the runtime: what the gRPC handler and the execute lane both
+// run, until `deadline` (the call's).
 absl::Status run_execute(WorkerRuntime& rt, const uopd::worker::v1::ExecuteRequest& req,
-                         uopd::worker::v1::ExecuteResponse* resp, const std::function<bool()>& cancelled);
+                         uopd::worker::v1::ExecuteResponse* resp, const std::function<bool()>& cancelled,
+                         absl::Time deadline);
 
 // The execute lane's handler (worker/exec_lane.h, messages in worker/lane_messages.h):
 // Execute as run_execute, Write and Read as write_buffer and read_buffer. INVALID_ARGUMENT

@@ -1,7 +1,9 @@
 // Derives a kernel's ABI from its LINEAR and gives the ABI a stable text form. The text
 // form is a cache artifact: parse_abi treats it as untrusted and never crashes on it.
 // Version 1 is the CPU form; version 2 appends the GPU launch dims, so every version-1
-// text (and every CPU kernel's text) stays what it was.
+// text stays what it was; version 3 adds a `stop` line after `tasks` (the GPU dims, if
+// any, follow it), and is written only for kernels that check a stop word, so a kernel
+// without one keeps its version 1 or 2 text.
 #include "compiler/codegen/abi.h"
 
 #include <algorithm>
@@ -19,6 +21,7 @@ namespace {
 constexpr std::string_view kMagic = "uopd-abi";
 constexpr int kVersion = 1;     // without GPU launch dims
 constexpr int kGpuVersion = 2;  // with them
+constexpr int kStopVersion = kAbiVersion;  // with a stop word, GPU dims optional
 constexpr int kMaxExprDepth = 256;
 
 bool is_launch_op(Op op) {
@@ -262,7 +265,7 @@ int KernelAbi::var_position(std::string_view name) const {
 }
 
 std::string KernelAbi::serialize() const {
-  std::string out = cat(kMagic, " ", gpu ? kGpuVersion : kVersion, "\nparams ", params.size(), "\n");
+  std::string out = cat(kMagic, " ", stop_word ? kStopVersion : gpu ? kGpuVersion : kVersion, "\nparams ", params.size(), "\n");
   for (const KernelParam& p : params)
     out += cat(p.slot, " ", scalar_name(p.dtype.scalar), " ", p.dtype.count, " ", p.size, " ",
                p.read ? "r" : "-", p.written ? "w" : "-", "\n");
@@ -275,6 +278,7 @@ std::string KernelAbi::serialize() const {
     else out += cat(" ", op_symbol(t.op));
   }
   out += "\n";
+  if (stop_word) out += "stop 1\n";
   if (gpu) {
     out += cat("gpu shared ", gpu->dynamic_shared_bytes, "\n");
     for (int i = 0; i < 3; ++i) {
@@ -298,7 +302,7 @@ absl::StatusOr<KernelAbi> parse_abi(std::string_view text) {
   Reader r(text);
   int64_t version = 0, n = 0;
   if (!r.expect(kMagic) || !r.integer(version)) return bad("header");
-  if (version != kVersion && version != kGpuVersion) return bad(cat("version ", version));
+  if (version != kVersion && version != kGpuVersion && version != kStopVersion) return bad(cat("version ", version));
   KernelAbi abi;
   if (!r.expect("params") || !r.integer(n) || n < 0 || n > (1 << 20)) return bad("params");
   for (int64_t i = 0; i < n; ++i) {
@@ -347,7 +351,12 @@ absl::StatusOr<KernelAbi> parse_abi(std::string_view text) {
   auto expr = LaunchExpr::from_terms(std::move(terms), abi.vars.size());
   if (!expr.ok()) return bad(cat(expr.status().message()));
   abi.tasks_extent = *std::move(expr);
-  if (version == kGpuVersion) {
+  if (version == kStopVersion) {
+    int64_t stop = 0;
+    if (!r.expect("stop") || !r.integer(stop) || stop != 1) return bad("stop");
+    abi.stop_word = true;
+  }
+  if (version == kGpuVersion || (version == kStopVersion && !r.at_end())) {
     GpuLaunch gl;
     if (!r.expect("gpu") || !r.expect("shared") || !r.integer(gl.dynamic_shared_bytes) || gl.dynamic_shared_bytes < 0)
       return bad("gpu");

@@ -22,10 +22,18 @@
 //     clamped up. Block dims are constants today; their product is at most 1024.
 //   * one kernel is one launch: no second launch, no device-side sync beyond the block.
 //
+// CPU kernels (codegen/llvm_cpu.h) take a stop word: a pointer to a 32-bit word that
+// the runtime sets (to nonzero) when the launch must stop, its deadline passed or its
+// caller went away. The kernel reads it with a relaxed load at chosen loop headers
+// (stop_checks.h) and returns early once it is set; its outputs are then garbage and the
+// launch fails. Parallel tasks of one launch share the word.
+//
 // The ABI travels with every cached artifact, so it has a stable text form
 // (serialize / parse_abi): version 1 for kernels without GPU dims (byte for byte what
-// it always was), version 2 adds the `gpu` section; parse_abi reads both. LLVM-free: the
-// server and the workers use it.
+// it always was), version 2 adds the `gpu` section, version 3 (kAbiVersion) says that the
+// kernel checks a stop word, with or without the `gpu` section; parse_abi reads all three.
+// A kernel that does not check the word (an older artifact, a CUDA kernel today) can only
+// be stopped by ending its worker. LLVM-free: the server and the workers use it.
 #pragma once
 
 #include <array>
@@ -113,6 +121,9 @@ struct KernelAbi {
   bool has_thread_range = false;
   // GPU kernels only (a LINEAR with SPECIAL nodes); nullopt for CPU kernels.
   std::optional<GpuLaunch> gpu;
+  // The kernel watches a stop word (see above). Set by the backend that renders it, not
+  // derived from the LINEAR.
+  bool stop_word = false;
 
   // How many buffer pointers a launch passes: max slot + 1 (a slot no op uses is a
   // null-tolerant hole), 0 without params.
@@ -130,6 +141,10 @@ struct KernelAbi {
 };
 
 absl::StatusOr<KernelAbi> parse_abi(std::string_view text);
+
+// The newest text version serialize() writes (with a stop word). Backends name it in their
+// build ids, so that kernels of an older ABI never share a cache key with newer ones.
+inline constexpr int kAbiVersion = 3;
 
 // The ABI of a LINEAR: params from PARAM (read / written from the LOADs and STOREs that
 // reach them through INDEX), vars from DEFINE_VAR, the launch extent from the Thread

@@ -8,6 +8,12 @@
 // order; RANGE / END and IF / ENDIF open and close blocks, and a value may only be used
 // where its defining block dominates (checked, so bad input is an error, not bad IR).
 // Value lowering (ALU, CAST, BITCAST, constants) is in llvm_cpu_alu.cc.
+//
+// Stop checks (stop_checks.h): a loop checked every iteration reads the stop word at its
+// latch; one checked every K iterations is strip-mined into chunks of K, read once per
+// chunk, so its body loop is the same loop as without a check. The read is a
+// monotonic (relaxed) atomic load, which LLVM neither hoists out of the loop nor deletes
+// with it; a set word branches to a block that returns.
 #include "compiler/codegen/llvm_cpu.h"
 
 #include <llvm/Config/llvm-config.h>
@@ -31,6 +37,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "compiler/codegen/llvm_cpu_alu.h"
+#include "compiler/codegen/stop_checks.h"
 #include "compiler/support/strings.h"
 
 namespace uop {
@@ -39,7 +46,7 @@ namespace {
 using llvm::BasicBlock;
 using llvm::Value;
 
-constexpr int kBackendVersion = 1;
+constexpr int kBackendVersion = 2;  // 2: the stop word
 // DEFINE_REG lives on the task's stack; keep it well under a pool thread's 8 MiB.
 constexpr int64_t kMaxRegBytes = 1 << 20;
 
@@ -75,13 +82,20 @@ struct Scope {
   BasicBlock* header = nullptr;  // RANGE: the block with the induction phi
   BasicBlock* exit = nullptr;    // where control goes after the loop / the IF
   llvm::PHINode* iv = nullptr;
+  bool check_each = false;  // a RANGE checked every iteration: at its latch
+  // A RANGE strip-mined for its stop check: the chunk loop around the body loop.
+  BasicBlock* next_chunk = nullptr;  // where the body loop goes when its chunk is done
+  llvm::PHINode* chunk_start = nullptr;
+  Value* chunk_end = nullptr;
 };
 
 class Renderer {
  public:
-  Renderer(llvm::Module& m, const KernelAbi& abi, const CpuTarget& target, const UOp* linear)
+  Renderer(llvm::Module& m, const KernelAbi& abi, const CpuTarget& target, const UOp* linear, bool stop_checks)
       : m_(m), ctx_(m.getContext()), abi_(abi), target_(target), ix_(index_by_toposort(linear)),
-        b_(ctx_), entry_b_(ctx_) {}
+        b_(ctx_), entry_b_(ctx_) {
+    if (stop_checks) stop_plan_ = plan_stop_checks(linear);
+  }
 
   absl::Status render(const UOp* linear) {
     make_functions();
@@ -110,6 +124,7 @@ class Renderer {
     llvm::Type* i64 = b_.getInt64Ty();
     std::vector<llvm::Type*> args(abi_.params.size(), ptr);
     args.insert(args.end(), abi_.vars.size() + 2, i64);
+    args.push_back(ptr);  // the stop word
     auto* body_ty = llvm::FunctionType::get(b_.getVoidTy(), args, false);
     body_ = llvm::Function::Create(body_ty, llvm::Function::InternalLinkage, "uop_body", m_);
     for (size_t i = 0; i < abi_.params.size(); ++i) {
@@ -127,8 +142,14 @@ class Renderer {
       slot_arg_[p.slot] = a;
     }
     for (size_t i = abi_.params.size(); i < args.size(); ++i) body_->getArg(i)->addAttr(llvm::Attribute::NoUndef);
-    task_ = body_->getArg(args.size() - 2);
-    ntasks_ = body_->getArg(args.size() - 1);
+    task_ = body_->getArg(args.size() - 3);
+    ntasks_ = body_->getArg(args.size() - 2);
+    llvm::Argument* stop = body_->getArg(args.size() - 1);
+    stop->addAttr(llvm::Attribute::NoCapture);
+    stop->addAttr(llvm::Attribute::ReadOnly);
+    stop->addAttr(llvm::Attribute::NonNull);
+    stop->addAttrs(llvm::AttrBuilder(ctx_).addAlignmentAttr(llvm::Align(4)).addDereferenceableAttr(4));
+    stop_ = stop;
     set_target_attrs(body_);
 
     BasicBlock* entry = BasicBlock::Create(ctx_, "entry", body_);
@@ -145,11 +166,12 @@ class Renderer {
     if (!target_.features.empty()) f->addFnAttr("target-features", target_.features);
   }
 
-  // void uop_kernel(void* const* buffers, const int64_t* vars, int64_t task, int64_t ntasks)
+  // void uop_kernel(void* const* buffers, const int64_t* vars, int64_t task, int64_t ntasks,
+  //                 const uint32_t* stop)
   void make_entry_point(llvm::FunctionType* body_ty) {
     llvm::Type* ptr = b_.getPtrTy();
     llvm::Type* i64 = b_.getInt64Ty();
-    auto* ty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, i64, i64}, false);
+    auto* ty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, i64, i64, ptr}, false);
     llvm::Function* f = llvm::Function::Create(ty, llvm::Function::ExternalLinkage, "uop_kernel", m_);
     set_target_attrs(f);
     llvm::IRBuilder<> b(BasicBlock::Create(ctx_, "entry", f));
@@ -177,6 +199,7 @@ class Renderer {
     }
     args.push_back(task);
     args.push_back(ntasks);
+    args.push_back(f->getArg(4));
     b.CreateCall(body_ty, body_, args);
     b.CreateBr(done);
     b.SetInsertPoint(done);
@@ -248,6 +271,9 @@ class Renderer {
   absl::Status emit_store(const UOp* u);
   absl::Status emit_range(const UOp* u);
   absl::Status emit_end(const UOp* u);
+  absl::Status emit_custom(const UOp* u);
+  // Reads the stop word here and goes on in a new block, or to the kernel's exit.
+  void check_stop();
 
   llvm::Module& m_;
   llvm::LLVMContext& ctx_;
@@ -259,6 +285,9 @@ class Renderer {
   llvm::Function* body_ = nullptr;
   Value* task_ = nullptr;
   Value* ntasks_ = nullptr;
+  Value* stop_ = nullptr;
+  StopCheckPlan stop_plan_;
+  BasicBlock* stopped_ = nullptr;  // returns: where a set stop word goes
   absl::flat_hash_map<int64_t, Value*> slot_arg_;
   absl::flat_hash_map<const UOp*, Emitted> done_;
   std::vector<Scope> scopes_;
@@ -325,6 +354,7 @@ absl::Status Renderer::emit(const UOp* u) {
     case Op::STORE: return emit_store(u);
     case Op::RANGE: return emit_range(u);
     case Op::END: return emit_end(u);
+    case Op::CUSTOM: return emit_custom(u);
     case Op::AFTER: {
       for (const UOp* dep : u->src().subspan(1))
         if (!done_.contains(dep)) return bad(u, cat("depends on node ", ix_.at(dep), " before it is listed [linear.order]"));
@@ -496,19 +526,132 @@ absl::Status Renderer::emit_range(const UOp* u) {
     lo = bound(task_);
     hi = bound(b_.CreateAdd(task_, b_.getInt64(1)));
   }
+  auto checked = stop_plan_.find(u);
+  const int64_t every = checked == stop_plan_.end() ? 0 : checked->second;
+  BasicBlock* exit = BasicBlock::Create(ctx_, "loop.exit", body_);
+  Scope scope{next_scope_++, u, nullptr, exit, nullptr};
+  if (every > 1) {
+    // Chunks of `every` iterations: [c, c + min(every, hi - c)) for c = lo, lo + every, ...
+    // hi - c > 0 inside, and c + that <= hi, so nothing wraps.
+    BasicBlock* pre = b_.GetInsertBlock();
+    BasicBlock* chunk = BasicBlock::Create(ctx_, "chunk", body_);
+    BasicBlock* chunk_body = BasicBlock::Create(ctx_, "chunk.body", body_);
+    scope.next_chunk = BasicBlock::Create(ctx_, "chunk.next", body_);
+    b_.CreateBr(chunk);
+    b_.SetInsertPoint(chunk);
+    scope.chunk_start = b_.CreatePHI(b_.getInt64Ty(), 2, "chunk.start");
+    scope.chunk_start->addIncoming(lo, pre);
+    b_.CreateCondBr(b_.CreateICmpSLT(scope.chunk_start, hi), chunk_body, exit);
+    b_.SetInsertPoint(chunk_body);
+    check_stop();
+    Value* left = b_.CreateSub(hi, scope.chunk_start, "chunk.left", /*HasNUW=*/true, /*HasNSW=*/true);
+    Value* step = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, left, b_.getInt64(every));
+    scope.chunk_end = b_.CreateAdd(scope.chunk_start, step, "chunk.end", /*HasNUW=*/true, /*HasNSW=*/true);
+    lo = scope.chunk_start;
+    hi = scope.chunk_end;
+  }
   BasicBlock* pre = b_.GetInsertBlock();
   BasicBlock* header = BasicBlock::Create(ctx_, "loop", body_);
   BasicBlock* body = BasicBlock::Create(ctx_, "loop.body", body_);
-  BasicBlock* exit = BasicBlock::Create(ctx_, "loop.exit", body_);
   b_.CreateBr(header);
   b_.SetInsertPoint(header);
   llvm::PHINode* iv = b_.CreatePHI(b_.getInt64Ty(), 2, "r");
   iv->addIncoming(lo, pre);
-  b_.CreateCondBr(b_.CreateICmpSLT(iv, hi), body, exit);
+  b_.CreateCondBr(b_.CreateICmpSLT(iv, hi), body, every > 1 ? scope.next_chunk : exit);
   b_.SetInsertPoint(body);
-  scopes_.push_back({next_scope_++, u, header, exit, iv});
+  scope.check_each = every == 1;
+  scope.header = header;
+  scope.iv = iv;
+  scopes_.push_back(scope);
   Value* v = b_.CreateTrunc(iv, llvm_cpu::value_type(b_, u->dtype()));
   define(u, {Emitted::Kind::Value, v});
+  return absl::OkStatus();
+}
+
+void Renderer::check_stop() {
+  if (!stopped_) {
+    stopped_ = BasicBlock::Create(ctx_, "stopped", body_);
+    llvm::IRBuilder<> b(stopped_);
+    b.CreateRetVoid();
+  }
+  llvm::LoadInst* word = b_.CreateAlignedLoad(b_.getInt32Ty(), stop_, llvm::Align(4), "stop");
+  word->setAtomic(llvm::AtomicOrdering::Monotonic);
+  BasicBlock* go_on = BasicBlock::Create(ctx_, "not.stopped", body_);
+  // Almost never taken: keep the hot path the fall-through.
+  llvm::MDBuilder md(ctx_);
+  b_.CreateCondBr(b_.CreateICmpNE(word, b_.getInt32(0)), stopped_, go_on, md.createBranchWeights(1, 1 << 20));
+  b_.SetInsertPoint(go_on);
+}
+
+// `name({0}, {1}, ...)`: an identifier, then exactly the sources in order.
+absl::Status Renderer::emit_custom(const UOp* u) {
+  const std::string& text = u->arg_as<StrArg>().value;
+  auto refuse = [&](std::string_view why) {
+    return bad(u, cat("CUSTOM '", text, "': ", why, "; the CPU backend calls a C function: `name({0}, {1}, ...)` [llvm_cpu.custom]"));
+  };
+  size_t i = 0;
+  auto skip_space = [&] {
+    while (i < text.size() && text[i] == ' ') ++i;
+  };
+  auto ident_char = [](char c, bool first) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (!first && c >= '0' && c <= '9');
+  };
+  while (i < text.size() && ident_char(text[i], i == 0)) ++i;
+  const std::string name = text.substr(0, i);
+  if (name.empty() || name.size() > 128) return refuse("it does not start with a function name");
+  // Our own functions and the compiler's reserved names are not for calling.
+  if (name.rfind("uop_", 0) == 0 || name.rfind("__", 0) == 0) return refuse("the name is reserved");
+  skip_space();
+  if (i >= text.size() || text[i++] != '(') return refuse("no '(' after the name");
+  for (size_t k = 0; k < u->num_src(); ++k) {
+    skip_space();
+    const std::string want = cat("{", k, "}");
+    if (text.compare(i, want.size(), want) != 0) return refuse(cat("argument ", k, " is not ", want));
+    i += want.size();
+    skip_space();
+    if (k + 1 < u->num_src()) {
+      if (i >= text.size() || text[i++] != ',') return refuse(cat("no ',' after argument ", k));
+    }
+  }
+  skip_space();
+  if (i >= text.size() || text[i++] != ')') return refuse(cat("its arguments are not its ", u->num_src(), " sources"));
+  skip_space();
+  if (i != text.size()) return refuse("something follows the ')'");
+
+  // C's scalar types: integers (widened as the C ABI says), float, double.
+  auto c_type = [&](DType d) -> llvm::Type* {
+    if (d.ptr || d.is_vector() || d.is_bool()) return nullptr;
+    if (d.scalar == Scalar::Float32 || d.scalar == Scalar::Float64 || d.is_int() || d.is_index())
+      return llvm_cpu::value_type(b_, d);
+    return nullptr;
+  };
+  const bool returns = u->dtype().scalar != Scalar::Void;
+  llvm::Type* ret = returns ? c_type(u->dtype()) : b_.getVoidTy();
+  if (!ret) return refuse(cat("it returns ", u->dtype().str(), ", not a C scalar (an integer, float32, float64 or void)"));
+  std::vector<llvm::Type*> types;
+  std::vector<Value*> args;
+  for (const UOp* s : u->src()) {
+    llvm::Type* t = c_type(s->dtype());
+    if (!t) return refuse(cat("a source is ", s->dtype().str(), ", not a C scalar (an integer, float32 or float64)"));
+    auto v = value(u, s);
+    if (!v.ok()) return v.status();
+    types.push_back(t);
+    args.push_back(*v);
+  }
+  if (llvm::Function* mine = m_.getFunction(name); mine && !mine->isDeclaration()) return refuse("the name is reserved");
+  auto* fty = llvm::FunctionType::get(ret, types, false);
+  llvm::FunctionCallee callee = m_.getOrInsertFunction(name, fty);
+  llvm::CallInst* call = b_.CreateCall(callee, args);
+  // Integers narrower than 32 bits travel sign- or zero-extended (the SysV ABI).
+  auto extend = [&](DType d, auto&& add) {
+    if (!(d.is_int() || d.is_index()) || d.bytes() >= 4) return;
+    add(d.is_unsigned() ? llvm::Attribute::ZExt : llvm::Attribute::SExt);
+  };
+  for (size_t k = 0; k < u->num_src(); ++k)
+    extend(u->src(k)->dtype(), [&](llvm::Attribute::AttrKind a) { call->addParamAttr(static_cast<unsigned>(k), a); });
+  if (returns) extend(u->dtype(), [&](llvm::Attribute::AttrKind a) { call->addRetAttr(a); });
+  if (returns) define(u, {Emitted::Kind::Value, call});
+  else done_[u] = {};
   return absl::OkStatus();
 }
 
@@ -523,10 +666,19 @@ absl::Status Renderer::emit_end(const UOp* u) {
     closes.erase(it);
     Scope s = scopes_.back();
     scopes_.pop_back();
+    // At the latch, not the top of the body: the code leading into the body's own loops
+    // stays as it is without checks (and so does their alignment).
+    if (s.check_each) check_stop();
     // i < end <= INT64_MAX and i >= 0, so the increment wraps in neither sense.
     Value* next = b_.CreateAdd(s.iv, b_.getInt64(1), "r.next", /*HasNUW=*/true, /*HasNSW=*/true);
     s.iv->addIncoming(next, b_.GetInsertBlock());
     b_.CreateBr(s.header);
+    if (s.next_chunk) {
+      to_end(s.next_chunk);
+      b_.SetInsertPoint(s.next_chunk);
+      s.chunk_start->addIncoming(s.chunk_end, s.next_chunk);
+      b_.CreateBr(s.chunk_start->getParent());
+    }
     to_end(s.exit);
     b_.SetInsertPoint(s.exit);
   }
@@ -620,7 +772,9 @@ int CpuTarget::vector_bits() const {
   return 128;
 }
 
-std::string compiler_build_id() { return cat("uopd-llvm-cpu/", kBackendVersion, " llvm-", LLVM_VERSION_STRING); }
+std::string compiler_build_id() {
+  return cat("uopd-llvm-cpu/", kBackendVersion, " abi-", kAbiVersion, " llvm-", LLVM_VERSION_STRING);
+}
 
 absl::StatusOr<CpuArtifact> compile_cpu(const UOp* linear, const CpuTarget& target,
                                         const CpuCompileOptions& options) {
@@ -630,6 +784,7 @@ absl::StatusOr<CpuArtifact> compile_cpu(const UOp* linear, const CpuTarget& targ
   auto abi = abi_of(linear);
   if (!abi.ok()) return abi.status();
   art.abi = *std::move(abi);
+  art.abi.stop_word = options.stop_checks;
   init_llvm_targets();
   // Level 2 is the kernel pipeline of optimize(); its code generation runs at LLVM's
   // "Less" level: on bench_cpu the kernels run as fast as at Default, and instruction
@@ -641,7 +796,7 @@ absl::StatusOr<CpuArtifact> compile_cpu(const UOp* linear, const CpuTarget& targ
   llvm::Module m("uop_kernel", ctx);
   m.setTargetTriple(target.triple);
   m.setDataLayout((*tm)->createDataLayout());
-  Renderer r(m, art.abi, target, linear);
+  Renderer r(m, art.abi, target, linear, options.stop_checks);
   if (auto st = r.render(linear); !st.ok()) return st;
   std::string verify_msg;
   llvm::raw_string_ostream vos(verify_msg);

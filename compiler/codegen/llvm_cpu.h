@@ -2,9 +2,20 @@
 // pipeline tuned for the target CPU -> a relocatable ELF object in memory. The object
 // defines one function, PIPELINE.md's entry point:
 //
-//   void uop_kernel(void* const* buffers, const int64_t* vars, int64_t task, int64_t ntasks);
+//   void uop_kernel(void* const* buffers, const int64_t* vars, int64_t task, int64_t ntasks,
+//                   const uint32_t* stop);
 //
-// worker/cpu/cpu_program.h loads and runs it. This header is LLVM-free.
+// `stop` is the launch's stop word (abi.h): the kernel reads it at the loop headers
+// stop_checks.h picks and returns as soon as it is nonzero. worker/cpu/cpu_program.h
+// loads and runs it. This header is LLVM-free.
+//
+// CUSTOM (the Bestiary's inline extension, C only): a CUSTOM whose arg is
+// `name({0}, {1}, ...)`, its sources in order, is a call of the C function `name` with
+// the sources as arguments, returning the CUSTOM's dtype (a scalar integer, float32 or
+// float64, or void). The object leaves `name` undefined; the worker's loader resolves it
+// from the process (libc, libm), so a CUSTOM can do whatever the worker may do, which is
+// why the verifier refuses it unless the server allows custom ops, and why workers run
+// in a sandbox (worker/sandbox.h).
 //
 // Numerics: every ALU op, CAST and BITCAST computes exactly what ir/eval.h says, bit for
 // bit (BITCAST and loads / stores keep every bit; arithmetic keeps NaN-ness, not NaN
@@ -50,13 +61,17 @@ struct CpuTarget {
   bool operator==(const CpuTarget&) const = default;
 };
 
-// Names this backend and the LLVM it was built with, e.g. "uopd-llvm-cpu/1 llvm-19.1.7".
-// Part of every cache key: a change in code generation bumps the backend version.
+// Names this backend, its kernel ABI and the LLVM it was built with, e.g.
+// "uopd-llvm-cpu/2 abi-3 llvm-19.1.7". Part of every cache key: a change in code
+// generation bumps the backend version, a change in the ABI its version.
 std::string compiler_build_id();
 
 struct CpuCompileOptions {
   int opt_level = 2;          // 0..3, LLVM's O levels
   bool emit_ir_text = false;  // keep the rendered (unoptimized) LLVM IR, the SOURCE stage
+  // Read the stop word at the loops stop_checks.h picks. Off only to measure what the
+  // checks cost (bench_cpu); such a kernel's ABI says it has no stop word.
+  bool stop_checks = true;
 };
 
 struct CpuArtifact {

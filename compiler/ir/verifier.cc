@@ -425,6 +425,12 @@ absl::Status Verifier::check_op(const UOp* u) {
       if (dt.count != 1 || !scalar_is_int(dt.scalar))
         return fail(u, "define_var.dtype", cat("has dtype ", dt.str(), ", wants index or an integer"));
       if (a.min > a.max) return fail(u, "define_var.range", cat("min ", a.min, " > max ", a.max));
+      // Bounds outside the dtype would be a value one backend truncates and another not.
+      const int bits = scalar_bits(dt.scalar);
+      const __int128 lo = scalar_is_unsigned_int(dt.scalar) ? 0 : -(__int128{1} << (bits - 1));
+      const __int128 hi = (__int128{1} << (bits - (scalar_is_unsigned_int(dt.scalar) ? 0 : 1))) - 1;
+      if (a.min < lo || a.max > hi)
+        return fail(u, "define_var.range", cat("[", a.min, ", ", a.max, "] is not inside ", dt.str()));
       break;
     }
     case Op::BIND: {

@@ -1,7 +1,16 @@
+// The bounds proof (bounds.h). Per INDEX: its facts (what holds wherever it executes),
+// narrowed to a fixed point by stepping forwards (ValueRange) and backwards (FactSolver)
+// through the ops that relate them; then the three ways of bounding the index. Every
+// backward step states why it is exact under eval.h's wrapping semantics.
 #include "compiler/passes/bounds.h"
 
 #include <algorithm>
+#include <memory>
+#include <optional>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "compiler/ir/printer.h"
 #include "compiler/passes/expand.h"
 #include "compiler/passes/symbolic.h"
@@ -12,6 +21,50 @@ namespace uop {
 namespace {
 
 using Bounds = ValueRange::Bounds;
+using i128 = __int128;
+using Facts = absl::flat_hash_map<const UOp*, Bounds>;
+
+constexpr i128 kMin = INT64_MIN, kMax = INT64_MAX;
+constexpr Bounds kNone{1, 0};  // no value: the facts contradict each other
+
+bool is_empty(Bounds b) { return b.first > b.second; }
+bool singleton(Bounds b) { return b.first == b.second; }
+
+i128 floor_div(i128 a, i128 b) {  // b > 0
+  i128 q = a / b;
+  return a % b < 0 ? q - 1 : q;
+}
+i128 ceil_div(i128 a, i128 b) { return -floor_div(-a, b); }  // b > 0
+
+// cur intersected with [lo, hi], computed in 128 bits.
+Bounds within(Bounds cur, i128 lo, i128 hi) {
+  i128 l = std::max<i128>(cur.first, lo), h = std::min<i128>(cur.second, hi);
+  if (l > h) return kNone;
+  return {static_cast<int64_t>(l), static_cast<int64_t>(h)};
+}
+
+// The values in cur that are congruent modulo 2^bits(d) to some value in [lo, hi]: what
+// x op y = t in [lo, hi] says about x when op is a bijection modulo 2^bits (x + y, x - y,
+// -x, a cast to d). The preimage is [lo, hi] shifted by multiples of 2^bits; when it meets
+// cur in more than a few pieces there is nothing to learn.
+Bounds congruent(const DType& d, Bounds cur, i128 lo, i128 hi) {
+  const i128 m = i128{1} << scalar_bits(d.scalar);
+  if (hi - lo + 1 >= m) return cur;
+  i128 jlo = ceil_div(cur.first - hi, m), jhi = floor_div(cur.second - lo, m);
+  if (jhi - jlo > 4) return cur;
+  i128 l = kMax, h = kMin;
+  for (i128 j = jlo; j <= jhi; ++j) {
+    Bounds piece = within(cur, lo + j * m, hi + j * m);
+    if (is_empty(piece)) continue;
+    l = std::min<i128>(l, piece.first);
+    h = std::max<i128>(h, piece.second);
+  }
+  return l > h ? kNone : Bounds{static_cast<int64_t>(l), static_cast<int64_t>(h)};
+}
+
+// A scalar of a dtype whose ranges are exact (no uint64, no vectors, no pointers).
+bool exact_scalar(const DType& d) { return d.count == 1 && !d.ptr && ValueRange::bounded(d); }
+bool exact_int(const DType& d) { return exact_scalar(d) && d.is_int(); }
 
 // The elements behind a buffer, or -1 if unknown.
 int64_t buffer_size(const UOp* buf) {
@@ -25,120 +78,406 @@ int64_t buffer_size(const UOp* buf) {
   }
 }
 
-int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
-int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
-
 // The vector width of the elements a buffer holds.
 uint32_t buffer_elem_count(const UOp* buf) {
   if (buf->op() == Op::AFTER) return buffer_elem_count(buf->src(0));
   return buf->dtype().ptr ? buf->dtype().count : 1;
 }
 
-// What holding `gate` tells about the values it compares with constants. A narrowed
-// value also narrows what it is a linear function of (x + c, x * c, x + y with y's bounds
-// known), so a gate on `i - 1 < 3` bounds i itself wherever i is used.
-absl::flat_hash_map<const UOp*, Bounds> assumptions(const UOp* gate) {
-  absl::flat_hash_map<const UOp*, Bounds> out;
-  ValueRange vr;
-  auto current = [&](const UOp* x) { auto it = out.find(x); return it != out.end() ? it->second : vr(x); };
-  std::vector<std::pair<const UOp*, Bounds>> pending;
-  auto narrow = [&](const UOp* x, int64_t lo, int64_t hi) { pending.push_back({x, {lo, hi}}); };
-  std::vector<const UOp*> todo{gate};
-  while (!todo.empty()) {
-    const UOp* c = todo.back();
-    todo.pop_back();
-    if (c->op() == Op::AND) {
-      todo.push_back(c->src(0));
-      todo.push_back(c->src(1));
-    } else if (c->op() == Op::CMPLT) {
-      const UOp *a = c->src(0), *b = c->src(1);
-      if (!a->dtype().is_int() || !ValueRange::bounded(a->dtype())) continue;
-      if (auto* k = b->const_value(); k && k->to_int() > INT64_MIN) narrow(a, INT64_MIN, k->to_int() - 1);
-      if (auto* k = a->const_value(); k && k->to_int() < INT64_MAX) narrow(b, k->to_int() + 1, INT64_MAX);
-    }
-  }
-  // Propagate each narrowing down through linear index arithmetic (bounded depth: each
-  // step moves to a source).
-  for (size_t steps = 0; !pending.empty() && steps < 4096; ++steps) {
-    auto [x, b] = pending.back();
-    pending.pop_back();
-    Bounds cur = current(x);
-    Bounds nb{std::max(cur.first, b.first), std::min(cur.second, b.second)};
-    if (nb == cur && out.contains(x)) continue;
-    out[x] = nb;
-    if (!x->dtype().is_int() || nb.first > nb.second) continue;
-    bool big = nb.first <= INT64_MIN / 4 || nb.second >= INT64_MAX / 4;
-    if (big) continue;  // keep the arithmetic below far from overflow
-    if (x->op() == Op::ADD || x->op() == Op::SUB) {
-      for (int i = 0; i < 2; ++i) {
-        const UOp* self = x->src(i);
-        Bounds other = current(x->src(1 - i));
-        if (other.first <= INT64_MIN / 4 || other.second >= INT64_MAX / 4) continue;
-        if (x->op() == Op::ADD) narrow(self, nb.first - other.second, nb.second - other.first);
-        else if (i == 0) narrow(self, nb.first + other.first, nb.second + other.second);   // x = s - o
-        else narrow(self, other.first - nb.second, other.second - nb.first);                // x = o - s
-      }
-    } else if (x->op() == Op::MUL) {
-      for (int i = 0; i < 2; ++i) {
-        const ConstValue* k = x->src(1 - i)->const_value();
-        if (!k || k->to_int() == 0) continue;
-        int64_t c = k->to_int();
-        if (c > 0) narrow(x->src(i), ceil_div(nb.first, c), floor_div(nb.second, c));
-        else narrow(x->src(i), ceil_div(nb.second, c), floor_div(nb.first, c));
-      }
-    } else if (x->op() == Op::NEG) {
-      narrow(x->src(0), -nb.second, -nb.first);
-    } else if (x->op() == Op::IDIV) {
-      // For x >= 0 and c > 0, x // c in [lo, hi] means x in [lo*c, hi*c + c - 1].
-      const ConstValue* k = x->src(1)->const_value();
-      if (k && k->to_int() > 0 && k->to_int() < (int64_t{1} << 20) && current(x->src(0)).first >= 0 && nb.first >= 0) {
-        int64_t c = k->to_int();
-        narrow(x->src(0), nb.first * c, nb.second * c + c - 1);
-      }
+// The loop and launch indices (RANGE, SPECIAL) an access reads through its index and gate:
+// it executes only inside each of their loops. The walk follows values only (ALU ops,
+// casts, vectors, integer loads and the indices they read, loop ends); an END, a STORE or
+// an AFTER's dependencies order but say nothing about where a value is computed (a value
+// read after a loop that never ran depends on that loop, yet runs).
+std::vector<const UOp*> open_indices(std::initializer_list<const UOp*> roots) {
+  std::vector<const UOp*> out, stack;
+  absl::flat_hash_set<const UOp*> seen;
+  auto integral = [](const UOp* u) { return !u->dtype().ptr && (u->dtype().is_int() || u->dtype().is_bool()); };
+  auto visit = [&](const UOp* u) {
+    if (u && integral(u) && seen.insert(u).second) stack.push_back(u);
+  };
+  for (const UOp* r : roots) visit(r);
+  while (!stack.empty()) {
+    const UOp* u = stack.back();
+    stack.pop_back();
+    const Op op = u->op();
+    if (op == Op::RANGE || op == Op::SPECIAL) {
+      out.push_back(u);
+      visit(u->src(0));
+    } else if (op == Op::LOAD) {
+      const UOp* at = u->src(1);
+      if (at->op() == Op::INDEX)
+        for (size_t i = 1; i < at->num_src(); ++i) visit(at->src(i));
+    } else if (is_alu(op) || op == Op::CAST || op == Op::BITCAST || op == Op::VECTORIZE || op == Op::GEP) {
+      for (const UOp* s : u->src()) visit(s);
     }
   }
   return out;
 }
 
-// Whether `u` only runs inside a loop that never runs (a zero-size dim).
-bool unreachable(const UOp* u, ValueRange& vr) {
-  for (const UOp* x : toposort(u))
-    if (x->op() == Op::RANGE && vr.vmax(x->src(0)) <= 0) return true;
-  return false;
+// Narrows the ranges of nodes from facts about others, to a fixed point (bounded). Each
+// round computes every range forwards under what is known (ValueRange intersects), then
+// steps backwards from each known node to its sources; a round that learns nothing ends it.
+class FactSolver {
+ public:
+  void assume(const UOp* x, Bounds b) { learn(x, b); }
+
+  // The facts, or nullopt when they contradict each other (the access never executes).
+  std::optional<Facts> solve() {
+    for (int round = 0; round < kRounds && !contradiction_; ++round) {
+      vr_ = std::make_unique<ValueRange>(known_);
+      for (const UOp* x : order_) (*vr_)(x);
+      if (vr_->contradiction()) return std::nullopt;
+      changed_ = false;
+      todo_ = order_;
+      for (size_t steps = 0; !todo_.empty() && steps < kSteps && !contradiction_; ++steps) {
+        const UOp* x = todo_.back();
+        todo_.pop_back();
+        back(x);
+      }
+      if (!changed_) break;
+    }
+    if (contradiction_) return std::nullopt;
+    ValueRange last(known_);
+    for (const UOp* x : order_) last(x);
+    if (last.contradiction()) return std::nullopt;
+    return known_;
+  }
+
+  // Known nodes in the order they became known (deterministic, unlike the map).
+  const std::vector<const UOp*>& order() const { return order_; }
+
+ private:
+  static constexpr int kRounds = 8;
+  static constexpr size_t kSteps = 4096;
+
+  Bounds cur(const UOp* x) {
+    Bounds b = vr_ ? (*vr_)(x) : ValueRange::full(x->dtype());
+    if (auto it = known_.find(x); it != known_.end())
+      b = {std::max(b.first, it->second.first), std::min(b.second, it->second.second)};
+    return b;
+  }
+
+  // x lies in [lo, hi] (128-bit; outside x's dtype is simply no value).
+  void narrow(const UOp* x, i128 lo, i128 hi) {
+    if (!exact_scalar(x->dtype())) return;
+    Bounds c = cur(x);
+    Bounds n = within(c, lo, hi);
+    if (n != c) learn(x, n);
+  }
+  void narrow(const UOp* x, Bounds b) { narrow(x, b.first, b.second); }
+  // x is congruent modulo 2^bits(d) to a value in [lo, hi].
+  void narrow_mod(const UOp* x, const DType& d, i128 lo, i128 hi) {
+    if (!exact_scalar(x->dtype())) return;
+    Bounds c = cur(x);
+    Bounds n = congruent(d, c, lo, hi);
+    if (n != c) learn(x, within(c, n.first, n.second));
+  }
+
+  void learn(const UOp* x, Bounds b) {
+    auto [it, inserted] = known_.try_emplace(x, b);
+    if (inserted) order_.push_back(x);
+    else it->second = {std::max(it->second.first, b.first), std::min(it->second.second, b.second)};
+    contradiction_ |= is_empty(it->second);
+    changed_ = true;
+    todo_.push_back(x);
+  }
+
+  // What x in cur(x) says about its sources.
+  void back(const UOp* x) {
+    const Bounds b = cur(x);
+    if (is_empty(b)) {
+      contradiction_ = true;
+      return;
+    }
+    if (!exact_scalar(x->dtype())) return;
+    const Op op = x->op();
+    const DType& d = x->dtype();
+    auto src = [&](size_t i) { return x->src(i); };
+    if (op == Op::RANGE || op == Op::SPECIAL) {
+      // The index counts up from 0 to below its end: end > every value it takes.
+      if (!vr_->may_wrap(x)) narrow(src(0), i128{b.first} + 1, kMax);
+      return;
+    }
+    if (!is_alu(op) && op != Op::CAST) return;
+    if (op == Op::WHERE) {  // the value is the chosen side's
+      Bounds c = cur(src(0));
+      if (c == Bounds{1, 1}) narrow(src(1), b);
+      if (c == Bounds{0, 0}) narrow(src(2), b);
+      return;
+    }
+    if (op == Op::CAST) {
+      const UOp* s = src(0);
+      if (!exact_scalar(s->dtype())) return;
+      if (d.is_bool()) {  // x != 0
+        Bounds c = cur(s);
+        if (b == Bounds{0, 0}) narrow(s, 0, 0);
+        if (b == Bounds{1, 1} && c.first == 0) narrow(s, 1, kMax);
+        if (b == Bounds{1, 1} && c.second == 0) narrow(s, kMin, -1);
+        return;
+      }
+      // A cast that keeps the value says the source is the value; one that wraps, that
+      // the source is congruent to it modulo 2^bits.
+      if (!vr_->may_wrap(x)) narrow(s, b);
+      else narrow_mod(s, d, b.first, b.second);
+      return;
+    }
+    if (x->num_src() == 1) {
+      if (op == Op::NEG && d.is_int()) narrow_mod(src(0), d, -i128{b.second}, -i128{b.first});  // x = -t
+      return;
+    }
+    const UOp *s0 = src(0), *s1 = src(1);
+    if (!exact_scalar(s0->dtype()) || !exact_scalar(s1->dtype())) return;
+    const Bounds c0 = cur(s0), c1 = cur(s1);
+    if (s0->dtype().is_bool()) {
+      back_bool(op, b, s0, s1, c0, c1);
+      return;
+    }
+    switch (op) {
+      case Op::CMPLT:
+        if (b == Bounds{1, 1}) {  // s0 < s1
+          narrow(s0, kMin, i128{c1.second} - 1);
+          narrow(s1, i128{c0.first} + 1, kMax);
+        } else if (b == Bounds{0, 0}) {  // s0 >= s1
+          narrow(s0, c1.first, kMax);
+          narrow(s1, kMin, c0.second);
+        }
+        return;
+      case Op::CMPNE:
+      case Op::CMPEQ: {
+        if (!singleton(b)) return;
+        bool equal = (op == Op::CMPEQ) == (b.first == 1);
+        if (equal) {
+          narrow(s0, c1);
+          narrow(s1, c0);
+          return;
+        }
+        // s0 != s1: a known s1 trims that value off the ends of s0's range.
+        for (int i = 0; i < 2; ++i) {
+          const UOp* s = i ? s1 : s0;
+          Bounds c = i ? c1 : c0, o = i ? c0 : c1;
+          if (!singleton(o)) continue;
+          if (c.first == o.first) narrow(s, i128{o.first} + 1, kMax);
+          if (c.second == o.first) narrow(s, kMin, i128{o.first} - 1);
+        }
+        return;
+      }
+      default: break;
+    }
+    if (!d.is_int()) return;
+    switch (op) {
+      // x + y = t modulo 2^bits: x = t - y modulo 2^bits, for any wrapping.
+      case Op::ADD:
+        narrow_mod(s0, d, i128{b.first} - c1.second, i128{b.second} - c1.first);
+        narrow_mod(s1, d, i128{b.first} - c0.second, i128{b.second} - c0.first);
+        return;
+      case Op::SUB:  // x - y = t: x = t + y, y = x - t
+        narrow_mod(s0, d, i128{b.first} + c1.first, i128{b.second} + c1.second);
+        narrow_mod(s1, d, i128{c0.first} - b.second, i128{c0.second} - b.first);
+        return;
+      case Op::MUL:
+      case Op::SHL: {
+        // x * k = t divides back only where the product cannot wrap: modulo 2^bits, t has
+        // many preimages (x * INT32_MIN is 0 for every even x).
+        if (vr_->may_wrap(x)) return;
+        for (int i = 0; i < (op == Op::MUL ? 2 : 1); ++i) {
+          Bounds k = i ? c0 : c1;
+          if (!singleton(k)) continue;
+          i128 v = k.first;
+          if (op == Op::SHL) v = i128{1} << (static_cast<uint64_t>(k.first) % scalar_bits(d.scalar));
+          const UOp* s = i ? s1 : s0;
+          if (v > 0) narrow(s, ceil_div(b.first, v), floor_div(b.second, v));
+          if (v < 0) narrow(s, ceil_div(-i128{b.second}, -v), floor_div(-i128{b.first}, -v));
+        }
+        return;
+      }
+      case Op::SHR: {  // floor(x / 2^s) for both signed (arithmetic) and unsigned values
+        if (!singleton(c1)) return;
+        i128 p = i128{1} << (static_cast<uint64_t>(c1.first) % scalar_bits(d.scalar));
+        narrow(s0, i128{b.first} * p, i128{b.second} * p + p - 1);
+        return;
+      }
+      case Op::IDIV: {
+        if (!singleton(c1) || c1.first == 0) return;
+        i128 k = c1.first, lo = b.first, hi = b.second;
+        if (k == -1) {  // x / -1 = -x modulo 2^bits (MIN / -1 = MIN)
+          narrow_mod(s0, d, -hi, -lo);
+          return;
+        }
+        if (k < 0) {  // trunc(x / k) = -trunc(x / -k)
+          std::tie(lo, hi) = std::pair<i128, i128>{-hi, -lo};
+          k = -k;
+        }
+        // trunc(x / k) = q for x in [q*k, q*k + k-1] (q > 0), [-(k-1), k-1] (q = 0),
+        // [q*k - (k-1), q*k] (q < 0).
+        narrow(s0, lo > 0 ? lo * k : lo * k - (k - 1), hi < 0 ? hi * k : hi * k + (k - 1));
+        return;
+      }
+      case Op::MAX:  // max(x, y) = t: both are <= t, and one that is always < t is not it
+        narrow(s0, kMin, b.second);
+        narrow(s1, kMin, b.second);
+        if (c1.second < b.first) narrow(s0, b.first, kMax);
+        if (c0.second < b.first) narrow(s1, b.first, kMax);
+        return;
+      case Op::MIN:
+        narrow(s0, b.first, kMax);
+        narrow(s1, b.first, kMax);
+        if (c1.first > b.second) narrow(s0, kMin, b.second);
+        if (c0.first > b.second) narrow(s1, kMin, b.second);
+        return;
+      default: return;
+    }
+  }
+
+  // The same for an op on two bools.
+  void back_bool(Op op, Bounds b, const UOp* s0, const UOp* s1, Bounds c0, Bounds c1) {
+    if (!singleton(b)) return;
+    const bool t = b.first == 1;
+    switch (op) {
+      case Op::AND: case Op::MIN:
+      case Op::OR: case Op::MAX: {
+        // AND is k = 1, OR k = 0: t == k needs both to be k; otherwise, a side that is k
+        // leaves the other to make t.
+        const int64_t k = op == Op::AND || op == Op::MIN ? 1 : 0;
+        if (t == (k == 1)) {
+          narrow(s0, k, k);
+          narrow(s1, k, k);
+        } else {
+          if (c1 == Bounds{k, k}) narrow(s0, 1 - k, 1 - k);
+          if (c0 == Bounds{k, k}) narrow(s1, 1 - k, 1 - k);
+        }
+        return;
+      }
+      case Op::XOR: case Op::CMPNE: case Op::CMPEQ: {
+        bool differ = (op == Op::CMPEQ) != t;  // s0 != s1
+        if (singleton(c1)) narrow(s0, differ != (c1.first == 1), differ != (c1.first == 1));
+        if (singleton(c0)) narrow(s1, differ != (c0.first == 1), differ != (c0.first == 1));
+        return;
+      }
+      case Op::CMPLT:  // !s0 && s1
+        if (t) {
+          narrow(s0, 0, 0);
+          narrow(s1, 1, 1);
+        }
+        return;
+      default: return;
+    }
+  }
+
+  Facts known_;
+  std::vector<const UOp*> order_;
+  std::unique_ptr<ValueRange> vr_;  // ranges under known_ as of this round's start
+  std::vector<const UOp*> todo_;
+  bool changed_ = false;
+  bool contradiction_ = false;
+};
+
+// The loop and launch indices an expression reads (RANGE, SPECIAL) and the clamps
+// min(x, y) of x, y >= 0 (a GPU grid split's min(b*L + t, n - 1)), each with the largest
+// value it takes as an expression: end - 1, or y (the side with fewer loop indices).
+// Inner atoms first: clamps, then later nodes before earlier ones. The walk does not look
+// inside an atom.
+std::vector<std::pair<const UOp*, const UOp*>> atoms_of(Graph& g, const UOp* e, ValueRange& vr) {
+  auto loops = [](const UOp* x) {
+    size_t n = 0;
+    for (const UOp* v : toposort(x)) n += v->op() == Op::RANGE || v->op() == Op::SPECIAL;
+    return n;
+  };
+  std::vector<std::pair<const UOp*, const UOp*>> clamps, indices;
+  absl::flat_hash_set<const UOp*> seen{e};
+  std::vector<const UOp*> stack{e};
+  while (!stack.empty()) {
+    const UOp* u = stack.back();
+    stack.pop_back();
+    if (exact_int(u->dtype())) {
+      if ((u->op() == Op::RANGE || u->op() == Op::SPECIAL) && u->src(0)->dtype() == u->dtype() && !vr.may_wrap(u)) {
+        indices.push_back({u, g.alu(Op::ADD, {u->src(0), g.cnst_int(u->dtype(), -1)})});
+        continue;
+      }
+      if (u->op() == Op::MIN && vr.vmin(u->src(0)) >= 0 && vr.vmin(u->src(1)) >= 0) {
+        clamps.push_back({u, loops(u->src(0)) < loops(u->src(1)) ? u->src(0) : u->src(1)});
+        continue;
+      }
+    }
+    for (const UOp* s : u->src())
+      if (seen.insert(s).second) stack.push_back(s);
+  }
+  clamps.insert(clamps.end(), indices.begin(), indices.end());
+  return clamps;
 }
 
-}  // namespace
-
-// Bounds of an index that is affine in its loop variables, with each variable at the end
-// of its range that minimizes (for the lower bound) or maximizes the index. The ends may
-// be expressions over DEFINE_VARs, which then cancel against the index's own terms.
-std::optional<Bounds> affine_bounds(Graph& g, const UOp* idx) {
-  absl::flat_hash_map<const UOp*, const UOp*> low, high;
-  for (const UOp* r : toposort(idx)) {
-    if (r->op() != Op::RANGE) continue;
-    auto c = affine_coeff(idx, r);
-    if (!c) return std::nullopt;
-    const UOp* last = g.alu(Op::ADD, {r->src(0), g.idx(-1)});
-    low[r] = *c >= 0 ? g.idx(0) : last;
-    high[r] = *c >= 0 ? last : g.idx(0);
+// Whether no node of e that depends on `on` (`on` included) may wrap under vr.
+bool exact_on_the_way(const UOp* e, const UOp* on, ValueRange& vr) {
+  absl::flat_hash_set<const UOp*> dep{on};
+  for (const UOp* u : toposort(e)) {
+    bool d = dep.contains(u);
+    for (const UOp* s : u->src()) d |= dep.contains(s);
+    if (!d) continue;
+    dep.insert(u);
+    if (vr.may_wrap(u)) return false;
   }
-  if (low.empty()) return std::nullopt;
-  auto lo = simplify(g, substitute(g, idx, low));
-  auto hi = simplify(g, substitute(g, idx, high));
-  if (!lo.ok() || !hi.ok()) return std::nullopt;
-  ValueRange vr;
-  return Bounds{vr.vmin(*lo), vr.vmax(*hi)};
+  return true;
+}
+
+// A lower (upper) bound of an index, by putting each atom (atoms_of) that it is affine in
+// at the end of its range that minimizes (maximizes) it, one atom at a time, inner atoms
+// first: a triangular loop's end r0 + 1 brings r0 in, which goes next. The ends may be
+// expressions over DEFINE_VARs, which then cancel against the index's own terms.
+//
+// Why a step is sound: at any point where the access executes, e is an affine function
+// of the atom a over [0, last(a)] (with everything else fixed) wherever nothing on the way
+// from a to e wraps. It does not at a's actual value (checked for e under vr) nor at the
+// corner (checked for e with the corner put in), so, every node being affine in a, nowhere
+// between; an affine function is smallest at a corner. The result bounds e from below at
+// every such point, and the next step bounds that.
+int64_t corner_bound(Graph& g, const UOp* idx, ValueRange& vr, bool upper, bool& moved_any) {
+  const UOp* e = idx;
+  for (int step = 0; step < 16; ++step) {
+    auto atoms = atoms_of(g, e, vr);
+    bool moved = false;
+    for (auto& [a, last] : atoms) {
+      // Another atom's end reads this one: that atom goes first.
+      bool read = false;
+      for (auto& [b, bl] : atoms)
+        if (b != a) {
+          auto t = toposort(bl);
+          read |= std::find(t.begin(), t.end(), a) != t.end();
+        }
+      if (read) continue;
+      auto c = affine_coeff(e, a);
+      if (!c || *c == 0 || !exact_on_the_way(e, a, vr)) continue;
+      const UOp* corner = (*c > 0) == upper ? last : g.cnst_int(a->dtype(), 0);
+      const UOp* put = substitute(g, e, {{a, corner}});
+      if (!exact_on_the_way(put, corner, vr)) continue;
+      auto s = simplify(g, put);
+      if (!s.ok()) continue;
+      e = *s;
+      moved = moved_any = true;
+      break;
+    }
+    if (!moved) break;
+  }
+  return upper ? vr.vmax(e) : vr.vmin(e);
+}
+
+std::optional<Bounds> affine_bounds(Graph& g, const UOp* idx, ValueRange& vr) {
+  // Index arithmetic is small; a huge expression is not worth a simplify per step.
+  if (!exact_int(idx->dtype()) || toposort(idx).size() > 1024) return std::nullopt;
+  bool moved = false;
+  Bounds b{corner_bound(g, idx, vr, false, moved), corner_bound(g, idx, vr, true, moved)};
+  if (!moved) return std::nullopt;
+  return b;
 }
 
 // Bounds of `idx` through a gated expression g in [lo, hi]: when idx = a*g + rest for a
-// constant a (checked through the loop variables' coefficients, e.g. idx = 8*r1 + 48*r2
-// and g = r1 + 6*r2 give a = 8), idx lies in a*[lo, hi] + bounds(rest). This keeps the
-// relation a RESHAPE makes between a padded axis and the flat index.
-std::optional<Bounds> bounds_through(Graph& g, const UOp* idx, const UOp* gexpr, Bounds range,
-                                     ValueRange& under_gate) {
+// constant a (found through the loop indices' coefficients, e.g. idx = 8*r1 + 48*r2 and
+// g = r1 + 6*r2 give a = 8), idx lies in a*[lo, hi] + bounds(rest). rest is idx - a*g in
+// idx's dtype, so idx = a*g + rest modulo 2^bits; a result inside the dtype is idx itself.
+std::optional<Bounds> bounds_through(Graph& g, const UOp* idx, const UOp* gexpr, Bounds range, ValueRange& vr) {
+  if (gexpr->dtype() != idx->dtype() || !exact_int(idx->dtype()) || gexpr == idx) return std::nullopt;
   std::optional<int64_t> a;
   for (const UOp* r : toposort(gexpr)) {
-    if (r->op() != Op::RANGE) continue;
+    if (r->op() != Op::RANGE && r->op() != Op::SPECIAL) continue;
     auto gc = affine_coeff(gexpr, r), ic = affine_coeff(idx, r);
     if (gc && ic && *gc != 0 && *ic % *gc == 0) {
       a = *ic / *gc;
@@ -150,11 +489,13 @@ std::optional<Bounds> bounds_through(Graph& g, const UOp* idx, const UOp* gexpr,
     return std::nullopt;
   auto rest = simplify(g, g.alu(Op::ADD, {idx, g.alu(Op::MUL, {gexpr, g.cnst_int(gexpr->dtype(), -*a)})}));
   if (!rest.ok()) return std::nullopt;
-  Bounds rb = under_gate(*rest);
+  Bounds rb = vr(*rest);
   if (rb.first < -(int64_t{1} << 60) || rb.second > (int64_t{1} << 60)) return std::nullopt;
   int64_t x = *a * range.first, y = *a * range.second;
   return Bounds{rb.first + std::min(x, y), rb.second + std::max(x, y)};
 }
+
+}  // namespace
 
 absl::Status check_bounds(Graph& g, const UOp* kernel) {
   ValueRange plain;
@@ -171,33 +512,27 @@ absl::Status check_bounds(Graph& g, const UOp* kernel) {
     // Elements one access covers: a vector access to a buffer of scalars reads several,
     // an access to a buffer of vectors (an accumulator) one.
     int64_t width = std::max<int64_t>(u->dtype().count / std::max<uint32_t>(buffer_elem_count(buf), 1), 1);
-    Bounds b = plain(idx);
-    if (unreachable(idx, plain)) continue;
     auto fits = [&](Bounds x) { return x.first >= 0 && x.second <= size - width; };
-    if (!fits(b)) {
-      if (auto a = affine_bounds(g, idx); a && fits(*a)) continue;
-    }
-    if (gate && !fits(b)) {
-      // A gate that can never hold guards an access that never happens.
-      if (const ConstValue* k = gate->const_value(); k && !k->as_bool()) continue;
-      auto assumed = assumptions(gate);
-      bool impossible = false;
-      for (auto& [x, range] : assumed) impossible |= range.first > range.second;
-      if (impossible) continue;
-      ValueRange under_gate(assumed);
-      b = under_gate(idx);
-      if (!fits(b)) {
-        bool proven = false;
-        for (auto& [gexpr, range] : assumed)
-          if (auto t = bounds_through(g, idx, gexpr, range, under_gate); t && fits(*t)) proven = true;
-        if (proven) continue;
-      }
-    }
-    if (b.first < 0 || b.second > size - width)
-      return absl::InvalidArgumentError(
-          cat("bounds: ", print_node(u), ": index in [", b.first, ", ", b.second, "] may fall outside ",
-              op_name(buf->op()), " of ", size, " elements", gate ? " even under its gate" : "",
-              "; the kernel is refused [bounds.unproven]"));
+    Bounds b = plain(idx);
+    if (fits(b)) continue;
+    // A per-lane gate (a vector) only says which lanes run: it is not a fact of the access.
+    FactSolver solver;
+    for (const UOp* r : open_indices({idx, gate})) solver.assume(r, {0, INT64_MAX});
+    if (gate && gate->dtype().count == 1) solver.assume(gate, {1, 1});
+    std::optional<Facts> facts = solver.solve();
+    if (!facts) continue;  // it never executes
+    ValueRange ctx(*facts);
+    b = ctx(idx);
+    if (fits(b)) continue;
+    if (auto a = affine_bounds(g, idx, ctx); a && fits(*a)) continue;
+    bool proven = false;
+    for (const UOp* gexpr : solver.order())
+      if (auto t = bounds_through(g, idx, gexpr, ctx(gexpr), ctx); t && fits(*t)) proven = true;
+    if (proven) continue;
+    return absl::InvalidArgumentError(
+        cat("bounds: ", print_node(u), ": index in [", b.first, ", ", b.second, "] may fall outside ",
+            op_name(buf->op()), " of ", size, " elements", gate ? " even under its gate" : "",
+            "; the kernel is refused [bounds.unproven]"));
   }
   return absl::OkStatus();
 }

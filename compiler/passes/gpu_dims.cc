@@ -102,8 +102,9 @@ absl::StatusOr<const UOp*> map_gpu_dims(Graph& g, const UOp* kernel, int max_thr
       repl[r] = L == N ? t : g.alu(Op::ADD, {g.alu(Op::MUL, {b, g.idx(L)}), t});
       continue;
     }
-    // ceil(N / L) blocks; the last one's extra threads repeat index N - 1 and write nothing.
-    const UOp* blocks = c ? g.idx((N + L - 1) / L) : g.alu(Op::IDIV, {g.alu(Op::ADD, {n, g.idx(L - 1)}), g.idx(L)});
+    // ceil(N / L) blocks (not (N + L - 1) / L, which overflows for N near 2^63); the last
+    // one's extra threads repeat index N - 1 and write nothing.
+    const UOp* blocks = c ? g.idx(N / L + (N % L != 0)) : g.alu(Op::IDIV, {g.alu(Op::ADD, {n, g.idx(L - 1)}), g.idx(L)});
     const UOp* b = special(g, kGrid[0], blocks);
     const UOp* flat = g.alu(Op::ADD, {g.alu(Op::MUL, {b, g.idx(L)}), t});
     const UOp* last = c ? g.idx(N - 1) : g.alu(Op::SUB, {n, g.idx(1)});

@@ -1,4 +1,4 @@
-// gpu_dims (GPU, after bounds, before linearize): the parallel ranges become the
+// gpu_dims (GPU, before bounds and linearize): the parallel ranges become the
 // hardware's indices, SPECIAL(end) named "blockIdx.x" .. "threadIdx.z" (the Bestiary's
 // SPECIAL: a value, not a loop). Local and GroupReduce ranges become threadIdx.x, y, z in
 // decreasing axis id; Global ranges blockIdx.x, y, z the same way (optimize_gpu.h numbers
@@ -9,8 +9,8 @@
 //   r = min(b * L + t, N - 1)           otherwise (N may be an expression over DEFINE_VARs)
 //       with b < ceil(N / L) and every STORE to a buffer that r reaches gated on b*L+t < N
 //
-// so every index keeps the values the bounds proof saw (a clamped index repeats the last
-// one), and nothing is written twice. The ENDs that closed these ranges go; a launch
+// so every index keeps the values it had (a clamped index repeats the last one), and
+// nothing is written twice; the bounds proof checks what this makes. The ENDs that closed these ranges go; a launch
 // runs each value once instead (abi.h: the grid is ceil(N / L) blocks, a launch with a
 // grid dim <= 0 is skipped). Also folds `acc + WMMA(a, b, 0)` into WMMA(a, b, acc), the
 // accumulation the tensor cores do in place (tensor_cores.h).

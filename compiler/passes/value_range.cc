@@ -111,6 +111,7 @@ ValueRange::Bounds ValueRange::operator()(const UOp* u) {
     if (op == Op::RANGE || op == Op::SPECIAL || op == Op::BIND) return 1;
     return 0;
   };
+  auto empty = [](Bounds b) { return b.first > b.second; };
   std::vector<std::pair<const UOp*, bool>> stack{{u, false}};
   while (!stack.empty()) {
     auto [n, expanded] = stack.back();
@@ -121,16 +122,47 @@ ValueRange::Bounds ValueRange::operator()(const UOp* u) {
       for (size_t i = needs(n); i-- > 0;)
         if (!memo_.contains(n->src(i))) stack.push_back({n->src(i), false});
     } else {
-      memo_.emplace(n, compute(n));
+      bool wraps = false, none = false;
+      for (size_t i = 0; i < needs(n); ++i) none |= empty(memo_.at(n->src(i)));
+      // A source without values (contradicting assumptions) leaves none for n either.
+      Bounds b = none ? Bounds{1, 0} : compute(n, &wraps);
+      if (auto a = assumed_.find(n); a != assumed_.end() && !none)
+        b = {std::max(b.first, a->second.first), std::min(b.second, a->second.second)};
+      contradiction_ |= empty(b);
+      if (wraps) wraps_.insert(n);
+      memo_.emplace(n, b);
       stack.pop_back();
     }
   }
   return memo_.at(u);
 }
 
-ValueRange::Bounds ValueRange::compute(const UOp* u) const {
+bool ValueRange::may_wrap(const UOp* u) {
+  const DType& d = u->dtype();
+  if (!integral(d) || d.is_bool()) return false;
+  switch (u->op()) {
+    case Op::ADD: case Op::SUB: case Op::MUL: case Op::MULACC: case Op::NEG: case Op::SHL:
+    case Op::IDIV: case Op::CAST: case Op::RANGE: case Op::SPECIAL:
+      if (!bounded(d)) return true;
+      (*this)(u);
+      return wraps_.contains(u);
+    default: return false;
+  }
+}
+
+ValueRange::Bounds ValueRange::compute(const UOp* u, bool* wraps) const {
   const DType& d = u->dtype();
   if (!integral(d)) return full(d);
+  // The exact result r, or the whole dtype (and a note that it wrapped) when r leaves it.
+  auto exact = [&](R r) {
+    R t = type_range(d);
+    if (r.lo < t.lo || r.hi > t.hi) *wraps = true;
+    return fit(d, r);
+  };
+  auto wrapped = [&] {
+    *wraps = true;
+    return full(d);
+  };
   auto src = [&](size_t i) { return widen(u->src(i)->dtype(), memo_.at(u->src(i))); };
   auto src_integral = [&] {
     for (const UOp* s : u->src())
@@ -157,7 +189,7 @@ ValueRange::Bounds ValueRange::compute(const UOp* u) const {
     case Op::RANGE:
     case Op::SPECIAL: {
       if (!integral(u->src(0)->dtype())) return full(d);
-      return fit(d, {0, std::max<i128>(src(0).hi - 1, 0)});
+      return exact({0, std::max<i128>(src(0).hi - 1, 0)});
     }
     case Op::DEFINE_VAR: {
       const auto& v = u->arg_as<DefineVarArg>();
@@ -180,7 +212,7 @@ ValueRange::Bounds ValueRange::compute(const UOp* u) const {
         if (s.lo > 0 || s.hi < 0) return {1, 1};
         return {0, 1};
       }
-      return fit(d, s);  // int -> int keeps the value when it fits, else it wraps
+      return exact(s);  // int -> int keeps the value when it fits, else it wraps
     }
     default: break;
   }
@@ -194,23 +226,23 @@ ValueRange::Bounds ValueRange::compute(const UOp* u) const {
   }
   R a = src(0);
   if (u->num_src() == 1) {
-    if (op == Op::NEG) return fit(d, {-a.hi, -a.lo});
+    if (op == Op::NEG) return exact({-a.hi, -a.lo});
     return full(d);
   }
   R b = src(1);
   const bool is_bool = u->src(0)->dtype().is_bool();
   switch (op) {
-    case Op::ADD: return fit(d, {a.lo + b.lo, a.hi + b.hi});
-    case Op::SUB: return fit(d, {a.lo - b.hi, a.hi - b.lo});
+    case Op::ADD: return exact({a.lo + b.lo, a.hi + b.hi});
+    case Op::SUB: return exact({a.lo - b.hi, a.hi - b.lo});
     case Op::MUL: {
       R r;
-      return mul(a, b, r) ? fit(d, r) : full(d);
+      return mul(a, b, r) ? exact(r) : wrapped();
     }
     case Op::MULACC: {
       R r, c = src(2);
-      return mul(a, b, r) ? fit(d, {r.lo + c.lo, r.hi + c.hi}) : full(d);
+      return mul(a, b, r) ? exact({r.lo + c.lo, r.hi + c.hi}) : wrapped();
     }
-    case Op::IDIV: return fit(d, idiv(a, b));
+    case Op::IDIV: return exact(idiv(a, b));
     case Op::MOD: return fit(d, mod(a, b));
     case Op::MAX: return fit(d, {std::max(a.lo, b.lo), std::max(a.hi, b.hi)});
     case Op::MIN: return fit(d, {std::min(a.lo, b.lo), std::min(a.hi, b.hi)});
@@ -250,13 +282,13 @@ ValueRange::Bounds ValueRange::compute(const UOp* u) const {
       if (is_bool) return full(d);
       if (b.lo != b.hi) {
         if (op == Op::SHR && a.lo >= 0) return fit(d, {0, a.hi});
-        return full(d);
+        return op == Op::SHL ? wrapped() : full(d);
       }
       // The amount is taken modulo the width, from its bits as eval.h does.
       int s = static_cast<int>(static_cast<uint64_t>(b.lo) % scalar_bits(d.scalar));
       if (op == Op::SHR) return fit(d, {a.lo >> s, a.hi >> s});  // floor division by 2^s
       R r;
-      return mul(a, {i128{1} << s, i128{1} << s}, r) ? fit(d, r) : full(d);
+      return mul(a, {i128{1} << s, i128{1} << s}, r) ? exact(r) : wrapped();
     }
     default: return full(d);
   }

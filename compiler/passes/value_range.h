@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "compiler/ir/uop.h"
 
 namespace uop {
@@ -34,14 +35,23 @@ class ValueRange {
   using Bounds = std::pair<int64_t, int64_t>;
 
   ValueRange() = default;
-  // Bounds the caller vouches for, which replace what would be computed for those nodes
-  // (e.g. what a gate `x < 10` guarantees inside the code it guards). Everything computed
-  // from them is sound only where the assumptions hold.
-  explicit ValueRange(absl::flat_hash_map<const UOp*, Bounds> assumed) : memo_(std::move(assumed)) {}
+  // Bounds the caller vouches for (e.g. what a gate `x < 10` guarantees inside the code it
+  // guards), intersected with what is computed for those nodes. Everything computed from
+  // them is sound only where the assumptions hold. Assumptions that contradict what is
+  // computed give an empty range (first > second): no value, the code never runs.
+  explicit ValueRange(absl::flat_hash_map<const UOp*, Bounds> assumed) : assumed_(std::move(assumed)) {}
 
   Bounds operator()(const UOp* u);
   int64_t vmin(const UOp* u) { return (*this)(u).first; }
   int64_t vmax(const UOp* u) { return (*this)(u).second; }
+
+  // Whether u's own op may wrap around its dtype for the ranges of its sources: an integer
+  // ADD, SUB, MUL, MULACC, NEG, SHL, IDIV (MIN / -1), a narrowing CAST or a RANGE of a
+  // narrow dtype whose exact result may leave the dtype. Ops of other kinds never wrap;
+  // integer ops on uint64 may always.
+  bool may_wrap(const UOp* u);
+  // Whether some range computed so far was empty: assumptions that cannot all hold.
+  bool contradiction() const { return contradiction_; }
 
   // Every value of the dtype (0..1 for bool; "unknown" for what int64 cannot hold).
   static Bounds full(DType d);
@@ -50,8 +60,13 @@ class ValueRange {
   static bool bounded(DType d);
 
  private:
-  Bounds compute(const UOp* u) const;  // the sources it needs are memoized already
+  // The sources it needs are memoized already. Sets *wraps when the exact result may leave
+  // the dtype (may_wrap).
+  Bounds compute(const UOp* u, bool* wraps) const;
   absl::flat_hash_map<const UOp*, Bounds> memo_;
+  absl::flat_hash_map<const UOp*, Bounds> assumed_;
+  absl::flat_hash_set<const UOp*> wraps_;
+  bool contradiction_ = false;
 };
 
 }  // namespace uop

@@ -4,6 +4,8 @@
 // measured in the same process: OpenBLAS sgemm for matmul, memcpy for the memory-bound
 // kernels. Plus the compile side: a cold in-process compile (lower + LLVM + load) over a
 // corpus of small kernels vs a cache hit (load an already compiled object + one run).
+// And what the kernels' stop checks cost: each kernel compiled with and without them,
+// timed in turns in the same process (BM_StopChecks).
 //
 // Each peer is measured once per process by a helper and cached in a static, so every
 // ratio_vs_<peer> compares two figures from the same run on the same (noisy) machine.
@@ -90,7 +92,11 @@ class Compiled {
   // `inputs`; those are filled with fill_random, everything else starts zeroed.
   using Build = std::function<const UOp*(TensorBuilder& tb, std::vector<const UOp*>& inputs)>;
 
-  static absl::StatusOr<std::unique_ptr<Compiled>> make(const Build& build) {
+  // `options` given: each kernel compiled with them here, not taken from the runner.
+  // `other` given: each kernel compiled a second time with those options, on the same
+  // buffers (launch(true) runs them): two codes compared on the same memory.
+  static absl::StatusOr<std::unique_ptr<Compiled>> make(const Build& build, const CpuCompileOptions* options = nullptr,
+                                                        const CpuCompileOptions* other = nullptr) {
     auto c = std::unique_ptr<Compiled>(new Compiled);
     TensorBuilder tb(*c->g_);
     std::vector<const UOp*> inputs;
@@ -102,7 +108,7 @@ class Compiled {
     if (!c->plan_.var_values.empty()) return absl::UnimplementedError("graphs with variables");
     for (const KernelPlan& k : c->plan_.kernels) {
       KernelReport rep;
-      auto prog = runner().program(*c->g_, k, &rep);
+      auto prog = options ? c->compile(k, *options) : runner().program(*c->g_, k, &rep);
       if (!prog.ok()) return prog.status();
       std::vector<void*> ptrs((*prog)->abi().num_buffers(), nullptr);
       for (const KernelParam& p : (*prog)->abi().params) {
@@ -110,6 +116,11 @@ class Compiled {
         auto& buf = c->mem_[b];
         if (!buf) buf = std::make_unique<Buffer>(static_cast<size_t>(p.size) * p.dtype.bytes());
         ptrs[p.slot] = buf->data();
+      }
+      if (other) {
+        auto second = c->compile(k, *other);
+        if (!second.ok()) return second.status();
+        c->other_launches_.push_back({*second, ptrs});
       }
       c->launches_.push_back({*prog, std::move(ptrs)});
     }
@@ -122,8 +133,8 @@ class Compiled {
     return c;
   }
 
-  absl::Status launch() const {
-    for (const Launch& l : launches_)
+  absl::Status launch(bool other = false) const {
+    for (const Launch& l : other ? other_launches_ : launches_)
       if (absl::Status s = l.program->run(l.buffers, {}, &runner().pool()); !s.ok()) return s;
     return absl::OkStatus();
   }
@@ -141,6 +152,19 @@ class Compiled {
 
  private:
   Compiled() : g_(std::make_unique<Graph>()) {}
+  // As LocalRunner::program compiles, with other options.
+  absl::StatusOr<const CpuProgram*> compile(const KernelPlan& k, const CpuCompileOptions& options) {
+    PipelineOptions po;
+    po.vector_bits = runner().target().vector_bits();
+    auto linear = lower_for_cpu(*g_, k.kernel, po, k.name);
+    if (!linear.ok()) return linear.status();
+    auto art = compile_cpu(*linear, runner().target(), options);
+    if (!art.ok()) return art.status();
+    auto prog = CpuProgram::load(art->object, art->abi);
+    if (!prog.ok()) return prog.status();
+    owned_.push_back(*std::move(prog));
+    return owned_.back().get();
+  }
   struct Launch {
     const CpuProgram* program;
     std::vector<void*> buffers;
@@ -150,6 +174,8 @@ class Compiled {
   std::vector<const UOp*> inputs_;  // their BUFFERs
   absl::flat_hash_map<const UOp*, std::unique_ptr<Buffer>> mem_;
   std::vector<Launch> launches_;
+  std::vector<Launch> other_launches_;  // make()'s `other` programs
+  std::vector<std::unique_ptr<CpuProgram>> owned_;  // compile()'s
 };
 
 // Every rate and ratio below is computed from the best (shortest) call on each side, not
@@ -329,6 +355,65 @@ void BM_SumReduction(benchmark::State& state) {
   state.SetLabel(m.shape());
 }
 BENCHMARK(BM_SumReduction)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// ---------------------------------------------------------------------------------------
+// The stop checks' cost (compiler/codegen/stop_checks.h): matmul 512, the elementwise
+// and the sum kernels above, each compiled with checks (as always) and without, launched
+// in turns, best call of each. ratio_checked_vs_unchecked below 1 is what the checks
+// cost; at or above 1 they cost nothing measurable.
+
+void BM_StopChecks(benchmark::State& state) {
+  const int which = static_cast<int>(state.range(0));
+  Compiled::Build build = [which](TensorBuilder& tb, std::vector<const UOp*>& in) {
+    if (which == 0) {
+      in.push_back(tb.input(Scalar::Float32, {512, 512}));
+      in.push_back(tb.input(Scalar::Float32, {512, 512}));
+      return tb.sink({tb.matmul(in[0], in[1])});
+    }
+    if (which == 1) {
+      in.push_back(tb.input(Scalar::Float32, {kStreamElems}));
+      in.push_back(tb.input(Scalar::Float32, {kStreamElems}));
+      return tb.sink({tb.alu(Op::ADD, {in[0], tb.alu(Op::MUL, {tb.full(Scalar::Float32, 1.5, {}), in[1]})})});
+    }
+    in.push_back(tb.input(Scalar::Float32, {kStreamElems}));
+    return tb.sink({tb.reduce(in[0], ReduceOp::Add, {0})});
+  };
+  // One memory for both: buffer placement (huge pages, cache sets) is not what is measured.
+  const CpuCompileOptions checked_opts, unchecked_opts{.stop_checks = false};
+  auto both = Compiled::make(build, &checked_opts, &unchecked_opts);
+  if (!both.ok()) return skip(state, both.status());
+  const Compiled& c = **both;
+  for (bool unchecked : {false, true})  // warm-up
+    if (absl::Status s = c.launch(unchecked); !s.ok()) return skip(state, s);
+  double best_checked = 1e300, best_unchecked = 1e300;
+  auto timed = [&](bool unchecked, double* best) -> absl::Status {
+    auto t0 = Clock::now();
+    absl::Status s = c.launch(unchecked);
+    *best = std::min(*best, seconds_since(t0));
+    return s;
+  };
+  bool checked_first = true;  // alternated: neither side always runs on the other's warm caches
+  for (auto _ : state) {
+    absl::Status s = timed(!checked_first, checked_first ? &best_checked : &best_unchecked);
+    if (s.ok()) s = timed(checked_first, checked_first ? &best_unchecked : &best_checked);
+    if (!s.ok()) return skip(state, s);
+    checked_first = !checked_first;
+    state.SetIterationTime(best_checked);
+  }
+  // The two agree: checks change when a kernel may stop, not what it computes.
+  const size_t n = which == 1 ? static_cast<size_t>(kStreamElems) : which == 0 ? 512 * 512 : 1;
+  if (absl::Status s = c.launch(false); !s.ok()) return skip(state, s);
+  std::vector<float> checked_out(c.output(0), c.output(0) + n);
+  if (absl::Status s = c.launch(true); !s.ok()) return skip(state, s);
+  for (size_t i = 0; i < n; i += 997)
+    if (checked_out[i] != c.output(0)[i])
+      return skip(state, absl::InternalError(cat("output ", i, " differs with and without stop checks")));
+  state.counters["checked_ms"] = best_checked * 1e3;
+  state.counters["unchecked_ms"] = best_unchecked * 1e3;
+  state.counters["ratio_checked_vs_unchecked"] = best_unchecked / best_checked;
+  state.SetLabel(cat(which == 0 ? "matmul 512" : which == 1 ? "elementwise" : "sum", "; ", c.shape()));
+}
+BENCHMARK(BM_StopChecks)->Arg(0)->Arg(1)->Arg(2)->Iterations(30)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 // ---------------------------------------------------------------------------------------
 // Cold compile vs cache hit over the corpus of small kernels (kernel_corpus.h).

@@ -57,7 +57,7 @@ struct Bomb {
   }
 };
 constexpr int kBombKernels = 48;
-constexpr int kBombLeaves = 600;  // ~2400 ops a kernel: well under the 8192 bound
+constexpr int kBombLeaves = 600;  // ~2400 ops a kernel: well under the 16384 bound
 
 pb::CompileRequest compile_request(const UOp* root) {
   pb::CompileRequest req;
@@ -216,8 +216,8 @@ TEST_F(CompilePool, KernelsAndPlansOverTheirBoundsAreRefusedNamingTheLimit) {
   start({});
   auto c = connect(server_->address());
   ASSERT_TRUE(c);
-  // One kernel of 3000 leaves: some 12000 ops, over --max-kernel-ops (8192).
-  Bomb huge(1, 3000, 1.0);
+  // One kernel of 5000 leaves: some 25000 ops, over --max-kernel-ops (16384).
+  Bomb huge(1, 5000, 1.0);
   for (bool explain : {false, true}) {
     absl::Status s = explain ? c->explain(huge.root, {}).status() : c->compile(huge.root, {}).status();
     EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;

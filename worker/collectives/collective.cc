@@ -10,6 +10,7 @@
 #include "worker/collectives/nccl_allreduce.h"
 #include "worker/collectives/reduce.h"
 #include "worker/collectives/shm_ring.h"
+#include "worker/sandbox.h"
 
 namespace uop {
 namespace {
@@ -61,6 +62,11 @@ absl::Status run_collective(const CollectiveSpec& spec, void* data, uint64_t dat
   }
   if (spec.transport == "gloo") {
     if (spec.rendezvous.empty()) return bad(spec, "gloo needs the scheduler's rendezvous address");
+    if (in_sandbox() && !is_numeric_host(spec.rendezvous))
+      return absl::FailedPreconditionError(
+          cat("collective '", spec.group, "': the rendezvous ", spec.rendezvous,
+              " is a host name, which a sandboxed worker cannot resolve (it opens no files, /etc/hosts included): "
+              "give the scheduler an address to listen on (uopd --listen=IP:PORT), or run workers with --seccomp=off"));
     GlooOptions o;
     o.group = spec.group;
     o.rank = spec.rank;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <gloo/allgather.h>
+#include <gloo/common/linux.h>
 #include <gloo/allreduce.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
@@ -24,6 +25,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "compiler/support/strings.h"
+#include "worker/sandbox.h"
 #include "proto/worker.grpc.pb.h"
 #include "worker/collectives/reduce.h"
 #include "worker/collectives/rendezvous_client.h"
@@ -284,17 +286,18 @@ absl::Status gloo_allreduce(const GlooOptions& options, void* data, uint64_t ele
   return (*group)->allreduce(data, elements, op, dtype);
 }
 
-absl::StatusOr<std::string> local_address_toward(const std::string& host_port) {
-  // "host:port", "[v6]:port", or a bare host / v6 address (then any port does).
-  std::string host = host_port, port = "0";
-  if (!host_port.empty() && host_port.front() == '[') {
-    auto close_bracket = host_port.find(']');
-    host = host_port.substr(1, close_bracket == std::string::npos ? std::string::npos : close_bracket - 1);
-    if (close_bracket != std::string::npos && host_port.size() > close_bracket + 2) port = host_port.substr(close_bracket + 2);
-  } else if (std::count(host_port.begin(), host_port.end(), ':') == 1) {
-    host = host_port.substr(0, host_port.find(':'));
-    port = host_port.substr(host_port.find(':') + 1);
+void gloo_read_system_once() {
+  try {
+    (void)gloo::interfaceToBusID("lo");
+  } catch (const std::exception&) {
+    // No PCI devices to list (a container without /sys/bus/pci): Gloo does without.
   }
+}
+
+absl::StatusOr<std::string> local_address_toward(const std::string& host_port) {
+  // A bare host or v6 address: any port does.
+  auto [host, port] = split_host_port(host_port);
+  if (port.empty()) port = "0";
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_DGRAM;

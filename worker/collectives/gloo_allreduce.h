@@ -64,6 +64,11 @@ class GlooGroup {
 // connect, allreduce, close: one collective instance (what the Collective RPC does).
 absl::Status gloo_allreduce(const GlooOptions& options, void* data, uint64_t elements, ReduceOp op, Scalar dtype);
 
+// What Gloo reads from /sys once per process, on its first device (which PCI device each
+// network interface is on), read now: a sandboxed worker (worker/sandbox.h) calls this
+// before its filter, which leaves it no files to read later.
+void gloo_read_system_once();
+
 // This host's address on the route to host:port (a UDP connect, no packet sent).
 absl::StatusOr<std::string> local_address_toward(const std::string& host_port);
 

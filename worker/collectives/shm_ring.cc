@@ -160,6 +160,28 @@ std::string shm_ring_segment_name(const std::string& group) {
   return cat("/uopd-coll-", hex, "-", readable);
 }
 
+int shm_directory() {
+  static const int fd = open("/dev/shm", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  return fd;
+}
+
+namespace {
+
+// shm_open / shm_unlink of a segment name ("/uopd-coll-..."), relative to shm_directory():
+// the same file, and a call a sandboxed worker may make.
+int open_segment(const std::string& name, int flags, mode_t mode) {
+  if (shm_directory() < 0) {
+    errno = ENOENT;
+    return -1;
+  }
+  return openat(shm_directory(), name.c_str() + 1, flags | O_NOFOLLOW | O_CLOEXEC, mode);
+}
+void unlink_segment(const std::string& name) {
+  if (shm_directory() >= 0) unlinkat(shm_directory(), name.c_str() + 1, 0);
+}
+
+}  // namespace
+
 ShmRing::ShmRing(const ShmRingOptions& options) : opts_(options) {
   opts_.slot_bytes = std::max<uint64_t>(64, opts_.slot_bytes / 64 * 64);
   // Two at least: a member frees message k of its predecessor only after writing its
@@ -173,7 +195,7 @@ ShmRing::~ShmRing() {
     if (fd >= 0) close(fd);
   if (seg_) munmap(seg_, mapped_bytes_);
   // Never all there (a failed join): take the name away so that nothing leaks.
-  if (!unlinked_) shm_unlink(name_.c_str());
+  if (!unlinked_) unlink_segment(name_);
 }
 
 std::string ShmRing::where() const {
@@ -206,14 +228,14 @@ absl::Status ShmRing::attach() {
   int fd = -1;
   bool creator = false;
   while (fd < 0) {
-    fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    fd = open_segment(name_, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd >= 0) {
       creator = true;
       break;
     }
-    if (errno != EEXIST) return unavailable(errno_text("shm_open"));
-    fd = shm_open(name_.c_str(), O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0 && errno != ENOENT) return unavailable(errno_text("shm_open"));
+    if (errno != EEXIST) return unavailable(errno_text("open"));
+    fd = open_segment(name_, O_RDWR, 0);
+    if (fd < 0 && errno != ENOENT) return unavailable(errno_text("open"));
     if (fd < 0 && past_deadline()) return unavailable("it keeps disappearing");  // unlinked under us: retry
   }
   struct FdCloser {
@@ -225,7 +247,7 @@ absl::Status ShmRing::attach() {
     // fallocate, not ftruncate: tmpfs pages are reserved now, so a full /dev/shm is an
     // error here instead of a SIGBUS in the middle of the allreduce.
     if (int err = posix_fallocate(fd, 0, static_cast<off_t>(want.total)); err != 0) {
-      shm_unlink(name_.c_str());
+      unlink_segment(name_);
       unlinked_ = true;
       return absl::ResourceExhaustedError(
           cat(where(), "cannot reserve ", want.total, " bytes of shared memory: ", std::strerror(err)));
@@ -287,7 +309,7 @@ absl::Status ShmRing::await_members() {
   if (!st.ok()) return st;
   // Everyone has the segment mapped: the name is no longer needed, and without it a
   // crash from here on leaks nothing. Every member unlinks; all but one get ENOENT.
-  shm_unlink(name_.c_str());
+  unlink_segment(name_);
   unlinked_ = true;
   return check_peers();
 }

@@ -55,6 +55,11 @@ RingPart ring_part(uint64_t elements, int parts, int i);
 // The shared-memory name of a group's segment ("/uopd-coll-<hash>-<readable prefix>").
 std::string shm_ring_segment_name(const std::string& group);
 
+// The directory segments live in (/dev/shm, where shm_open puts them), opened once per
+// process (O_PATH) and kept: segments are opened and unlinked relative to it, which is
+// what a sandboxed worker may still do (worker/sandbox.h). -1 if it cannot be opened.
+int shm_directory();
+
 class ShmRing {
  public:
   // Maps (or creates) the group's segment and claims `rank`; returns when all members

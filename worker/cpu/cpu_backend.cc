@@ -61,11 +61,11 @@ absl::StatusOr<std::shared_ptr<const DeviceProgram>> CpuBackend::load_program(co
 }
 
 absl::Status CpuBackend::run(const DeviceProgram& program, std::span<DeviceMemory* const> buffers,
-                             std::span<const int64_t> vars) {
+                             std::span<const int64_t> vars, const std::atomic<uint32_t>* stop) {
   std::vector<void*> ptrs(buffers.size(), nullptr);
   for (size_t slot = 0; slot < buffers.size(); ++slot)
     if (buffers[slot]) ptrs[slot] = static_cast<HostMemory*>(buffers[slot])->data();
-  return static_cast<const CpuProgram&>(program).run(ptrs, vars, &pool_, kSerialBytes);
+  return static_cast<const CpuProgram&>(program).run(ptrs, vars, &pool_, kSerialBytes, stop);
 }
 
 }  // namespace uop

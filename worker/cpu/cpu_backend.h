@@ -47,7 +47,7 @@ class CpuBackend final : public DeviceBackend {
   // when the worker shares its cores), and small kernels are what a latency-bound cached
   // Run launches. Larger ones split their Thread range over the pool.
   absl::Status run(const DeviceProgram& program, std::span<DeviceMemory* const> buffers,
-                   std::span<const int64_t> vars) override;
+                   std::span<const int64_t> vars, const std::atomic<uint32_t>* stop = nullptr) override;
   static constexpr uint64_t kSerialBytes = 64 << 10;
 
  private:

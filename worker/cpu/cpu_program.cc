@@ -9,11 +9,15 @@
 #include <llvm/ExecutionEngine/Orc/ExecutorProcessControl.h>
 #include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
 #include <llvm/ExecutionEngine/Orc/TaskDispatch.h>
+#include <llvm/Object/ObjectFile.h>
+#include <llvm/Support/DynamicLibrary.h>
 #include <llvm/Support/Error.h>
 #include <llvm/Support/MemoryBuffer.h>
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "compiler/support/strings.h"
@@ -50,6 +54,34 @@ Jit& jit() {
 
 std::atomic<uint64_t> next_program_id{0};
 
+// The first symbol the object needs that neither it nor the process defines (a CUSTOM's
+// function this worker does not have), so that the refusal can name it; JITLink only
+// says that materialization failed.
+std::optional<std::string> missing_symbol(std::string_view object) {
+  auto obj = llvm::object::ObjectFile::createObjectFile(
+      llvm::MemoryBufferRef(llvm::StringRef(object.data(), object.size()), "uop_kernel.o"));
+  if (!obj) {
+    llvm::consumeError(obj.takeError());
+    return std::nullopt;  // not an object: the linker says so
+  }
+  for (const llvm::object::SymbolRef& sym : (*obj)->symbols()) {
+    auto flags = sym.getFlags();
+    if (!flags) {
+      llvm::consumeError(flags.takeError());
+      continue;
+    }
+    if (!(*flags & llvm::object::SymbolRef::SF_Undefined)) continue;
+    auto name = sym.getName();
+    if (!name) {
+      llvm::consumeError(name.takeError());
+      continue;
+    }
+    if (name->empty()) continue;
+    if (!llvm::sys::DynamicLibrary::SearchForAddressOfSymbol(name->str())) return name->str();
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 struct CpuProgram::Code {
@@ -73,6 +105,15 @@ CpuProgram::CpuProgram(KernelAbi abi, std::unique_ptr<Code> code, KernelFn fn)
 
 CpuProgram::~CpuProgram() = default;
 
+absl::Status CpuProgram::start_jit() {
+  Jit& j = jit();
+  if (!j.session) return absl::InternalError(cat("cannot start the ORC JIT: ", j.error));
+  // The process's symbols, as every load asks for them.
+  auto generator = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(j.global_prefix);
+  if (!generator) return absl::InternalError(cat("process symbols: ", llvm::toString(generator.takeError())));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<CpuProgram>> CpuProgram::load(std::string_view object, const KernelAbi& abi) {
   Jit& j = jit();
   if (!j.session) return absl::InternalError(cat("cannot start the ORC JIT: ", j.error));
@@ -82,6 +123,8 @@ absl::StatusOr<std::unique_ptr<CpuProgram>> CpuProgram::load(std::string_view ob
   if (!generator) return absl::InternalError(cat("process symbols: ", llvm::toString(generator.takeError())));
   code->dylib->addGenerator(std::move(*generator));
   auto buffer = llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()), "uop_kernel.o");
+  if (auto missing = missing_symbol(object))
+    return absl::InvalidArgumentError(cat("the kernel object calls `", *missing, "`, which this worker does not define"));
   if (llvm::Error err = j.linker->add(*code->dylib, std::move(buffer)))
     return absl::InvalidArgumentError(cat("cannot load the kernel object: ", llvm::toString(std::move(err))));
   // The lookup links the object (and fails if a symbol it needs is nowhere to be found).
@@ -98,18 +141,22 @@ absl::Status CpuProgram::check(std::span<void* const> buffers, std::span<const i
 }
 
 absl::Status CpuProgram::run(std::span<void* const> buffers, std::span<const int64_t> vars, ThreadPool* pool,
-                             uint64_t serial_below) const {
+                             uint64_t serial_below, const std::atomic<uint32_t>* stop) const {
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) && std::atomic<uint32_t>::is_always_lock_free,
+                "the kernel reads the stop word as a plain 32-bit word");
+  static const std::atomic<uint32_t> never{0};
   if (auto st = check(buffers, vars); !st.ok()) return st;
   int64_t tasks = abi_.eval_tasks(vars);
   if (tasks <= 0) return absl::OkStatus();  // every buffer store is inside the Thread range
   int64_t ntasks = pool && buffer_bytes_ >= serial_below ? std::min<int64_t>(tasks, pool->size()) : 1;
   void* const* b = buffers.data();
   const int64_t* v = vars.data();
+  const auto* word = reinterpret_cast<const uint32_t*>(stop ? stop : &never);
   if (ntasks == 1) {
-    fn_(b, v, 0, 1);
+    fn_(b, v, 0, 1, word);
   } else {
     KernelFn fn = fn_;
-    pool->parallel_for(ntasks, [=](int64_t t) { fn(b, v, t, ntasks); });
+    pool->parallel_for(ntasks, [=](int64_t t) { fn(b, v, t, ntasks, word); });
   }
   return absl::OkStatus();
 }

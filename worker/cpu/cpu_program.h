@@ -5,6 +5,7 @@
 // the program removes its JITDylib and frees its code. LLVM-free header.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -23,6 +24,9 @@ class CpuProgram final : public DeviceProgram {
   // INVALID_ARGUMENT if the object does not link (not an object, undefined symbols, no
   // `uop_kernel`); INTERNAL if the JIT itself cannot start. Thread-safe.
   static absl::StatusOr<std::unique_ptr<CpuProgram>> load(std::string_view object, const KernelAbi& abi);
+  // Makes the process's JIT now, as the first load() would: before a sandbox, so that
+  // nothing the JIT sets up once happens under it. INTERNAL if it cannot start.
+  static absl::Status start_jit();
   ~CpuProgram() override;
   CpuProgram(const CpuProgram&) = delete;
   CpuProgram& operator=(const CpuProgram&) = delete;
@@ -33,14 +37,19 @@ class CpuProgram final : public DeviceProgram {
   // or a written buffer that overlaps another one (the kernel assumes distinct buffers). The Thread
   // range's `tasks` iterations are split over min(tasks, pool size) tasks on `pool`
   // (or one task on the calling thread without a pool, or when the kernel's buffers
-  // total under `serial_below` bytes). Thread-safe.
+  // total under `serial_below` bytes). `stop` is the launch's stop word (abi.h), shared
+  // by its tasks; null: a word that is never set. A kernel stopped by it returns early;
+  // whoever set it knows the launch failed. Thread-safe.
   absl::Status run(std::span<void* const> buffers, std::span<const int64_t> vars, ThreadPool* pool,
-                   uint64_t serial_below = 0) const;
+                   uint64_t serial_below = 0, const std::atomic<uint32_t>* stop = nullptr) const;
 
   const KernelAbi& abi() const override { return abi_; }
 
  private:
-  using KernelFn = void (*)(void* const* buffers, const int64_t* vars, int64_t task, int64_t ntasks);
+  // A kernel of an ABI without a stop word takes the first four only; the fifth is
+  // then an unused argument register (the SysV calling convention allows it).
+  using KernelFn = void (*)(void* const* buffers, const int64_t* vars, int64_t task, int64_t ntasks,
+                            const uint32_t* stop);
   struct Code;  // the JITDylib holding the linked object
   CpuProgram(KernelAbi abi, std::unique_ptr<Code> code, KernelFn fn);
   absl::Status check(std::span<void* const> buffers, std::span<const int64_t> vars) const;

@@ -161,7 +161,7 @@ absl::StatusOr<std::shared_ptr<const DeviceProgram>> CudaDevice::load_program(co
 }
 
 absl::Status CudaDevice::run(const DeviceProgram& program, std::span<DeviceMemory* const> buffers,
-                             std::span<const int64_t> vars) {
+                             std::span<const int64_t> vars, const std::atomic<uint32_t>*) {
   const auto& prog = static_cast<const CudaProgram&>(program);
   std::vector<uintptr_t> addresses(buffers.size(), 0);
   std::vector<cu::DevicePtr> ptrs(buffers.size(), 0);

@@ -74,8 +74,10 @@ class CudaDevice final : public DeviceBackend {
   // FAILED_PRECONDITION for an ABI without GPU launch dims (a CPU kernel's).
   absl::StatusOr<std::shared_ptr<const DeviceProgram>> load_program(const std::string& key, std::string_view object,
                                                                    const KernelAbi& abi) override;
+  // CUDA kernels do not watch a stop word yet: `stop` is not read, and a launch past its
+  // deadline ends with the worker (worker/launch_watchdog.h).
   absl::Status run(const DeviceProgram& program, std::span<DeviceMemory* const> buffers,
-                   std::span<const int64_t> vars) override;
+                   std::span<const int64_t> vars, const std::atomic<uint32_t>* stop = nullptr) override;
 
   // Loads a program with a launch shape given outright instead of read from its ABI
   // (tests with hand-written kernels).

@@ -221,6 +221,7 @@ struct alignas(64) MirrorSlot {
   int32_t code;
   uint64_t request_bytes;
   uint64_t reply_bytes;
+  int64_t deadline_ns;
 };
 static_assert(sizeof(MirrorSlot) == 64);
 enum : uint32_t { kFree = 0, kClaimed = 1, kReady = 2, kRunning = 3, kDone = 4, kAbandoned = 5 };
@@ -284,7 +285,7 @@ class ExecLaneTest : public ::testing::Test {
   }
   // A handler that counts its calls and replies with the request.
   ExecLane::Handler counting_echo() const {
-    return [b = b](std::string_view request, std::span<char> reply, const std::function<bool()>&) -> absl::StatusOr<size_t> {
+    return [b = b](std::string_view request, std::span<char> reply, const std::function<bool()>&, absl::Time) -> absl::StatusOr<size_t> {
       b->handled.fetch_add(1);
       const std::string copy(request);
       std::memcpy(reply.data(), copy.data(), copy.size());
@@ -382,7 +383,7 @@ TEST_F(ExecLaneTest, LayoutMirrorMatchesCreate) {
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(m.size(), kPage + 3 * stride_for(10000));
   EXPECT_EQ(m.header().magic, kMagic);
-  EXPECT_EQ(m.header().version, 1u);
+  EXPECT_EQ(m.header().version, 2u);
   EXPECT_EQ(m.header().slots, 3u);
   EXPECT_EQ(m.header().slot_bytes, 10000u);
   EXPECT_EQ(m.header().stride, stride_for(10000));
@@ -449,7 +450,8 @@ TEST_F(ExecLaneTest, AttachRefusesWhatIsNoLane) {
   const Corruption corruptions[] = {
       {"wrong magic", [&] { h.magic ^= 1; }},
       {"zeroed header", [&] { h.magic = 0; h.version = 0; h.slots = 0; h.slot_bytes = 0; h.stride = 0; }},
-      {"version 2", [&] { h.version = 2; }},
+      {"version 1", [&] { h.version = 1; }},
+      {"version 3", [&] { h.version = 3; }},
       {"0 slots", [&] { h.slots = 0; }},
       {"3 slots in a file of 2", [&] { h.slots = 3; }},
       {"1025 slots", [&] { h.slots = 1025; }},
@@ -510,7 +512,7 @@ TEST_F(ExecLaneTest, AttachRefusesWhatIsNoLane) {
 // not before (attach() alone announces nothing), and not for another pid.
 TEST_F(ExecLaneTest, ServedOnlyByThePeerThatServes) {
   ASSERT_TRUE(start(
-      1, 64, [](std::string_view, std::span<char>, const std::function<bool()>&) -> absl::StatusOr<size_t> { return 0; },
+      1, 64, [](std::string_view, std::span<char>, const std::function<bool()>&, absl::Time) -> absl::StatusOr<size_t> { return 0; },
       {}, &board->go));
   EXPECT_FALSE(lane->served()) << "served before set_peer";
   lane->set_peer(worker->pid());
@@ -534,10 +536,15 @@ TEST_F(ExecLaneTest, RoundTripsRequestsOfEverySize) {
   constexpr uint64_t kCap = 10000;
   ASSERT_TRUE(serve(
       2, kCap,
-      [b = b](std::string_view request, std::span<char> reply, const std::function<bool()>& abandoned) -> absl::StatusOr<size_t> {
+      [b = b](std::string_view request, std::span<char> reply, const std::function<bool()>& abandoned, absl::Time deadline) -> absl::StatusOr<size_t> {
         b->handled.fetch_add(1);
         if (request == "abandoned?") {
           const std::string r = abandoned() ? "abandoned=1" : "abandoned=0";
+          std::memcpy(reply.data(), r.data(), r.size());
+          return r.size();
+        }
+        if (request == "deadline?") {  // what the worker end was told, in Unix nanoseconds
+          const std::string r = std::to_string(absl::ToUnixNanos(deadline));
           std::memcpy(reply.data(), r.data(), r.size());
           return r.size();
         }
@@ -565,7 +572,12 @@ TEST_F(ExecLaneTest, RoundTripsRequestsOfEverySize) {
   auto probe = call_once(*lane, "abandoned?", far_deadline());
   ASSERT_TRUE(probe.ok()) << probe.status();
   EXPECT_EQ(*probe, "abandoned=0");
-  EXPECT_EQ(b->handled.load(), calls + 1);
+  // The request's deadline reaches the handler as uopd posted it.
+  const absl::Time when = absl::FromUnixNanos(absl::ToUnixNanos(far_deadline()));
+  auto told = call_once(*lane, "deadline?", when);
+  ASSERT_TRUE(told.ok()) << told.status();
+  EXPECT_EQ(*told, std::to_string(absl::ToUnixNanos(when)));
+  EXPECT_EQ(b->handled.load(), calls + 2);
   EXPECT_EQ(count_claimable(*lane), 2u);
 }
 
@@ -577,7 +589,7 @@ TEST_F(ExecLaneTest, HandlerFailureComesBackAsSent) {
   const std::string long_message = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJ";  // 46 > 32
   ASSERT_TRUE(serve(
       1, kCap,
-      [&long_message](std::string_view request, std::span<char> reply, const std::function<bool()>&) -> absl::StatusOr<size_t> {
+      [&long_message](std::string_view request, std::span<char> reply, const std::function<bool()>&, absl::Time) -> absl::StatusOr<size_t> {
         if (request == "nf") return absl::NotFoundError("no buffer 7");
         if (request == "empty") return absl::PermissionDeniedError("");
         if (request == "long") return absl::AbortedError(long_message);
@@ -619,7 +631,7 @@ TEST_F(ExecLaneTest, HandlerFailureComesBackAsSent) {
 TEST_F(ExecLaneTest, ManyThreadsFewSlotsNoCrossTalk) {
   ASSERT_TRUE(serve(
       4, 512,
-      [b = b](std::string_view request, std::span<char> reply, const std::function<bool()>&) -> absl::StatusOr<size_t> {
+      [b = b](std::string_view request, std::span<char> reply, const std::function<bool()>&, absl::Time) -> absl::StatusOr<size_t> {
         b->handled.fetch_add(1);
         const std::string copy(request);
         for (size_t i = 0; i < copy.size(); ++i) reply[i] = copy[copy.size() - 1 - i];
@@ -675,7 +687,7 @@ TEST_F(ExecLaneTest, ManyThreadsFewSlotsNoCrossTalk) {
 // DEADLINE_EXCEEDED would mean nobody noticed the exit). A call posted after the worker
 // is gone fails the same way.
 TEST_F(ExecLaneTest, WorkerKilledMidCallFailsUnavailable) {
-  ASSERT_TRUE(serve(2, 256, [b = b](std::string_view, std::span<char>, const std::function<bool()>&) -> absl::StatusOr<size_t> {
+  ASSERT_TRUE(serve(2, 256, [b = b](std::string_view, std::span<char>, const std::function<bool()>&, absl::Time) -> absl::StatusOr<size_t> {
     b->started = 1;
     for (;;) std::this_thread::sleep_for(milliseconds(10));  // until killed (or the test dies)
   }));
@@ -708,8 +720,8 @@ TEST_F(ExecLaneTest, DeadlineLeavesTheSlotToTheWorker) {
   ASSERT_TRUE(serve(
       kSlots, 256,
       [b = b, echo = counting_echo()](std::string_view request, std::span<char> reply,
-                                      const std::function<bool()>& abandoned) -> absl::StatusOr<size_t> {
-        if (request != "hold") return echo(request, reply, abandoned);
+                                      const std::function<bool()>& abandoned, absl::Time deadline) -> absl::StatusOr<size_t> {
+        if (request != "hold") return echo(request, reply, abandoned, deadline);
         b->handled.fetch_add(1);
         b->started = 1;
         b->saw_abandoned = wait_until(abandoned) ? 1 : 2;
@@ -786,7 +798,7 @@ TEST_F(ExecLaneTest, OversizedRequestIsRefusedUnposted) {
 // instead of that length, uopd gets INTERNAL, and the slot carries the next call (a reply
 // of exactly capacity()).
 TEST_F(ExecLaneTest, OversizedReplyBecomesInternal) {
-  ASSERT_TRUE(serve(1, 64, [](std::string_view request, std::span<char> reply, const std::function<bool()>&) -> absl::StatusOr<size_t> {
+  ASSERT_TRUE(serve(1, 64, [](std::string_view request, std::span<char> reply, const std::function<bool()>&, absl::Time) -> absl::StatusOr<size_t> {
     if (request == "lie") return reply.size() + 1;
     if (request == "huge") return SIZE_MAX;
     std::memset(reply.data(), 'm', reply.size());
@@ -935,7 +947,7 @@ TEST_F(ExecLaneTest, StopReturnsWhenIdle) {
 TEST_F(ExecLaneTest, StopWaitsForTheCallInFlight) {
   ASSERT_TRUE(serve(
       2, 64,
-      [b = b](std::string_view, std::span<char> reply, const std::function<bool()>&) -> absl::StatusOr<size_t> {
+      [b = b](std::string_view, std::span<char> reply, const std::function<bool()>&, absl::Time) -> absl::StatusOr<size_t> {
         b->started = 1;
         if (!wait_until([b] { return b->release.load() != 0; }, std::chrono::minutes(2)))
           return absl::DeadlineExceededError("never released");

@@ -7,8 +7,11 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -262,6 +265,81 @@ TEST(WorkerRuntime, StopsAtTheFirstFailedLaunch) {
   EXPECT_EQ(cancelled.code(), absl::StatusCode::kCancelled);
 }
 
+// A launch that runs past its deadline is stopped (the kernel reads its stop word) and
+// fails with DEADLINE_EXCEEDED naming it; the runtime then runs the next launch as ever.
+TEST(WorkerRuntime, StopsALaunchAtItsDeadline) {
+  WorkerRuntime rt = make_runtime();
+  CpuArtifact count = count_kernel(), scale = scale_kernel(2);
+  ASSERT_TRUE(count.abi.stop_word);
+  ASSERT_TRUE(rt.load_program("count", count.object, count.abi.serialize()).ok());
+  ASSERT_TRUE(rt.load_program("k2", scale.object, scale.abi.serialize()).ok());
+  for (uint64_t id : {1, 2, 3}) ASSERT_TRUE(rt.alloc_buffer(id, N * 4).ok());
+  // 2^40 additions: many minutes of work.
+  auto st = rt.execute(std::vector<LaunchSpec>{{"count", {1}, {int64_t{1} << 40}}}, {}, absl::Now() + absl::Milliseconds(200));
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kDeadlineExceeded) << st.status();
+  EXPECT_NE(st.status().message().find("launch 0 (program count)"), std::string::npos) << st.status();
+  // A deadline already past runs nothing.
+  auto late = rt.execute(std::vector<LaunchSpec>{{"k2", {3, 2}, {N}}}, {}, absl::Now() - absl::Seconds(1));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded) << late.status();
+  EXPECT_EQ(read_ints(rt, 3), std::vector<int32_t>(N, 0));
+  ASSERT_TRUE(rt.write_buffer(2, 0, bytes_of(iota_input())).ok());
+  ASSERT_TRUE(rt.execute(std::vector<LaunchSpec>{{"k2", {3, 2}, {N}}}, {}, absl::Now() + absl::Seconds(60)).ok());
+  std::vector<int32_t> want;
+  for (int i = 0; i < N; ++i) want.push_back(iota_input()[i] * 2 + i);
+  EXPECT_EQ(read_ints(rt, 3), want);
+}
+
+// A caller that goes away while its launch runs stops it: CANCELLED naming the launch.
+TEST(WorkerRuntime, StopsALaunchWhoseCallerWentAway) {
+  WorkerRuntime rt = make_runtime();
+  CpuArtifact count = count_kernel();
+  ASSERT_TRUE(rt.load_program("count", count.object, count.abi.serialize()).ok());
+  ASSERT_TRUE(rt.alloc_buffer(1, 4).ok());
+  // Asked first before the launch (still there), then while it runs (gone).
+  std::atomic<int> asked{0};
+  auto gone = [&] { return asked.fetch_add(1) >= 1; };
+  auto st = rt.execute(std::vector<LaunchSpec>{{"count", {1}, {int64_t{1} << 40}}}, gone);
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kCancelled) << st.status();
+  EXPECT_NE(st.status().message().find("launch 0 (program count)"), std::string::npos) << st.status();
+  EXPECT_GE(asked.load(), 2);
+}
+
+// Code that never reads the stop word (here a CUSTOM call into this test binary that
+// blocks until released) is reported stuck once the grace period after its deadline has
+// passed: uop-worker then exits; here on_stuck releases it instead, and the launch still
+// fails with its deadline.
+std::atomic<bool> block_released{false};
+std::atomic<bool> block_entered{false};
+extern "C" [[gnu::visibility("default"), gnu::used]] int32_t worker_test_block_until_released(int32_t v) {
+  block_entered = true;
+  while (!block_released.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return v;
+}
+
+TEST(WorkerRuntime, ALaunchThatDoesNotStopIsReportedStuck) {
+  std::string stuck;
+  WorkerRuntimeOptions o{.device = "CPU:0", .target = "test", .threads = 1};
+  o.watchdog.grace = absl::Milliseconds(100);
+  o.watchdog.on_stuck = [&](const std::string& what) {
+    stuck = what;
+    block_released = true;
+  };
+  WorkerRuntime rt(o);
+  LinearBuilder lb;
+  const UOp* out = lb.param(0, dtypes::int32, 1);
+  const UOp* call = lb.make(Op::CUSTOM, dtypes::int32, std::array{lb.cnst(dtypes::int32, ConstValue::Int(7))},
+                            StrArg{"worker_test_block_until_released({0})"});
+  lb.store(lb.index(out, lb.idx(0)), call);
+  auto art = compile_cpu(lb.linear(), CpuTarget::host());
+  ASSERT_TRUE(art.ok()) << art.status();
+  ASSERT_TRUE(rt.load_program("blocks", art->object, art->abi.serialize()).ok());
+  ASSERT_TRUE(rt.alloc_buffer(1, 4).ok());
+  auto st = rt.execute(std::vector<LaunchSpec>{{"blocks", {1}, {}}}, {}, absl::Now() + absl::Milliseconds(50));
+  EXPECT_TRUE(block_entered.load());
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kDeadlineExceeded) << st.status();
+  EXPECT_NE(stuck.find("launch 0 (program blocks) did not stop within 100ms"), std::string::npos) << stuck;
+}
+
 // The one-round-trip form of a cached Run: allocate (an input with data, an output
 // zeroed), launch, read back, free, in one call; and a failure at any step still frees.
 TEST(WorkerRuntime, ABatchAllocatesLaunchesReadsBackAndFrees) {
@@ -420,7 +498,8 @@ struct LaneSlot {
   explicit LaneSlot(size_t bytes) : buf(bytes, '\0') {}
   absl::StatusOr<std::string> call(const ExecLane::Handler& h, std::string_view request) {
     std::memcpy(buf.data(), request.data(), request.size());
-    auto n = h(std::string_view(buf.data(), request.size()), std::span<char>(buf.data(), buf.size()), [] { return false; });
+    auto n = h(std::string_view(buf.data(), request.size()), std::span<char>(buf.data(), buf.size()), [] { return false; },
+               absl::InfiniteFuture());
     if (!n.ok()) return n.status();
     return buf.substr(0, *n);
   }

@@ -444,5 +444,55 @@ TEST(ValueRangeRandom, BoundsHoldEveryValue) {
   }
 }
 
+// may_wrap is what the bounds proof trusts to reason about exact integers: wherever an
+// op's wrapped result differs from its exact one at some point, it must say so.
+TEST(ValueRangeRandom, MayWrapHoldsWhereverTheExactResultLeavesTheDtype) {
+  const DType kTypes[] = {dtypes::int32, dtypes::int8, dtypes::uint8, dtypes::index, dtypes::int16};
+  int wrapped = 0;
+  for (int i = 0; i < 3000; ++i) {
+    uint64_t seed = 0x3a70000 + i;
+    Graph g;
+    testing::ExprGen gen(g, seed);
+    DType t = kTypes[i % std::size(kTypes)];
+    const UOp* e = i % 2 ? gen.gen_index_math(t, 3) : gen.gen(t, 3);
+    ValueRange vr;
+    auto ls = testing::leaves(e);
+    auto nodes = toposort(e);
+    auto exact = [](const ConstValue& v) {
+      return v.kind() == ConstValue::Kind::UInt ? static_cast<__int128>(v.as_uint()) : static_cast<__int128>(v.to_int());
+    };
+    for (int p = 0; p < 16; ++p) {
+      Env env = testing::random_env(gen.rng(), ls);
+      for (const UOp* n : nodes) {
+        if (!ValueRange::bounded(n->dtype()) || n->dtype().is_bool() || n->num_src() == 0) continue;
+        std::vector<__int128> a;
+        bool all = true;
+        for (const UOp* s : n->src()) {
+          auto v = eval_expr(s, env);
+          all = all && v && v->kind() != ConstValue::Kind::Float;
+          if (all) a.push_back(exact(*v));
+        }
+        auto v = eval_expr(n, env);
+        if (!all || !v) continue;
+        std::optional<__int128> want;
+        switch (n->op()) {
+          case Op::ADD: want = a[0] + a[1]; break;
+          case Op::SUB: want = a[0] - a[1]; break;
+          case Op::MUL: want = a[0] * a[1]; break;
+          case Op::NEG: want = -a[0]; break;
+          case Op::IDIV: want = a[1] == 0 ? 0 : a[0] / a[1]; break;
+          case Op::SHL: want = a[0] * (__int128{1} << (static_cast<uint64_t>(a[1]) % scalar_bits(n->dtype().scalar))); break;
+          case Op::CAST: want = a[0]; break;
+          default: break;
+        }
+        if (!want || *want == exact(*v)) continue;
+        ++wrapped;
+        ASSERT_TRUE(vr.may_wrap(n)) << "seed " << seed << ": " << expr_str(n) << " wraps to " << v->str();
+      }
+    }
+  }
+  EXPECT_GT(wrapped, 100);  // the test saw wrapping, so it could fail
+}
+
 }  // namespace
 }  // namespace uop
