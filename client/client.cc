@@ -391,6 +391,9 @@ absl::StatusOr<Stats> Client::stats() {
   out.sessions = r.sessions();
   out.buffers = r.buffers();
   out.buffer_bytes = r.buffer_bytes();
+  out.compile_queue_depth = r.compile_queue_depth();
+  out.compile_tasks_running = r.compile_tasks_running();
+  out.compiles_in_progress = r.compiles_in_progress();
   out.compiler_build_id = r.compiler_build_id();
   for (const pb::WorkerStatus& w : r.workers())
     out.workers.push_back({w.id(), w.device(), w.address(), w.state(), w.pid(), w.restarts(), w.last_error()});

@@ -123,6 +123,9 @@ struct Stats {
   // Execute calls uopd made to workers: through shared memory (embedded workers) / gRPC.
   uint64_t worker_executes_lane = 0, worker_executes_grpc = 0;
   uint64_t sessions = 0, buffers = 0, buffer_bytes = 0;
+  // The compile pool (the caller's tenant's share with tokens): tasks waiting, tasks
+  // running, requests holding a compile slot.
+  uint64_t compile_queue_depth = 0, compile_tasks_running = 0, compiles_in_progress = 0;
   std::vector<WorkerStatus> workers;
   std::string compiler_build_id;
 };

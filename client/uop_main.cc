@@ -361,6 +361,8 @@ int cmd_stats(Context& c) {
             << s->cache_hits_redis << " redis; misses " << s->cache_misses << "; coalesced " << s->cache_coalesced
             << "; errors " << s->cache_errors << "\n"
             << "plan cache: hits " << s->plan_cache_hits << ", misses " << s->plan_cache_misses << "\n"
+            << "compile pool: " << s->compile_tasks_running << " running, " << s->compile_queue_depth << " waiting; "
+            << s->compiles_in_progress << " requests compiling\n"
             << "workers: " << s->workers.size() << "\n";
   for (const client::WorkerStatus& w : s->workers) {
     std::cout << "  " << w.id << "  " << w.device << "  " << w.state;

@@ -45,8 +45,28 @@ const std::vector<StageInfo>& pipeline_stages() {
 
 namespace {
 
-void trace(const PipelineOptions& o, std::string_view stage, std::string_view kernel, const UOp* ir) {
+// What happens after every stage: its output traced, then the checks a caller asked for
+// (its deadline, whether anyone still waits), the graph's size and, for a kernel's stages
+// (`kernel` named), the kernel's.
+absl::Status after(Graph& g, const PipelineOptions& o, std::string_view stage, std::string_view kernel, const UOp* ir) {
   if (o.trace) o.trace(stage, kernel, ir);
+  if (o.keep_going)
+    if (absl::Status s = o.keep_going(); !s.ok()) return s;
+  if (o.limits.graph_nodes != 0 && g.size() > o.limits.graph_nodes)
+    return absl::ResourceExhaustedError(cat("stage ", stage, " grew the graph to ", g.size(), " nodes, over the limit of ",
+                                            o.limits.graph_nodes, " (", o.limits.graph_nodes_name, ")"));
+  if (!kernel.empty()) return check_kernel_ops(ir, o.limits, kernel, stage);
+  return absl::OkStatus();
+}
+
+// Every rewrite on `g` from here on stops once the graph passes the limit.
+absl::Status bound_graph(Graph& g, const PipelineOptions& o) {
+  if (o.limits.graph_nodes == 0) return absl::OkStatus();
+  g.set_node_limit(o.limits.graph_nodes, o.limits.graph_nodes_name);
+  if (g.size() > o.limits.graph_nodes)
+    return absl::ResourceExhaustedError(cat("the graph holds ", g.size(), " nodes already, over the limit of ",
+                                            o.limits.graph_nodes, " (", o.limits.graph_nodes_name, ")"));
+  return absl::OkStatus();
 }
 
 // The stages every backend runs after its own optimizer: upcasts expanded, reductions
@@ -55,24 +75,25 @@ absl::StatusOr<const UOp*> expand_and_reduce(Graph& g, const UOp* kernel, const 
                                              std::string_view name) {
   auto k = expand_upcasts(g, kernel);
   if (!k.ok()) return k.status();
-  trace(opts, "expand", name, *k);
+  if (absl::Status s = after(g, opts, "expand", name, *k); !s.ok()) return s;
   k = lower_reduce(g, *k);
   if (k.ok()) k = simplify(g, *k);
   if (!k.ok()) return k.status();
-  trace(opts, "lower_reduce", name, *k);
+  if (absl::Status s = after(g, opts, "lower_reduce", name, *k); !s.ok()) return s;
   return k;
 }
 
 // The last stages of every backend: every memory access of the kernel proven inside its
 // buffer, then the same IR linearized. Nothing runs between the proof and linearize
-// (which only orders), so what is rendered is what was proven.
+// (which only orders; the checks after the bounds stage only look), so what is rendered
+// is what was proven.
 absl::StatusOr<const UOp*> check_and_linearize(Graph& g, const UOp* kernel, const PipelineOptions& opts,
                                                std::string_view name) {
   if (absl::Status s = check_bounds(g, kernel); !s.ok()) return s;
-  trace(opts, "bounds", name, kernel);
+  if (absl::Status s = after(g, opts, "bounds", name, kernel); !s.ok()) return s;
   auto k = linearize(g, kernel);
   if (!k.ok()) return k.status();
-  trace(opts, "linearize", name, *k);
+  if (absl::Status s = after(g, opts, "linearize", name, *k); !s.ok()) return s;
   return k;
 }
 
@@ -104,10 +125,10 @@ absl::StatusOr<Plan> plan_kernel(Graph& g, const UOp* root, const PipelineOption
   plan.kernel_level = true;
   auto body = normalize(g, root);
   if (!body.ok()) return body.status();
-  trace(opts, "normalize", "kernel", *body);
   KernelPlan kp;
   const auto* info = root->arg_if<KernelInfoArg>();
   kp.name = info && !info->name.empty() ? info->name : "kernel";
+  if (absl::Status s = after(g, opts, "normalize", kp.name, *body); !s.ok()) return s;
   kp.kernel = *body;
   for (const UOp* u : toposort(*body))
     if (u->op() == Op::PARAM) kp.buffers.push_back(u);
@@ -129,14 +150,30 @@ absl::StatusOr<Plan> plan_kernel(Graph& g, const UOp* root, const PipelineOption
 
 }  // namespace
 
+size_t kernel_ops(const UOp* kernel) {
+  size_t ops = 0;
+  for (const UOp* u : toposort(kernel)) ops += (std::max<size_t>(u->dtype().count, 1) + 15) / 16;
+  return ops;
+}
+
+absl::Status check_kernel_ops(const UOp* kernel, const PipelineLimits& limits, std::string_view name,
+                              std::string_view stage) {
+  if (limits.kernel_ops == 0) return absl::OkStatus();
+  size_t ops = kernel_ops(kernel);
+  if (ops <= limits.kernel_ops) return absl::OkStatus();
+  return absl::ResourceExhaustedError(cat("kernel ", name, " has ", ops, " ops after stage ", stage, ", over the limit of ",
+                                          limits.kernel_ops, " (", limits.kernel_ops_name, "): split the graph (CONTIGUOUS) into smaller kernels"));
+}
+
 absl::StatusOr<Plan> plan_graph(Graph& g, const UOp* root, const PipelineOptions& opts) {
   VerifyOptions vo;
   vo.allow_custom = opts.allow_custom;
   vo.index = opts.index;
   Stage stage = detect_stage(root);
   vo.stage = stage;
+  if (absl::Status s = bound_graph(g, opts); !s.ok()) return s;
   if (absl::Status s = verify(g, root, vo); !s.ok()) return s;
-  trace(opts, "verify", "", root);
+  if (absl::Status s = after(g, opts, "verify", "", root); !s.ok()) return s;
   if (stage == Stage::Kernel) return plan_kernel(g, root, opts);
   if (stage != Stage::Tensor)
     return absl::InvalidArgumentError("plan: a graph must be tensor level (a SINK of outputs) or one kernel");
@@ -144,14 +181,15 @@ absl::StatusOr<Plan> plan_graph(Graph& g, const UOp* root, const PipelineOptions
   ShapeInference shapes(g);
   auto lowered = lower_multi(g, root, shapes);
   if (!lowered.ok()) return lowered.status();
-  if (lowered->sink != root) trace(opts, "multi", "", lowered->sink);
+  if (lowered->sink != root)
+    if (absl::Status s = after(g, opts, "multi", "", lowered->sink); !s.ok()) return s;
   const UOp* sink = lowered->sink;
   auto r = rangeify(g, sink, shapes);
   if (!r.ok()) return r.status();
-  trace(opts, "rangeify", "", r->sink);
+  if (absl::Status s = after(g, opts, "rangeify", "", r->sink); !s.ok()) return s;
   auto sched = split_kernels(g, *r, opts.device);
   if (!sched.ok()) return sched.status();
-  trace(opts, "split_kernels", "", sched->root);
+  if (absl::Status s = after(g, opts, "split_kernels", "", sched->root); !s.ok()) return s;
 
   Plan plan;
   for (const UOp* out : sink->src()) {
@@ -188,7 +226,7 @@ absl::StatusOr<Plan> plan_graph(Graph& g, const UOp* root, const PipelineOptions
     auto body = drop_unit_ranges(g, kc.body);
     if (body.ok()) body = simplify(g, *body);
     if (!body.ok()) return body.status();
-    trace(opts, "symbolic", kp.name, *body);
+    if (absl::Status s = after(g, opts, "symbolic", kp.name, *body); !s.ok()) return s;
     if ((*body)->num_src() == 0) continue;  // every loop of it is empty: nothing to run
     // normalize numbers buffers by first use in this body (simplification may have
     // dropped one the split kernel named): bind the slots the same way.
@@ -196,7 +234,7 @@ absl::StatusOr<Plan> plan_graph(Graph& g, const UOp* root, const PipelineOptions
       if (u->op() == Op::BUFFER) kp.buffers.push_back(u);
     body = normalize(g, *body);
     if (!body.ok()) return body.status();
-    trace(opts, "normalize", kp.name, *body);
+    if (absl::Status s = after(g, opts, "normalize", kp.name, *body); !s.ok()) return s;
     kp.kernel = *body;
     plan.steps.push_back({PlanStep::Kind::Kernel, plan.kernels.size()});
     plan.kernels.push_back(std::move(kp));
@@ -206,11 +244,13 @@ absl::StatusOr<Plan> plan_graph(Graph& g, const UOp* root, const PipelineOptions
 
 absl::StatusOr<const UOp*> lower_for_cpu(Graph& g, const UOp* kernel, const PipelineOptions& opts,
                                          std::string_view name) {
+  if (absl::Status s = bound_graph(g, opts); !s.ok()) return s;
+  if (absl::Status s = check_kernel_ops(kernel, opts.limits, name, "normalize"); !s.ok()) return s;
   OptimizeOptions oo;
   oo.vector_bits = opts.vector_bits;
   auto k = optimize_cpu(g, kernel, oo);
   if (!k.ok()) return k.status();
-  trace(opts, "optimize", name, *k);
+  if (absl::Status s = after(g, opts, "optimize", name, *k); !s.ok()) return s;
   k = expand_and_reduce(g, *k, opts, name);
   if (!k.ok()) return k.status();
   return check_and_linearize(g, *k, opts, name);
@@ -218,20 +258,22 @@ absl::StatusOr<const UOp*> lower_for_cpu(Graph& g, const UOp* kernel, const Pipe
 
 absl::StatusOr<const UOp*> lower_for_cuda(Graph& g, const UOp* kernel, const PipelineOptions& opts,
                                           std::string_view name, const GpuLowerOptions& gpu) {
+  if (absl::Status s = bound_graph(g, opts); !s.ok()) return s;
+  if (absl::Status s = check_kernel_ops(kernel, opts.limits, name, "normalize"); !s.ok()) return s;
   GpuOptimizeOptions oo;
   oo.sm = gpu.sm;
   oo.tensor_cores = gpu.tensor_cores;
   oo.max_threads = gpu.max_threads;
   auto k = optimize_gpu(g, kernel, oo);
   if (!k.ok()) return k.status();
-  trace(opts, "optimize", name, *k);
+  if (absl::Status s = after(g, opts, "optimize", name, *k); !s.ok()) return s;
   k = group_reduce(g, *k);
   if (k.ok()) k = expand_and_reduce(g, *k, opts, name);
   if (!k.ok()) return k.status();
   k = map_gpu_dims(g, *k, gpu.max_threads);
   if (k.ok()) k = simplify(g, *k);
   if (!k.ok()) return k.status();
-  trace(opts, "gpu_dims", name, *k);
+  if (absl::Status s = after(g, opts, "gpu_dims", name, *k); !s.ok()) return s;
   return check_and_linearize(g, *k, opts, name);
 }
 

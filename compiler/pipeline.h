@@ -23,6 +23,20 @@ struct StageInfo {
 // Every stage, in order.
 const std::vector<StageInfo>& pipeline_stages();
 
+// Bounds for graphs from the network; 0 is none. A refusal is RESOURCE_EXHAUSTED naming
+// the kernel and the limit, as the names here spell it (the scheduler's flags).
+struct PipelineLimits {
+  // One kernel's size (kernel_ops below), as planned, after each lowering stage and as
+  // LINEAR: a kernel too big for the code generator is refused before it gets there.
+  size_t kernel_ops = 0;
+  std::string kernel_ops_name = "kernel_ops";
+  // Nodes the Graph may hold while planning or lowering on it (Graph::set_node_limit,
+  // checked inside every rewrite), so what a stage makes of a small graph costs bounded
+  // memory and time.
+  size_t graph_nodes = 0;
+  std::string graph_nodes_name = "graph_nodes";
+};
+
 struct PipelineOptions {
   std::string device = "CPU:0";
   bool allow_custom = false;   // CUSTOM / CUSTOMI / CUSTOM_FUNCTION
@@ -31,7 +45,21 @@ struct PipelineOptions {
   // Each stage's output. `kernel` names the kernel for per-kernel stages, empty for
   // stages over the whole graph.
   std::function<void(std::string_view stage, std::string_view kernel, const UOp* ir)> trace;
+  PipelineLimits limits;
+  // Asked after every stage (after its trace; for each kernel, after each per-kernel
+  // stage): a non-OK status stops the pipeline with it. The scheduler's says DEADLINE_EXCEEDED once the
+  // request's deadline has passed and CANCELLED once no request waits for the result.
+  std::function<absl::Status()> keep_going;
 };
+
+// A kernel's size as the code generators see it: its ops, a vector op counted once per 16
+// lanes (what a 512-bit register holds of 32-bit values), so that a wide vector counts for
+// the machine code it becomes. LLVM's time grows faster than linearly in it.
+size_t kernel_ops(const UOp* kernel);
+// RESOURCE_EXHAUSTED naming the kernel, the stage and the limit when `kernel` is over
+// limits.kernel_ops; OK otherwise (and without a limit).
+absl::Status check_kernel_ops(const UOp* kernel, const PipelineLimits& limits, std::string_view name,
+                              std::string_view stage);
 
 struct KernelPlan {
   std::string name;

@@ -55,7 +55,7 @@ namespace uop::server {
 struct TenantQuota {
   uint64_t max_bytes = 0;      // buffer bytes held across all its sessions; 0: no limit
   uint64_t max_sessions = 0;   // open sessions; 0: no limit
-  uint64_t max_compiles = 0;   // Compile / Run requests planning or compiling at once
+  uint64_t max_compiles = 0;   // Compile / Run / Explain requests planning or compiling at once
   double requests_per_second = 0;  // token bucket refill rate; 0: no limit
   double burst = 0;                // bucket size
 };

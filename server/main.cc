@@ -103,7 +103,12 @@ under $XDG_CACHE_HOME/uopd (or ~/.cache/uopd), serve metrics on 127.0.0.1:9464.
   --metrics-listen=HOST:PORT  Prometheus /metrics; empty: none       [127.0.0.1:9464]
                               an operator port: it takes no credential
   --metrics-tenant-labels     also export per-tenant series (tenant names as labels)
-  --compile-threads=N         compiles in parallel (apart from RPC threads)       [2]
+  --compile-threads=N         compiles in parallel (apart from RPC threads), shared
+                              round robin between tenants, then client connections [2]
+  --max-kernel-ops=N          ops in one kernel (a vector op counted per 16 lanes);
+                              a bigger one is refused before LLVM / NVRTC     [16384]
+  --max-plan-nodes=N          nodes planning one graph, or lowering one kernel, may
+                              make; past it the request is refused          [2000000]
   --max-nodes=N               nodes per graph, counted before a request is parsed
                                                                           [1000000]
   --max-request-bytes=N       one request's size                          [256 MiB]
@@ -159,6 +164,7 @@ struct Flags {
       {"cache-key-file", ""}, {"redis-user", ""}, {"redis-password-file", ""}, {"redis-tls", "false"}, {"redis-tls-ca", ""},
       {"redis-tls-cert", ""}, {"redis-tls-key", ""}, {"redis-tls-server-name", ""},
       {"metrics-listen", "127.0.0.1:9464"}, {"compile-threads", "2"}, {"max-nodes", "1000000"},
+      {"max-kernel-ops", "16384"}, {"max-plan-nodes", "2000000"},
       {"max-request-bytes", "268435456"}, {"session-bytes", "<default>"}, {"session-idle-timeout-s", "600"},
       {"request-deadline-s", "300"}, {"allow-custom", "false"},
       {"max-request-memory", "1073741824"}, {"max-inflight-bytes", "<default>"}, {"max-inline-output-bytes", "67108864"},
@@ -187,7 +193,7 @@ bool parse(int argc, char** argv, Flags* f, std::string* err) {
     f->v[name] = value;
   }
   for (const char* k : {"workers", "cuda-workers", "worker-threads", "disk-cache-bytes", "memory-cache-bytes", "redis-timeout-ms",
-                        "compile-threads", "max-nodes", "max-request-bytes", "session-bytes",
+                        "compile-threads", "max-nodes", "max-kernel-ops", "max-plan-nodes", "max-request-bytes", "session-bytes",
                         "session-idle-timeout-s", "request-deadline-s", "collective-timeout-ms", "max-tenant-workers",
                         "tenant-worker-idle-s", "max-request-memory",
                         "max-inflight-bytes", "max-inline-output-bytes", "session-buffers", "max-sessions",
@@ -242,7 +248,10 @@ std::vector<SampledFamily> sample(CompileCache& cache, WorkerPool& pool, Planner
   out.push_back({"uopd_compiles_total", "kernels compiled by this server", true, {{{}, double(cache.computes())}}});
   out.push_back({"uopd_compiles_coalesced_total", "requests that waited for a compile already running", true, {{{}, double(cache.coalesced())}}});
   out.push_back({"uopd_plan_cache_hits_total", "graphs whose plan was cached", true, {{{}, double(planner.plan_hits())}}});
-  out.push_back({"uopd_compile_queue_depth", "kernels waiting for a compile thread", false, {{{}, double(planner.compile_queue_depth())}}});
+  out.push_back({"uopd_compile_queue_depth", "planning and compile tasks waiting for a compile thread", false, {{{}, double(planner.compile_queue_depth())}}});
+  out.push_back({"uopd_compile_tasks_running", "planning and compile tasks on the compile threads", false, {{{}, double(planner.compile_tasks_running())}}});
+  out.push_back({"uopd_compile_tasks_abandoned_total", "planning and compile tasks given up because no request waited for them any more (client gone, deadline passed)",
+                 true, {{{}, double(planner.tasks_abandoned())}}});
   double up = 0;
   SampledFamily restarts{"uopd_worker_restarts_total", "worker restarts by device", true, {}};
   std::map<std::string, double> restarts_by_device;  // with tenant isolation a device has several processes
@@ -523,6 +532,8 @@ int run(int argc, char** argv) {
 
   PlannerOptions po;
   po.compile_threads = static_cast<int>(std::max<int64_t>(f.num("compile-threads"), 1));
+  po.max_kernel_ops = f.num("max-kernel-ops");
+  po.max_plan_nodes = f.num("max-plan-nodes");
   po.allow_custom = f.v["allow-custom"] == "true";
   po.keep_source = true;
   if (auto arch = CudaTarget::parse(f.v["cuda-arch"]); !arch.ok()) {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <future>
 
+#include "compiler/codegen/cuda.h"
 #include "compiler/ir/digest.h"
 #include "compiler/pipeline.h"
 #include "compiler/support/strings.h"
@@ -16,7 +17,23 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// A compile that stopped because nobody waits for it any more.
+bool is_stop(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kCancelled || s.code() == absl::StatusCode::kDeadlineExceeded;
+}
+
 }  // namespace
+
+PipelineOptions Planner::pipeline_options() const {
+  PipelineOptions po;
+  po.allow_custom = opts_.allow_custom;
+  po.vector_bits = vector_bits_;
+  po.limits.kernel_ops = opts_.max_kernel_ops;
+  po.limits.kernel_ops_name = "--max-kernel-ops";
+  po.limits.graph_nodes = opts_.max_plan_nodes;
+  po.limits.graph_nodes_name = "--max-plan-nodes";
+  return po;
+}
 
 Planner::Planner(PlannerOptions opts, CompileCache* cache, CpuTarget target)
     : opts_(std::move(opts)),
@@ -35,9 +52,9 @@ std::string Planner::cache_key(const Digest& kernel, std::string_view cache_name
   return sha256(material).hex();
 }
 
-absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan(const DecodedGraph& g, bool* cached,
-                                                         std::string_view cache_namespace) {
-  Digest digest = g.root->digest();  // computes every digest below the root, once, here
+absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan(std::shared_ptr<const DecodedGraph> g, bool* cached,
+                                                         std::string_view cache_namespace, const Requester& who) {
+  Digest digest = g->root->digest();  // computes every digest below the root, once, here
   std::pair<std::string, Digest> key(std::string(cache_namespace), digest);
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -53,11 +70,25 @@ absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan(const DecodedGraph& g,
     ++misses_;
   }
   *cached = false;
+  auto planned = to_pool<std::shared_ptr<const Plan>>(
+      who, "planning", [this, g, digest, key](const std::function<absl::Status()>& keep_going)
+                           -> absl::StatusOr<std::shared_ptr<const Plan>> {
+        auto plan = plan_now(*g, digest, keep_going);
+        if (!plan.ok()) return plan.status();
+        std::lock_guard<std::mutex> l(mu_);
+        lru_.emplace_back(key, *plan);
+        while (lru_.size() > opts_.plan_cache_entries) lru_.erase(lru_.begin());
+        return plan;
+      });
+  return planned.wait(who.gone);
+}
+
+absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan_now(const DecodedGraph& g, const Digest& digest,
+                                                              const std::function<absl::Status()>& keep_going) {
   auto t0 = std::chrono::steady_clock::now();
-  PipelineOptions po;
-  po.allow_custom = opts_.allow_custom;
+  PipelineOptions po = pipeline_options();
   po.index = &g.index;
-  po.vector_bits = vector_bits_;
+  po.keep_going = keep_going;
   auto p = plan_graph(*g.graph, g.root, po);
   if (!p.ok()) return p.status();
 
@@ -122,43 +153,42 @@ absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan(const DecodedGraph& g,
       plan->outputs.push_back({p->outputs[i]->dtype().scalar, p->output_shapes[i], buffer(p->outputs[i], PlannedBuffer::Role::Output)});
   }
   plan->plan_ms = ms_since(t0);
-
-  std::lock_guard<std::mutex> l(mu_);
-  lru_.emplace_back(std::move(key), plan);
-  while (lru_.size() > opts_.plan_cache_entries) lru_.erase(lru_.begin());
   return std::shared_ptr<const Plan>(plan);
 }
 
-absl::StatusOr<CompiledKernel> Planner::compile_one(const PlannedKernel& k, std::string_view cache_namespace) {
-  std::string key = cache_key(k.digest, cache_namespace);
-  bool compiled_here = false;
-  double compile_ms = 0;
-  auto result = cache_->get_or_compute(key, [&]() -> absl::StatusOr<std::string> {
-    auto t0 = std::chrono::steady_clock::now();
-    auto g = decode_binary(k.encoded);  // a private Graph: compiles run on several threads
-    if (!g.ok()) return absl::InternalError(cat("planner: cannot decode kernel ", k.name, ": ", g.status().message()));
-    PipelineOptions po;
-    po.vector_bits = vector_bits_;
-    auto linear = lower_for_cpu(*g->graph, g->root, po, k.name);
-    if (!linear.ok()) return linear.status();
-    auto art = compile_cpu(*linear, target_, CpuCompileOptions{2, opts_.keep_source});
-    if (!art.ok()) return art.status();
-    uopd::v1::Artifact a;
-    a.set_key(key);
-    a.set_kernel_digest(k.digest.hex());
-    a.set_name(k.name);
-    a.set_target(target_.id());
-    a.set_build_id(compiler_build_id());
-    a.set_abi(art->abi.serialize());
-    a.set_object(art->object);
-    a.set_source(art->ir_text);
-    compile_ms = ms_since(t0);
-    a.set_compile_ms(compile_ms);
-    compiled_here = true;
-    return a.SerializeAsString();
-  }, entry_check(k, key, target_.id()));
-  if (!result.ok()) return result.status();
-  return kernel_from_entry(k, key, target_.id(), *result, compiled_here ? std::optional<double>(compile_ms) : std::nullopt);
+PipelineOptions Planner::compile_options(const PlannedKernel& k, const std::function<bool()>& wanted) const {
+  PipelineOptions po = pipeline_options();
+  po.keep_going = [&k, &wanted]() -> absl::Status {
+    if (wanted()) return absl::OkStatus();
+    return absl::CancelledError(cat("the compile of kernel ", k.name, " was abandoned: no request waits for it any more"));
+  };
+  return po;
+}
+
+absl::StatusOr<std::string> Planner::build_cpu(const PlannedKernel& k, const std::string& key,
+                                               const std::function<bool()>& wanted) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto g = decode_binary(k.encoded);  // a private Graph: compiles run on several threads
+  if (!g.ok()) return absl::InternalError(cat("planner: cannot decode kernel ", k.name, ": ", g.status().message()));
+  PipelineOptions po = compile_options(k, wanted);
+  auto linear = lower_for_cpu(*g->graph, g->root, po, k.name);
+  if (!linear.ok()) return linear.status();
+  // The last look before LLVM, which cannot be stopped once started: its time is bounded
+  // by the size of the LINEAR, which lower_for_cpu has just checked.
+  if (absl::Status s = po.keep_going(); !s.ok()) return s;
+  auto art = compile_cpu(*linear, target_, CpuCompileOptions{2, opts_.keep_source});
+  if (!art.ok()) return art.status();
+  uopd::v1::Artifact a;
+  a.set_key(key);
+  a.set_kernel_digest(k.digest.hex());
+  a.set_name(k.name);
+  a.set_target(target_.id());
+  a.set_build_id(compiler_build_id());
+  a.set_abi(art->abi.serialize());
+  a.set_object(art->object);
+  a.set_source(art->ir_text);
+  a.set_compile_ms(ms_since(t0));
+  return a.SerializeAsString();
 }
 
 namespace {
@@ -174,7 +204,7 @@ absl::Status parse_artifact(const PlannedKernel& k, const std::string& key, cons
 }  // namespace
 
 CompileCache::Verifier Planner::entry_check(const PlannedKernel& k, const std::string& key, const std::string& target_id) {
-  return [&k, key, target_id](std::string_view value) {
+  return [k, key, target_id](std::string_view value) {
     uopd::v1::Artifact a;
     return parse_artifact(k, key, target_id, value, &a);
   };
@@ -200,47 +230,63 @@ absl::StatusOr<CompiledKernel> Planner::kernel_from_entry(const PlannedKernel& k
   return ck;
 }
 
-absl::StatusOr<std::vector<CompiledKernel>> Planner::compile(const Plan& plan, std::string_view cache_namespace) {
-  return compile_per_kernel(plan, std::vector<std::string>(plan.kernels.size()), cache_namespace);
+absl::StatusOr<std::vector<CompiledKernel>> Planner::compile(const Plan& plan, std::string_view cache_namespace,
+                                                             const Requester& who) {
+  return compile_per_kernel(plan, std::vector<std::string>(plan.kernels.size()), cache_namespace, who);
 }
 
 absl::StatusOr<std::vector<CompiledKernel>> Planner::compile_per_kernel(const Plan& plan,
                                                                         const std::vector<std::string>& arch_per_kernel,
-                                                                        std::string_view cache_namespace) {
+                                                                        std::string_view cache_namespace,
+                                                                        const Requester& who) {
   if (arch_per_kernel.size() != plan.kernels.size())
     return absl::InternalError(cat("planner: ", arch_per_kernel.size(), " targets for ", plan.kernels.size(), " kernels"));
-  // One compile per (kernel, target), all queued at once.
+  // One lookup per (kernel, target), all started before any is waited for: the misses
+  // are compiled on the pool at once (in this requester's turns), hits are answered here.
+  // A compile is the cache's compute for its key, so it is shared by every request that
+  // wants the key while it runs; it owns what it needs (it may outlive this request).
+  CompileCache::Runner on_pool = [this, owner = who.owner](std::function<void()> work) {
+    compiles_.submit(owner, std::move(work));
+  };
   absl::flat_hash_map<std::pair<Digest, std::string>, size_t> first;
   std::vector<size_t> which(plan.kernels.size());
-  // A CPU kernel in the memory tier is answered here, on the caller's thread: a cached Run
-  // should not wait for a pool thread to wake. Everything else goes to the compile pool.
-  std::vector<absl::StatusOr<CompiledKernel>> done;
-  std::vector<std::pair<size_t, std::future<absl::StatusOr<CompiledKernel>>>> futures;
+  std::vector<CompileCache::Lookup> lookups;
+  std::vector<size_t> kernel_of;  // the first kernel of each lookup
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
     const PlannedKernel& k = plan.kernels[i];
     const std::string& arch = arch_per_kernel[i];
-    auto [it, fresh] = first.emplace(std::make_pair(k.digest, arch), done.size());
+    auto [it, fresh] = first.emplace(std::make_pair(k.digest, arch), lookups.size());
     which[i] = it->second;
     if (!fresh) continue;
-    if (arch.empty()) {
-      std::string key = cache_key(k.digest, cache_namespace);
-      if (std::optional<CacheResult> hit = cache_->get_fast(key, entry_check(k, key, target_.id()))) {
-        done.push_back(kernel_from_entry(k, key, target_.id(), *hit, std::nullopt));
-        continue;
-      }
+    if (!arch.empty())
+      if (auto t = CudaTarget::parse(arch); !t.ok()) return t.status();
+    std::string key = arch.empty() ? cache_key(k.digest, cache_namespace) : cuda_cache_key(k.digest, arch, cache_namespace);
+    std::string target_id = arch.empty() ? target_.id() : CudaTarget::parse(arch)->id();
+    CompileCache::Compute compute = [this, k, arch, key](const std::function<bool()>& wanted) {
+      return arch.empty() ? build_cpu(k, key, wanted) : build_cuda(k, arch, key, wanted);
+    };
+    lookups.push_back(cache_->start(key, std::move(compute), on_pool, who.deadline, entry_check(k, key, target_id)));
+    kernel_of.push_back(i);
+  }
+  std::vector<CompiledKernel> done;
+  for (size_t j = 0; j < lookups.size(); ++j) {
+    const PlannedKernel& k = plan.kernels[kernel_of[j]];
+    const std::string& arch = arch_per_kernel[kernel_of[j]];
+    auto entry = cache_->finish(lookups[j], who.gone);
+    // Returning drops the other lookups: compiles that only this request wanted are
+    // abandoned at their next stage.
+    if (!entry.ok()) {
+      if (is_stop(entry.status())) return absl::Status(entry.status().code(), cat("kernel ", k.name, ": ", entry.status().message()));
+      return entry.status();
     }
-    done.push_back(absl::UnknownError("not compiled"));
-    futures.emplace_back(done.size() - 1, compiles_.submit([this, &k, &arch, cache_namespace] {
-      return arch.empty() ? compile_one(k, cache_namespace) : compile_one_cuda(k, arch, cache_namespace);
-    }));
+    std::string key = arch.empty() ? cache_key(k.digest, cache_namespace) : cuda_cache_key(k.digest, arch, cache_namespace);
+    std::string target_id = arch.empty() ? target_.id() : CudaTarget::parse(arch)->id();
+    auto ck = kernel_from_entry(k, key, target_id, *entry, std::nullopt);
+    if (!ck.ok()) return ck.status();
+    done.push_back(*std::move(ck));
   }
-  for (auto& [index, f] : futures) done[index] = f.get();
   std::vector<CompiledKernel> out;
-  for (size_t i = 0; i < plan.kernels.size(); ++i) {
-    auto& r = done[which[i]];
-    if (!r.ok()) return r.status();
-    out.push_back(*r);
-  }
+  for (size_t i = 0; i < plan.kernels.size(); ++i) out.push_back(done[which[i]]);
   return out;
 }
 
@@ -252,6 +298,5 @@ uint64_t Planner::plan_misses() const {
   std::lock_guard<std::mutex> l(mu_);
   return misses_;
 }
-uint64_t Planner::compile_queue_depth() const { return compiles_.depth(); }
 
 }  // namespace uop::server

@@ -1,7 +1,17 @@
 // The planner: a decoded graph -> an immutable Plan (kernels in execution order, the
 // buffers they bind, the outputs' shapes), cached by the graph's digest so a repeated
 // graph skips lowering; and the compile step: each kernel of a plan, compiled once per
-// cache key through the tiered compile cache on a thread pool apart from the RPC threads.
+// cache key through the tiered compile cache. Planning, compiling and explaining all run
+// on the compile pool (task_queue.h), apart from the RPC threads, shared fairly between
+// tenants and clients; the RPC thread waits, and stops waiting when its request's
+// deadline passes or its client goes away.
+//
+// Bounded work: every stage is checked (compiler/pipeline.h keep_going) against the
+// request's deadline and against whether anyone still waits (a compile shared by several
+// requests goes on while one of them waits); a kernel over --max-kernel-ops is refused
+// before LLVM or NVRTC sees it, and planning or lowering that grows a graph past
+// --max-plan-nodes stops. LLVM itself cannot be interrupted: its time is bounded by the
+// size of what it is given, which is why the kernel bound comes before it.
 //
 // A Plan holds no UOp pointers: kernels travel as encoded graphs and inputs are named by
 // their node's digest, so a cached plan is shared by concurrent requests whose graphs have
@@ -12,15 +22,18 @@
 #include <memory>
 #include <atomic>
 #include <mutex>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "compiler/codegen/abi.h"
 #include "compiler/codegen/llvm_cpu.h"
 #include "compiler/ir/codec.h"
+#include "compiler/pipeline.h"
 #include "server/cache/compile_cache.h"
 #include "server/task_queue.h"
 
@@ -103,9 +116,33 @@ struct CompiledKernel {
   double compile_ms = 0;
 };
 
+// Who planning or compiling is for, and until when: the compile pool's queue its tasks
+// wait in, the request's deadline, and `gone` (ServerContext::IsCancelled), which says its
+// client went away; it is asked only on the requesting thread, while that thread waits.
+struct Requester {
+  TaskOwner owner;
+  absl::Time deadline = absl::InfiniteFuture();
+  std::function<bool()> gone;
+};
+
+// One stage's output for Explain: the stage, the kernel (per-kernel stages) and the IR.
+struct ExplainedStage {
+  std::string name, kernel, text;
+};
+struct ExplainOptions {
+  std::string only;       // one stage's outputs only; empty: every stage
+  std::string cuda_arch;  // lower, render and compile for this GPU ("sm_90"); empty: the CPU
+};
+
 struct PlannerOptions {
   size_t plan_cache_entries = 1024;
   int compile_threads = 2;
+  // Bounds on the work one request can cause (compiler/pipeline.h PipelineLimits); 0 is
+  // none. The largest kernels of the conformance models (bidirectional LSTM and GRU as
+  // torch exports them) have ~12,400 ops and take LLVM seconds; a 120,000-op kernel takes
+  // it many minutes. Every model's planning stays far below the node bound.
+  size_t max_kernel_ops = 16384;      // one kernel, before LLVM / NVRTC
+  size_t max_plan_nodes = 2'000'000;  // the graph while planning it, or one kernel while lowering it
   bool allow_custom = false;
   bool keep_source = false;  // store LLVM IR with each artifact (for `include_source`)
   // The CUDA arch kernels are compiled for when a request names none (a Compile or Explain
@@ -118,19 +155,24 @@ class Planner {
   Planner(PlannerOptions opts, CompileCache* cache, CpuTarget target);
 
   // The plan of a decoded (not yet verified) graph; INVALID_ARGUMENT naming the node and
-  // rule for a graph the pipeline refuses. `cached` says whether it came from the cache.
+  // rule for a graph the pipeline refuses, RESOURCE_EXHAUSTED naming the limit for one
+  // over a bound, DEADLINE_EXCEEDED / CANCELLED when `who` stopped waiting first. `cached`
+  // says whether it came from the cache; a miss is planned on the compile pool (which may
+  // go on using `g` after this returns, hence the shared pointer).
   // The plan cache is keyed by (`cache_namespace`, graph digest): a tenant with a private
   // namespace (server/auth.h) neither finds plans others made nor warms theirs, so
   // `cached` (CompileResponse.plan_cached, Run's plan time) tells it nothing about other
   // tenants' graphs. Empty is the namespace everyone shares.
-  absl::StatusOr<std::shared_ptr<const Plan>> plan(const DecodedGraph& g, bool* cached,
-                                                   std::string_view cache_namespace = {});
+  absl::StatusOr<std::shared_ptr<const Plan>> plan(std::shared_ptr<const DecodedGraph> g, bool* cached,
+                                                   std::string_view cache_namespace = {}, const Requester& who = {});
 
   // Every kernel of the plan, compiled or found in the cache. Concurrent requests for a
-  // kernel being compiled wait for that compile (singleflight in the cache).
+  // kernel being compiled wait for that compile (singleflight in the cache), each until
+  // its own deadline; a compile nobody waits for any more is abandoned at its next stage.
   // `cache_namespace` (a tenant's private cache, server/auth.h) salts every cache key:
   // empty is the cache everyone shares.
-  absl::StatusOr<std::vector<CompiledKernel>> compile(const Plan& plan, std::string_view cache_namespace = {});
+  absl::StatusOr<std::vector<CompiledKernel>> compile(const Plan& plan, std::string_view cache_namespace = {},
+                                                      const Requester& who = {});
 
   // The cache key of a kernel for this planner's target (and namespace).
   std::string cache_key(const Digest& kernel, std::string_view cache_namespace = {}) const;
@@ -139,7 +181,8 @@ class Planner {
   // machine, no GPU needed; each artifact's `object` is the cubin. The key names the arch
   // and the NVRTC version (cuda_build_id), so another NVRTC never hits it.
   absl::StatusOr<std::vector<CompiledKernel>> compile_cuda(const Plan& plan, const std::string& arch,
-                                                           std::string_view cache_namespace = {});
+                                                           std::string_view cache_namespace = {},
+                                                           const Requester& who = {});
   std::string cuda_cache_key(const Digest& kernel, const std::string& arch, std::string_view cache_namespace = {}) const;
 
   // Each kernel compiled for its own target (a Run whose devices mix CPU and CUDA):
@@ -147,21 +190,50 @@ class Planner {
   // compile per distinct (kernel, target).
   absl::StatusOr<std::vector<CompiledKernel>> compile_per_kernel(const Plan& plan,
                                                                  const std::vector<std::string>& arch_per_kernel,
-                                                                 std::string_view cache_namespace = {});
+                                                                 std::string_view cache_namespace = {},
+                                                                 const Requester& who = {});
   const std::string& default_cuda_arch() const { return opts_.cuda_arch; }
+
+  // The IR after each stage (`uop explain`), every kernel lowered, rendered and compiled
+  // as a Compile would (the same bounds), on the compile pool: planning is one task and
+  // each kernel another, so a graph of many kernels takes turns with other clients.
+  absl::StatusOr<std::vector<ExplainedStage>> explain(std::shared_ptr<const DecodedGraph> g, const ExplainOptions& opts,
+                                                      const Requester& who = {});
 
   const CpuTarget& target() const { return target_; }
   uint64_t plan_hits() const;
   uint64_t plan_misses() const;
-  uint64_t compile_queue_depth() const;
+  // Compile pool tasks waiting / running: all, or one group's (TaskOwner::group).
+  uint64_t compile_queue_depth() const { return compiles_.depth(); }
+  uint64_t compile_queue_depth(std::string_view group) const { return compiles_.depth(group); }
+  uint64_t compile_tasks_running() const { return compiles_.running(); }
+  uint64_t compile_tasks_running(std::string_view group) const { return compiles_.running(group); }
+  // Planning, explaining and compile tasks given up because no request waited any more.
+  uint64_t tasks_abandoned() const { return compiles_.abandoned() + cache_->abandoned(); }
 
  private:
-  absl::StatusOr<CompiledKernel> compile_one(const PlannedKernel& k, std::string_view cache_namespace);
-  absl::StatusOr<CompiledKernel> compile_one_cuda(const PlannedKernel& k, const std::string& arch,
-                                                  std::string_view cache_namespace);
+  // The pipeline's options for this planner's target and bounds.
+  PipelineOptions pipeline_options() const;
+  // The same for compiling kernel k: its stages stop once `wanted` says nobody waits.
+  PipelineOptions compile_options(const PlannedKernel& k, const std::function<bool()>& wanted) const;
+  absl::StatusOr<std::shared_ptr<const Plan>> plan_now(const DecodedGraph& g, const Digest& digest,
+                                                       const std::function<absl::Status()>& keep_going);
+  // Lowers and compiles one kernel (the compile cache's compute for its key); `wanted`
+  // says whether a request still waits for it.
+  absl::StatusOr<std::string> build_cpu(const PlannedKernel& k, const std::string& key,
+                                        const std::function<bool()>& wanted);
+  absl::StatusOr<std::string> build_cuda(const PlannedKernel& k, const std::string& arch, const std::string& key,
+                                         const std::function<bool()>& wanted);
+  // `fn` queued on the compile pool for `who` alone (task_queue.h Pending).
+  template <typename T>
+  Pending<T> to_pool(const Requester& who, std::string what,
+                     std::function<absl::StatusOr<T>(const std::function<absl::Status()>& keep_going)> fn) {
+    return compiles_.submit_for<T>(who.owner, who.deadline, std::move(what), std::move(fn));
+  }
   // What the cache checks in every entry a tier answers for kernel k: an entry that
   // authenticates but is not an artifact of k for `target_id` under `key` (a bug in another
-  // server, a key holder's mistake) is removed from that tier and k compiled again.
+  // server, a key holder's mistake) is removed from that tier and k compiled again. It
+  // keeps what it needs: a compile may check entries after its request has gone.
   static CompileCache::Verifier entry_check(const PlannedKernel& k, const std::string& key,
                                             const std::string& target_id);
   // A cache entry (what get_or_compute answered for `key`) checked to be an artifact of
@@ -175,11 +247,11 @@ class Planner {
   CompileCache* cache_;
   CpuTarget target_;
   int vector_bits_;
-  TaskQueue compiles_;
   mutable std::mutex mu_;
   // (namespace, graph digest) -> plan, most recent last.
   std::vector<std::pair<std::pair<std::string, Digest>, std::shared_ptr<const Plan>>> lru_;
   uint64_t hits_ = 0, misses_ = 0;
+  TaskQueue compiles_;  // last: its threads stop (finishing what they run) before the rest goes
 };
 
 }  // namespace uop::server

@@ -6,7 +6,6 @@
 #include <optional>
 
 #include "compiler/codegen/cuda.h"
-#include "compiler/ir/printer.h"
 #include "compiler/pipeline.h"
 #include "compiler/support/strings.h"
 #include "proto/worker.grpc.pb.h"
@@ -104,6 +103,28 @@ std::string name_of(const DecodedGraph& g, const UOp* u) {
 uint64_t bytes_of(int64_t elements, Scalar dtype) {
   const uint64_t n = static_cast<uint64_t>(std::max<int64_t>(elements, 0)), w = scalar_bytes(dtype);
   return w != 0 && n > UINT64_MAX / w ? UINT64_MAX : n * w;
+}
+
+// The compile pool's group for a request (task_queue.h): its tenant when tokens are on;
+// else the host it comes from, so that one machine's many connections share one turn.
+std::string compile_group(grpc::ServerContextBase* ctx, const Tenant& tenant, bool tenants) {
+  if (tenants) return cat("tenant:", tenant.name());
+  std::string peer = ctx->peer();  // "ipv4:127.0.0.1:41234", "ipv6:[::1]:41234", "unix:..."
+  auto colon = peer.rfind(':');
+  if (colon != std::string::npos && colon + 1 < peer.size() &&
+      peer.find_first_not_of("0123456789", colon + 1) == std::string::npos)
+    peer.resize(colon);
+  return cat("host:", peer);
+}
+
+// Whom planning and compiling are for and until when: the group, then the connection
+// (one flow per client), the request's deadline, and its client going away.
+Requester requester(grpc::ServerContextBase* ctx, const Tenant& tenant, bool tenants, absl::Time deadline) {
+  Requester who;
+  who.owner = {compile_group(ctx, tenant, tenants), ctx->peer()};
+  who.deadline = deadline;
+  who.gone = [ctx] { return ctx->IsCancelled(); };
+  return who;
 }
 
 // Counts a handler as in flight for its whole run.
@@ -293,12 +314,14 @@ grpc::Status UopdService::Compile(grpc::ServerContextBase* ctx, const pb::Compil
   // checked there.
   const bool cuda = req->target().backend() == "cuda";
   if (absl::Status s = cuda ? absl::OkStatus() : check_target(req->target()); !s.ok()) return finish("Compile", s);
-  auto g = decode_proto(req->graph(), d_.limits.decode);
-  if (!g.ok()) return finish("Compile", g.status());
+  auto decoded = decode_proto(req->graph(), d_.limits.decode);
+  if (!decoded.ok()) return finish("Compile", decoded.status());
+  auto g = std::make_shared<const DecodedGraph>(std::move(*decoded));
   auto slot = (*tenant)->begin_compile();
   if (!slot.ok()) return finish("Compile", slot.status());
+  const Requester whom = requester(ctx, **tenant, d_.tenants->enabled(), deadline(ctx));
   bool cached = false;
-  auto plan = d_.planner->plan(*g, &cached, (*tenant)->cache_namespace());
+  auto plan = d_.planner->plan(g, &cached, (*tenant)->cache_namespace(), whom);
   if (!plan.ok()) return finish("Compile", plan.status());
   std::string arch;
   if (cuda) {
@@ -306,8 +329,8 @@ grpc::Status UopdService::Compile(grpc::ServerContextBase* ctx, const pb::Compil
     if (!a.ok()) return finish("Compile", a.status());
     arch = *a;
   }
-  auto kernels = cuda ? d_.planner->compile_cuda(**plan, arch, (*tenant)->cache_namespace())
-                      : d_.planner->compile(**plan, (*tenant)->cache_namespace());
+  auto kernels = cuda ? d_.planner->compile_cuda(**plan, arch, (*tenant)->cache_namespace(), whom)
+                      : d_.planner->compile(**plan, (*tenant)->cache_namespace(), whom);
   if (!kernels.ok()) return finish("Compile", kernels.status());
   absl::flat_hash_set<std::string> seen;
   for (const CompiledKernel& k : *kernels) {
@@ -327,8 +350,9 @@ grpc::Status UopdService::Run(grpc::ServerContextBase* ctx, pb::RunRequest* req,
   const std::string& who = (*tenant)->name();
   auto devices = d_.sessions->devices(req->session_id(), who);
   if (!devices.ok()) return finish("Run", devices.status());
-  auto g = decode_proto(req->graph(), d_.limits.decode);
-  if (!g.ok()) return finish("Run", g.status());
+  auto decoded = decode_proto(req->graph(), d_.limits.decode);
+  if (!decoded.ok()) return finish("Run", decoded.status());
+  auto g = std::make_shared<const DecodedGraph>(std::move(*decoded));
   // Held while planning and compiling, not while running.
   std::optional<Tenant::CompileSlot> compiling;
   {
@@ -336,9 +360,10 @@ grpc::Status UopdService::Run(grpc::ServerContextBase* ctx, pb::RunRequest* req,
     if (!slot.ok()) return finish("Run", slot.status());
     compiling.emplace(std::move(*slot));
   }
+  const Requester whom = requester(ctx, **tenant, d_.tenants->enabled(), deadline(ctx));
   auto t0 = std::chrono::steady_clock::now();
   bool cached = false;
-  auto plan = d_.planner->plan(*g, &cached, (*tenant)->cache_namespace());
+  auto plan = d_.planner->plan(g, &cached, (*tenant)->cache_namespace(), whom);
   if (!plan.ok()) return finish("Run", plan.status());
   const Plan& p = **plan;
   resp->set_plan_ms(ms_since(t0));
@@ -454,8 +479,8 @@ grpc::Status UopdService::Run(grpc::ServerContextBase* ctx, pb::RunRequest* req,
     }
   }
   t0 = std::chrono::steady_clock::now();
-  auto kernels = any_cuda ? d_.planner->compile_per_kernel(p, arch_per_kernel, (*tenant)->cache_namespace())
-                          : d_.planner->compile(p, (*tenant)->cache_namespace());
+  auto kernels = any_cuda ? d_.planner->compile_per_kernel(p, arch_per_kernel, (*tenant)->cache_namespace(), whom)
+                          : d_.planner->compile(p, (*tenant)->cache_namespace(), whom);
   compiling.reset();
   if (!kernels.ok()) return finish("Run", kernels.status());
   resp->set_compile_ms(ms_since(t0));
@@ -522,87 +547,38 @@ grpc::Status UopdService::Explain(grpc::ServerContextBase* ctx, const pb::Explai
   if (!tenant.ok()) return finish("Explain", tenant.status());
   // A CUDA target lowers for the GPU (lower_for_cuda) and renders CUDA C; NVRTC, when
   // it can be loaded here, gives the compile stage's cubin.
-  const bool cuda = req->target().backend() == "cuda";
-  std::optional<CudaTarget> cuda_target;
-  if (cuda) {
+  ExplainOptions opts;
+  if (req->target().backend() == "cuda") {
     auto arch = cuda_arch_of(req->target(), d_.planner->default_cuda_arch());
     if (!arch.ok()) return finish("Explain", arch.status());
-    cuda_target = *CudaTarget::parse(*arch);
+    opts.cuda_arch = *arch;
   } else if (absl::Status s = check_target(req->target()); !s.ok()) {
     return finish("Explain", s);
   }
-  auto g = decode_proto(req->graph(), d_.limits.decode);
-  if (!g.ok()) return finish("Explain", g.status());
-  const std::string& only = req->stage();
-  if (!only.empty()) {
+  auto decoded = decode_proto(req->graph(), d_.limits.decode);
+  if (!decoded.ok()) return finish("Explain", decoded.status());
+  auto g = std::make_shared<const DecodedGraph>(std::move(*decoded));
+  opts.only = req->stage();
+  if (!opts.only.empty()) {
     bool known = false;
     std::vector<std::string> names;
     for (const StageInfo& st : pipeline_stages()) {
-      known |= st.name == only;
+      known |= st.name == opts.only;
       names.emplace_back(st.name);
     }
     if (!known)
-      return finish("Explain", absl::InvalidArgumentError(cat("unknown stage '", only, "'; the stages are ", join(names, ", "))));
+      return finish("Explain", absl::InvalidArgumentError(cat("unknown stage '", opts.only, "'; the stages are ", join(names, ", "))));
   }
-  PipelineOptions opts;
-  opts.index = &g->index;
-  opts.vector_bits = d_.planner->target().vector_bits();
-  opts.trace = [&](std::string_view stage, std::string_view kernel, const UOp* ir) {
-    if (!only.empty() && stage != only) return;
+  // Explain compiles what Compile would: the same compile slot, pool and bounds.
+  auto slot = (*tenant)->begin_compile();
+  if (!slot.ok()) return finish("Explain", slot.status());
+  auto stages = d_.planner->explain(g, opts, requester(ctx, **tenant, d_.tenants->enabled(), deadline(ctx)));
+  if (!stages.ok()) return finish("Explain", stages.status());
+  for (ExplainedStage& st : *stages) {
     auto* s = resp->add_stages();
-    s->set_name(std::string(stage));
-    s->set_kernel(std::string(kernel));
-    s->set_text(print_tree(ir));
-  };
-  auto plan = plan_graph(*g->graph, g->root, opts);
-  if (!plan.ok()) return finish("Explain", plan.status());
-  for (const KernelPlan& k : plan->kernels) {
-    if (cuda) {
-      GpuLowerOptions go;
-      go.sm = cuda_target->sm();
-      auto linear = lower_for_cuda(*g->graph, k.kernel, opts, k.name, go);
-      if (!linear.ok()) return finish("Explain", linear.status());
-      if (!only.empty() && only != "render" && only != "compile") continue;
-      auto src = render_cuda(*linear);
-      if (!src.ok()) return finish("Explain", src.status());
-      if (only.empty() || only == "render") {
-        auto* s = resp->add_stages();
-        s->set_name("render");
-        s->set_kernel(k.name);
-        s->set_text(src->source);
-      }
-      if (only.empty() || only == "compile") {
-        auto* s = resp->add_stages();
-        s->set_name("compile");
-        s->set_kernel(k.name);
-        if (absl::Status nv = nvrtc_status(); !nv.ok()) {
-          s->set_text(cat("no cubin: ", nv.message(), "\n", src->abi.serialize()));
-          continue;
-        }
-        auto art = compile_cuda(*linear, *cuda_target, CudaCompileOptions{.emit_ptx = false});
-        if (!art.ok()) return finish("Explain", art.status());
-        s->set_text(cat(art->cubin.size(), " bytes of cubin for ", cuda_target->arch, " (", cuda_build_id(), ")\n",
-                        art->abi.serialize()));
-      }
-      continue;
-    }
-    auto linear = lower_for_cpu(*g->graph, k.kernel, opts, k.name);
-    if (!linear.ok()) return finish("Explain", linear.status());
-    if (!only.empty() && only != "render" && only != "compile") continue;
-    auto art = compile_cpu(*linear, d_.planner->target(), CpuCompileOptions{2, true});
-    if (!art.ok()) return finish("Explain", art.status());
-    if (only.empty() || only == "render") {
-      auto* s = resp->add_stages();
-      s->set_name("render");
-      s->set_kernel(k.name);
-      s->set_text(art->ir_text);
-    }
-    if (only.empty() || only == "compile") {
-      auto* s = resp->add_stages();
-      s->set_name("compile");
-      s->set_kernel(k.name);
-      s->set_text(cat(art->object.size(), " bytes of ELF for ", d_.planner->target().cpu, "\n", art->abi.serialize()));
-    }
+    s->set_name(std::move(st.name));
+    s->set_kernel(std::move(st.kernel));
+    s->set_text(std::move(st.text));
   }
   return finish("Explain", absl::OkStatus());
 }
@@ -627,16 +603,22 @@ grpc::Status UopdService::Stats(grpc::ServerContext* ctx, const pb::StatsRequest
   resp->set_worker_executes_lane(executes.lane);
   resp->set_worker_executes_grpc(executes.grpc);
   resp->set_plan_cache_misses(d_.planner->plan_misses());
-  if (d_.tenants->enabled()) {  // a tenant counts its own sessions only
+  if (d_.tenants->enabled()) {  // a tenant counts its own sessions and compile tasks only
     TenantUsage u = d_.sessions->usage(who);
     resp->set_sessions(u.sessions);
     resp->set_buffers(u.buffers);
     resp->set_buffer_bytes(u.bytes);
+    const std::string group = compile_group(ctx, **tenant, true);
+    resp->set_compile_queue_depth(d_.planner->compile_queue_depth(group));
+    resp->set_compile_tasks_running(d_.planner->compile_tasks_running(group));
   } else {
+    resp->set_compile_queue_depth(d_.planner->compile_queue_depth());
+    resp->set_compile_tasks_running(d_.planner->compile_tasks_running());
     resp->set_sessions(d_.sessions->sessions());
     resp->set_buffers(d_.sessions->buffers());
     resp->set_buffer_bytes(d_.sessions->bytes());
   }
+  resp->set_compiles_in_progress((*tenant)->compiles_running());
   resp->set_compiler_build_id(compiler_build_id());
   // Tenants see what a device is doing, not where its worker is: addresses, pids and the
   // last error (which names both) are the operator's. Without a tokens file there is one

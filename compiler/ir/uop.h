@@ -128,6 +128,16 @@ class Graph {
 
   size_t size() const { return count_; }
 
+  // A bound for graphs from the network: graph_rewrite, the engine every pass runs on,
+  // stops with RESOURCE_EXHAUSTED naming `name` once size() has passed `limit` (0: none).
+  // Nodes are still made past it; the rewrite in progress is what stops.
+  void set_node_limit(size_t limit, std::string name) {
+    node_limit_ = limit;
+    node_limit_name_ = std::move(name);
+  }
+  size_t node_limit() const { return node_limit_; }
+  const std::string& node_limit_name() const { return node_limit_name_; }
+
  private:
   struct Key {
     Op op;
@@ -155,6 +165,8 @@ class Graph {
   static constexpr size_t kChunk = 256;
   std::vector<std::unique_ptr<unsigned char[]>> chunks_;
   size_t count_ = 0;
+  size_t node_limit_ = 0;
+  std::string node_limit_name_;
   std::deque<Arg> args_;
   std::pmr::monotonic_buffer_resource src_pool_;
   absl::flat_hash_set<const UOp*, Hash, Eq> interned_;

@@ -98,6 +98,7 @@ class Rewriter {
       RuleSet::Applied a = rules_.apply(g_, cur, ctx_);
       if (!a.node) break;
       if (++rewrites_ > opt_.max_rewrites) return no_fixed_point(*a.rule, cur);
+      if (g_.node_limit() != 0 && g_.size() > g_.node_limit()) return over_node_limit(*a.rule);
       if (opt_.trace) opt_.trace(*a.rule, cur, a.node);
       if (auto it = done_.find(a.node); it != done_.end()) {
         cur = it->second;  // rewritten before: its result is final
@@ -124,6 +125,13 @@ class Rewriter {
     return absl::InvalidArgumentError(
         cat("rewrite '", name, "' did not converge after ", opt_.max_rewrites, " rewrites (last rule '",
             rule.name(), "' at ", op_name(at->op()), " : ", at->dtype().str(), ") [rewrite.no_fixed_point]"));
+  }
+
+  absl::Status over_node_limit(const Rule& rule) const {
+    const std::string& name = opt_.name.empty() ? rules_.name() : opt_.name;
+    return absl::ResourceExhaustedError(cat("rewrite '", name, "' (rule '", rule.name(), "') grew the graph past ",
+                                            g_.node_limit(), " nodes, the limit ", g_.node_limit_name(),
+                                            " [rewrite.node_limit]"));
   }
 
   Graph& g_;

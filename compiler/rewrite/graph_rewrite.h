@@ -9,7 +9,9 @@
 //
 // The walk uses an explicit stack: graphs come from the network and may be chains of any
 // depth. The number of rule applications is bounded, so a rule set that never settles
-// (a + b -> b + a) is an INVALID_ARGUMENT error naming the last rule, not a hang.
+// (a + b -> b + a) is an INVALID_ARGUMENT error naming the last rule, not a hang; and on a
+// Graph with a node limit (Graph::set_node_limit) a rewrite that grows it past the limit
+// is RESOURCE_EXHAUSTED naming the limit, not an exhausted machine.
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,20 @@
 // CompileCache: lookup order, promotion, singleflight and the per-tier counters.
 #include "server/cache/compile_cache.h"
 
+#include "absl/time/clock.h"
+#include "compiler/support/strings.h"
+
 namespace uop {
+namespace {
+
+std::string cat_abandoned(std::string_view key) {
+  return cat("compile of cache key ", key.substr(0, 12), " abandoned: no request waits for it any more");
+}
+std::string cat_stopped(std::string_view key, std::string_view why) {
+  return cat("stopped waiting for the compile of cache key ", key.substr(0, 12), ": ", why);
+}
+
+}  // namespace
 
 std::string_view cache_outcome_name(CacheOutcome o) {
   switch (o) {
@@ -64,39 +77,101 @@ std::optional<CacheResult> CompileCache::get_fast(std::string_view key, const Ve
 
 absl::StatusOr<CacheResult> CompileCache::get_or_compute(
     std::string_view key, const std::function<absl::StatusOr<std::string>()>& compute, const Verifier& verify) {
-  if (auto s = check_cache_key(key); !s.ok()) return s;
+  Lookup l = start(
+      key, [&](const std::function<bool()>&) { return compute(); }, [](std::function<void()> work) { work(); },
+      absl::InfiniteFuture(), verify);
+  return finish(l, nullptr);
+}
+
+CompileCache::Lookup CompileCache::start(std::string_view key, Compute compute, Runner run, absl::Time deadline,
+                                         const Verifier& verify) {
+  Lookup l;
+  l.key_ = std::string(key);
+  l.deadline_ = deadline;
+  if (auto s = check_cache_key(key); !s.ok()) {
+    l.ready_ = s;
+    return l;
+  }
   for (size_t i = 0; i < tiers_.size(); ++i) {
     std::optional<std::string> got = lookup(i, key, verify, /*count_miss=*/true);
     if (!got) continue;
     ++counters_[i].hits;
     for (size_t j = 0; j < i; ++j) put_into(j, key, *got);
-    return CacheResult{*std::move(got), CacheOutcome::Hit, std::string(tiers_[i]->name())};
+    l.ready_ = CacheResult{*std::move(got), CacheOutcome::Hit, std::string(tiers_[i]->name())};
+    return l;
   }
-
-  // Missed everywhere. The leader stores the artifact in the first tier before the waiters
-  // wake, and a caller that missed just before the previous leader finished looks there
-  // again before compiling; the slower tiers are written after the waiters are released.
-  bool computed = false;
-  auto [result, leader] = flights_.do_call(std::string(key), [&]() -> absl::StatusOr<std::string> {
-    if (!tiers_.empty())
-      if (std::optional<std::string> again = lookup(0, key, verify, /*count_miss=*/false)) return *std::move(again);
-    computed = true;
-    ++computes_;
-    absl::StatusOr<std::string> value = compute();
-    if (value.ok() && !tiers_.empty()) put_into(0, key, *value);
-    return value;
+  // Missed everywhere: join the compile in flight, or start one.
+  l.compute_ = std::move(compute);
+  l.run_ = std::move(run);
+  l.verify_ = verify;
+  l.ticket_ = flights_.join(l.key_, deadline, [&](const std::shared_ptr<Flights::Call>& call) {
+    l.run_([this, call, key = l.key_, compute = l.compute_, verify = l.verify_] { fly(call, key, compute, verify); });
   });
-  if (!leader || !computed) {
-    ++coalesced_;
-    if (!result.ok()) return result.status();
-    return CacheResult{*std::move(result), CacheOutcome::Coalesced, ""};
+  return l;
+}
+
+// The leader stores the artifact in the first tier before the waiters wake, and a caller
+// that missed just before the previous leader finished looks there again before
+// compiling; the slower tiers are written after the waiters are released.
+void CompileCache::fly(const std::shared_ptr<Flights::Call>& call, std::string key, const Compute& compute,
+                       const Verifier& verify) {
+  // Queued behind others, its callers may all have gone by now: then it costs nothing.
+  if (!call->wanted()) {
+    ++abandoned_;
+    flights_.publish(call, Flown{absl::CancelledError(cat_abandoned(key)), false, true});
+    return;
   }
-  if (!result.ok()) {
-    ++compute_errors_;
-    return result.status();
+  if (!tiers_.empty())
+    if (std::optional<std::string> again = lookup(0, key, verify, /*count_miss=*/false)) {
+      flights_.publish(call, Flown{*std::move(again), false, false});
+      return;
+    }
+  ++computes_;
+  absl::StatusOr<std::string> value = compute([&call] { return call->wanted(); });
+  // A compute that stopped (CANCELLED, DEADLINE_EXCEEDED) did so for want of callers: a
+  // caller that joined since then starts it again rather than take that for an answer.
+  if (!value.ok() && (value.status().code() == absl::StatusCode::kCancelled ||
+                      value.status().code() == absl::StatusCode::kDeadlineExceeded)) {
+    ++abandoned_;
+    flights_.publish(call, Flown{std::move(value), true, true});
+    return;
   }
-  for (size_t i = 1; i < tiers_.size(); ++i) put_into(i, key, *result);
-  return CacheResult{*std::move(result), CacheOutcome::Miss, ""};
+  if (value.ok() && !tiers_.empty()) put_into(0, key, *value);
+  if (!value.ok()) ++compute_errors_;
+  std::optional<std::string> store;
+  if (value.ok() && tiers_.size() > 1) store = *value;
+  flights_.publish(call, Flown{std::move(value), true, false});
+  if (store)
+    for (size_t i = 1; i < tiers_.size(); ++i) put_into(i, key, *store);
+}
+
+absl::StatusOr<CacheResult> CompileCache::finish(Lookup& lookup, const std::function<bool()>& gone) {
+  if (lookup.ready_) return *std::move(lookup.ready_);
+  while (true) {
+    const bool leader = lookup.ticket_.leader();
+    std::optional<Flown> r = lookup.ticket_.wait(lookup.deadline_, gone);
+    const bool live = absl::Now() < lookup.deadline_ && !(gone && gone());
+    if (!r) {
+      if (absl::Now() >= lookup.deadline_) return absl::DeadlineExceededError(cat_stopped(lookup.key_, "the deadline passed"));
+      return absl::CancelledError(cat_stopped(lookup.key_, "the caller gave up"));
+    }
+    if (r->abandoned && live) {
+      // Everyone else gave up on that compile just as this caller joined it: start anew.
+      lookup.ticket_ = flights_.join(lookup.key_, lookup.deadline_, [&](const std::shared_ptr<Flights::Call>& call) {
+        lookup.run_([this, call, key = lookup.key_, compute = lookup.compute_, verify = lookup.verify_] {
+          fly(call, key, compute, verify);
+        });
+      });
+      continue;
+    }
+    if (!leader || !r->computed) {
+      ++coalesced_;
+      if (!r->value.ok()) return r->value.status();
+      return CacheResult{*std::move(r->value), CacheOutcome::Coalesced, ""};
+    }
+    if (!r->value.ok()) return r->value.status();
+    return CacheResult{*std::move(r->value), CacheOutcome::Miss, ""};
+  }
 }
 
 std::vector<std::pair<std::string, TierStats>> CompileCache::stats() const {

@@ -6,17 +6,24 @@
 // verifier, which sees every entry a tier answers with: one it refuses (an entry that
 // authenticates but is not what the key names) is removed from that tier and counted as
 // that tier's error, and the lookup goes on as if the tier had missed.
+//
+// A compile may run elsewhere (the scheduler's compile pool) while its callers wait on
+// their own threads, each until its own deadline or until it gives up; a compile that no
+// caller waits for any more is abandoned (its compute is told through `wanted`), one that
+// a caller still waits for goes on for that caller.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "server/cache/cache_tier.h"
 #include "server/cache/singleflight.h"
 
@@ -56,9 +63,29 @@ class CompileCache {
   // stored. `verify` (optional) checks every entry found in a tier outside this process
   // (disk, Redis) before it is used or copied up; not what `compute` returns, nor hits in
   // the memory tier, which only ever holds what passed or what this process computed.
+  // This form computes on the caller's thread and waits as long as it takes.
   absl::StatusOr<CacheResult> get_or_compute(std::string_view key,
                                              const std::function<absl::StatusOr<std::string>()>& compute,
                                              const Verifier& verify = nullptr);
+
+  // The same in two steps, so that one caller can have many lookups under way and the
+  // compute can run elsewhere. `compute` asks `wanted()` between its steps: false once no
+  // caller waits for it (each has given up or passed its deadline), and then it should
+  // stop with CANCELLED or DEADLINE_EXCEEDED, which mean just that (nothing is stored,
+  // and a caller that joined meanwhile starts it again). `run` is where the compute
+  // goes: it is handed the work and must run it once, now or later, on any thread.
+  using Compute = std::function<absl::StatusOr<std::string>(const std::function<bool()>& wanted)>;
+  using Runner = std::function<void(std::function<void()>)>;
+  class Lookup;
+  // Asks the tiers now, on this thread (entries checked by `verify` as in get_or_compute);
+  // on a miss everywhere joins the compile in flight for the key or starts one through
+  // `run`. This caller wants the result until `deadline` (or until it gives up in finish).
+  Lookup start(std::string_view key, Compute compute, Runner run, absl::Time deadline,
+               const Verifier& verify = nullptr);
+  // Waits for the lookup's result. Polls `gone` (may be empty) and stops waiting when it
+  // says so (CANCELLED) or when the deadline passes (DEADLINE_EXCEEDED); a compile
+  // abandoned by everyone just as this caller came is started again for it.
+  absl::StatusOr<CacheResult> finish(Lookup& lookup, const std::function<bool()>& gone);
 
   // The entry if the first tier holds it and answers from memory (no I/O, no waiting):
   // what the caller may do on its own thread before handing a lookup to a compile pool. A
@@ -70,6 +97,8 @@ class CompileCache {
   uint64_t computes() const { return computes_.load(); }
   uint64_t compute_errors() const { return compute_errors_.load(); }
   uint64_t coalesced() const { return coalesced_.load(); }
+  // Compiles given up because no caller waited for them any more.
+  uint64_t abandoned() const { return abandoned_.load(); }
   const std::vector<std::unique_ptr<CacheTier>>& tiers() const { return tiers_; }
 
  private:
@@ -83,13 +112,37 @@ class CompileCache {
   std::optional<std::string> lookup(size_t tier, std::string_view key, const Verifier& verify, bool count_miss);
   void tier_error(size_t tier, const absl::Status& status);
 
+  // What a compile in flight ends with: the value (or error), whether it was computed
+  // (and not found in the first tier on a second look), whether it was abandoned.
+  struct Flown {
+    absl::StatusOr<std::string> value;
+    bool computed = false;
+    bool abandoned = false;
+  };
+  using Flights = Singleflight<Flown>;
+  void fly(const std::shared_ptr<Flights::Call>& call, std::string key, const Compute& compute,
+           const Verifier& verify);
+
   std::vector<std::unique_ptr<CacheTier>> tiers_;
   std::vector<Counters> counters_;  // parallel to tiers_
   ErrorListener on_error_;
-  Singleflight<absl::StatusOr<std::string>> flights_;
+  Flights flights_;
   std::atomic<uint64_t> computes_{0};
   std::atomic<uint64_t> compute_errors_{0};
   std::atomic<uint64_t> coalesced_{0};
+  std::atomic<uint64_t> abandoned_{0};
+};
+
+class CompileCache::Lookup {
+ private:
+  friend class CompileCache;
+  std::string key_;
+  std::optional<absl::StatusOr<CacheResult>> ready_;  // answered by a tier, or refused
+  Flights::Ticket ticket_;
+  Compute compute_;
+  Runner run_;
+  Verifier verify_;
+  absl::Time deadline_ = absl::InfiniteFuture();
 };
 
 }  // namespace uop
