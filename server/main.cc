@@ -127,7 +127,8 @@ under $XDG_CACHE_HOME/uopd (or ~/.cache/uopd), serve metrics on 127.0.0.1:9464.
   --max-session-idle-timeout-s=N  the longest idle timeout a client may ask for
                                                                            [86400]
   --request-deadline-s=N      longest time one request may take                [300]
-  --stream-idle-timeout-s=N   end an Upload whose client sends nothing this long [30]
+  --stream-idle-timeout-s=N   end an Upload whose client sends nothing, or a Download
+                              whose client reads nothing, this long            [30]
   --collective-timeout-ms=N   how long a collective member waits for its peers: a
                               worker that died or stalled fails the step within it [30000]
   --collective-transport=T    shm (workers on one host), gloo (TCP, through this

@@ -264,6 +264,45 @@ grpc::Status UopdService::CreateBuffer(grpc::ServerContext* ctx, const pb::Creat
   return finish("CreateBuffer", absl::OkStatus());
 }
 
+// A Download as the watchdog sees it: a client that stops reading leaves the handler's
+// Write blocked in flow control, and only cancelling the call (TryCancel, from the
+// watchdog's thread) releases it; so does one past its deadline.
+class UopdService::DownloadWatch final : public WatchedStream {
+ public:
+  DownloadWatch(UopdService* svc, grpc::ServerContext* ctx, absl::Time deadline)
+      : svc_(svc), ctx_(ctx), deadline_(deadline), last_write_(absl::ToUnixNanos(absl::Now())) {
+    svc_->watch(this);
+  }
+  ~DownloadWatch() override { svc_->unwatch(this); }
+  void progress() { last_write_ = absl::ToUnixNanos(absl::Now()); }
+  void check(absl::Time now) override {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!why_.ok()) return;
+    if (now > deadline_)
+      why_ = absl::DeadlineExceededError("download: the request deadline passed (the client's, or --request-deadline-s)");
+    else if (now - absl::FromUnixNanos(last_write_.load()) > svc_->d_.limits.stream_idle_timeout)
+      why_ = absl::DeadlineExceededError(cat("download: the client read nothing for ",
+                                             absl::FormatDuration(svc_->d_.limits.stream_idle_timeout),
+                                             " (--stream-idle-timeout-s); the download is ended"));
+    else
+      return;
+    ctx_->TryCancel();
+  }
+  // Why the watchdog ended the call; OK if it did not.
+  absl::Status why() {
+    std::lock_guard<std::mutex> l(mu_);
+    return why_;
+  }
+
+ private:
+  UopdService* svc_;
+  grpc::ServerContext* ctx_;
+  const absl::Time deadline_;
+  std::atomic<int64_t> last_write_;
+  std::mutex mu_;
+  absl::Status why_;
+};
+
 grpc::Status UopdService::Download(grpc::ServerContext* ctx, const pb::DownloadRequest* req,
                                    grpc::ServerWriter<pb::DownloadChunk>* writer) {
   InFlight in_flight(in_flight_);
@@ -281,6 +320,7 @@ grpc::Status UopdService::Download(grpc::ServerContext* ctx, const pb::DownloadR
     return finish("Download", absl::UnavailableError(cat("buffer ", b->id, " was held by worker ", b->worker_id, ", which restarted since; its contents are lost")));
   uint64_t sent = 0;
   pb::DownloadChunk c;  // reused: its buffer and the worker chunk's go back and forth
+  DownloadWatch watch(this, ctx, deadline(ctx));
   absl::Status s = d_.executor->read_into(*w, b->worker_buffer, req->offset(), length, deadline(ctx),
                                           [&](uint64_t offset, std::string& data) {
                                             c.set_offset(offset);
@@ -288,9 +328,12 @@ grpc::Status UopdService::Download(grpc::ServerContext* ctx, const pb::DownloadR
                                             // two strings trade buffers, nothing is copied.
                                             c.mutable_data()->swap(data);
                                             sent += c.data().size();
-                                            return writer->Write(c);
+                                            if (!writer->Write(c)) return false;
+                                            watch.progress();
+                                            return true;
                                           });
   d_.metrics->bytes_out(sent);
+  if (absl::Status ended = watch.why(); !ended.ok()) return finish("Download", ended);
   if (ctx->IsCancelled()) return finish("Download", absl::CancelledError("download: the client went away"));
   return finish("Download", s);
 }

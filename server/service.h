@@ -115,10 +115,18 @@ class UopdService final : public UopdServiceBase {
   grpc::ServerUnaryReactor* serve_raw(std::string_view method, grpc::CallbackServerContext* ctx,
                                       const grpc::ByteBuffer* request, grpc::ByteBuffer* response, RawBody<Req, Resp> body);
   class RawUnaryCall;
+  // An open stream the watchdog thread looks at a few times a second: check() ends it when
+  // its client has stopped (sending an Upload's chunks, reading a Download's) for
+  // --stream-idle-timeout-s, or when its deadline has passed.
+  class WatchedStream {
+   public:
+    virtual ~WatchedStream() = default;
+    virtual void check(absl::Time now) = 0;
+  };
   class UploadCall;
-  // Open uploads, which the watchdog thread ends when idle or past their deadline.
-  void watch(UploadCall* c);
-  void unwatch(UploadCall* c);
+  class DownloadWatch;
+  void watch(WatchedStream* c);
+  void unwatch(WatchedStream* c);
   void watchdog();
 
   absl::Time deadline(grpc::ServerContextBase* ctx) const;
@@ -135,7 +143,7 @@ class UopdService final : public UopdServiceBase {
   std::unique_ptr<HandlerThreads> threads_;
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;
-  std::set<UploadCall*> uploads_;  // guarded by watch_mu_
+  std::set<WatchedStream*> streams_;  // guarded by watch_mu_
   bool stop_watchdog_ = false;     // guarded by watch_mu_
   std::thread watchdog_;
 };

@@ -229,7 +229,7 @@ grpc::ServerUnaryReactor* UopdService::Explain(grpc::CallbackServerContext* ctx,
 // upload whose client sends nothing for --stream-idle-timeout-s, or that passes its
 // deadline, with DEADLINE_EXCEEDED saying which.
 
-class UopdService::UploadCall final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+class UopdService::UploadCall final : public grpc::ServerReadReactor<grpc::ByteBuffer>, public WatchedStream {
  public:
   UploadCall(UopdService* svc, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response)
       : svc_(svc), ctx_(ctx), response_(response), deadline_(svc->deadline(ctx)), last_activity_(absl::Now()) {
@@ -266,7 +266,7 @@ class UopdService::UploadCall final : public grpc::ServerReadReactor<grpc::ByteB
 
   // The watchdog: whether the call is idle past its limit or past its deadline; if so it
   // is ended here (on a handler thread, since finishing the writer may block).
-  void check(absl::Time now) {
+  void check(absl::Time now) override {
     absl::Status why;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -391,24 +391,24 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* UopdService::Upload(grpc::CallbackSer
   return call;
 }
 
-void UopdService::watch(UploadCall* c) {
+void UopdService::watch(WatchedStream* c) {
   std::lock_guard<std::mutex> l(watch_mu_);
-  uploads_.insert(c);
+  streams_.insert(c);
 }
 
-void UopdService::unwatch(UploadCall* c) {
+void UopdService::unwatch(WatchedStream* c) {
   std::lock_guard<std::mutex> l(watch_mu_);
-  uploads_.erase(c);
+  streams_.erase(c);
 }
 
 void UopdService::watchdog() {
   std::unique_lock<std::mutex> l(watch_mu_);
   while (!stop_watchdog_) {
-    // A tenth of the idle limit, at most a second: an idle upload ends within 10% of it.
+    // A tenth of the idle limit, at most a second: an idle stream ends within 10% of it.
     absl::Duration period = std::clamp(d_.limits.stream_idle_timeout / 10, absl::Milliseconds(10), absl::Seconds(1));
     watch_cv_.wait_for(l, absl::ToChronoMilliseconds(period));
     const absl::Time now = absl::Now();
-    for (UploadCall* c : uploads_) c->check(now);
+    for (WatchedStream* c : streams_) c->check(now);
   }
 }
 

@@ -486,6 +486,37 @@ TEST(Limits, AnUploadLeftOpenIsEndedByTheServer) {
   EXPECT_TRUE(session->upload(*buffer, std::string(1 << 20, 'v')).ok());
 }
 
+// A Download whose client stops reading: the server's writes block in flow control until
+// the watchdog cancels the call, which uopd counts as DEADLINE_EXCEEDED (the client, whose
+// gRPC holds the status back until it reads what came before, never sees it), and uopd
+// serves on.
+TEST(Limits, ADownloadNobodyReadsIsEndedByTheServer) {
+  Uopd u = Uopd::start({"--workers=1", "--stream-idle-timeout-s=1", "--metrics-listen=127.0.0.1:0"});
+  ASSERT_TRUE(u.client);
+  const std::string metrics = metrics_address(*u.proc);
+  ASSERT_FALSE(metrics.empty()) << u.proc->log_tail();
+  auto session = u.client->create_session();
+  ASSERT_TRUE(session.ok()) << session.status();
+  auto buffer = session->create_buffer(Scalar::UInt8, 64 << 20);  // far more than the flow-control windows
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  const std::string ended = "uopd_requests_total{code=\"DEADLINE_EXCEEDED\",method=\"Download\"}";
+  {
+    auto stub = u.stub();
+    auto ctx = context(absl::Seconds(120));
+    pb::DownloadRequest req;
+    req.set_session_id(session->id());
+    req.set_buffer_id(*buffer);
+    auto reader = stub->Download(ctx.get(), req);
+    // Not one Read.
+    EXPECT_TRUE(wait_until([&] { return gauge(scrape(metrics), ended) == 1; }, absl::Seconds(60)))
+        << "the server did not end the download\n" << scrape(metrics);
+    ctx->TryCancel();
+  }
+  auto back = session->download(*buffer, 0, 4096);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, std::string(4096, '\0'));
+}
+
 // A client-chosen idle timeout of 2^62 ms is clamped to the server's maximum and the
 // session is reaped; sessions and buffers have limits, and one session cannot take a
 // worker's whole buffer budget, all without a tokens file.
