@@ -106,8 +106,8 @@ TEST(Dim, EqualFormsAreEqual) {
   EXPECT_EQ(dims_equal(d.add(d.div(a, b), a), d.add(a, d.div(a, b))), kTrue);
 }
 
-// Equal forms that evaluating at test points missed: the old check gave up on expressions
-// of more than 4096 nodes (one equalled only itself), and varied at most 16 variables.
+// Equal forms that evaluating at sample points cannot prove: an expression of thousands of
+// nodes, and more variables than can be varied one at a time.
 TEST(Dim, EqualFormsPastWhereSamplingGaveUp) {
   Dims d;
   const UOp* v = d.var("v", 1, 100);
@@ -127,8 +127,8 @@ TEST(Dim, EqualFormsPastWhereSamplingGaveUp) {
   EXPECT_EQ(dims_equal(fwd, back), kTrue);
 }
 
-// Unequal forms that agree at many points, among them every point the old test-point check
-// tried (each variable at its min, max, midpoint and bound value): decided unequal exactly.
+// Unequal forms that agree at many points, among them each variable's min, max, midpoint
+// and bound value, where sampling would look: decided unequal exactly.
 TEST(Dim, UnequalFormsThatAgreeAtManyPoints) {
   Dims d;
   const UOp* v = d.var("v", 0, 16);
