@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "compiler/ir/eval.h"
+#include "compiler/ir/dim.h"
 #include "compiler/ir/shape.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/passes/bounds.h"
@@ -95,28 +95,6 @@ absl::StatusOr<const UOp*> check_and_linearize(Graph& g, const UOp* kernel, cons
   if (!k.ok()) return k.status();
   if (absl::Status s = after(g, opts, "linearize", name, *k); !s.ok()) return s;
   return k;
-}
-
-// The value of a dim with every DEFINE_VAR at its bound value.
-absl::StatusOr<int64_t> eval_dim(const UOp* d, const std::vector<std::pair<const UOp*, int64_t>>& vars) {
-  if (auto c = const_dim(d)) return *c;
-  absl::flat_hash_map<const UOp*, int64_t> val;
-  for (const UOp* u : toposort(d)) {
-    if (const ConstValue* c = u->const_value()) { val[u] = c->to_int(); continue; }
-    if (u->op() == Op::BIND) { val[u] = u->src(1)->const_value()->to_int(); continue; }
-    if (u->op() == Op::DEFINE_VAR) {
-      auto it = std::find_if(vars.begin(), vars.end(), [&](const auto& p) { return p.first == u; });
-      if (it == vars.end()) return absl::InvalidArgumentError(cat("variable ", u->arg_as<DefineVarArg>().name, " is not bound [plan.var]"));
-      val[u] = it->second;
-      continue;
-    }
-    std::vector<ConstValue> args;
-    for (const UOp* s : u->src()) args.push_back(ConstValue::Int(val.at(s)));
-    auto r = is_alu(u->op()) ? eval_alu(u->op(), Scalar::Index, args) : std::nullopt;
-    if (!r) return absl::InvalidArgumentError(cat("a dim cannot be computed from ", op_name(u->op()), " [plan.dim]"));
-    val[u] = r->to_int();
-  }
-  return val.at(d);
 }
 
 // A graph that is one kernel already: its PARAMs are its buffers, by slot.

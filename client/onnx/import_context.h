@@ -158,8 +158,10 @@ void register_elementwise(Registry& r);
 void register_activations(Registry& r);
 void register_shape_ops(Registry& r);
 void register_reductions(Registry& r);
-void register_nn(Registry& r);
+void register_matmul_conv(Registry& r);
 void register_normalization(Registry& r);
+void register_resize(Registry& r);
+void register_quantized(Registry& r);
 void register_indexing(Registry& r);
 void register_losses(Registry& r);
 

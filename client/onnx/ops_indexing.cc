@@ -849,8 +849,10 @@ const Registry& registry() {
     register_activations(*reg);
     register_shape_ops(*reg);
     register_reductions(*reg);
-    register_nn(*reg);
+    register_matmul_conv(*reg);
     register_normalization(*reg);
+    register_resize(*reg);
+    register_quantized(*reg);
     register_indexing(*reg);
     register_losses(*reg);
     return reg;

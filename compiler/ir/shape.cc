@@ -1,209 +1,18 @@
-// Tensor-level shape inference: the README's rules for each tensor op, dim arithmetic that
-// keeps constant shapes constant, and interval bounds / test-point equality for symbolic
-// dims. Every walk is iterative: graphs and dim expressions may be arbitrarily deep.
+// Tensor-level shape inference: the README's rules for each tensor op, over dims built,
+// bounded and compared by the dim algebra (dim.h). Every walk is iterative: graphs may be
+// arbitrarily deep.
 #include "compiler/ir/shape.h"
 
 #include <algorithm>
 #include <limits>
 
 #include "absl/status/status.h"
-#include "compiler/ir/eval.h"
 #include "compiler/support/strings.h"
 
 namespace uop {
 namespace {
 
-constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-constexpr DimBounds kUnknown{kMin, kMax};
-// Test-point evaluation walks both expressions at every point: keep that bounded.
-constexpr size_t kMaxProbeNodes = 4096;
-constexpr size_t kMaxProbeVars = 16;
-
-int64_t saturate(__int128 v) {
-  if (v < kMin) return kMin;
-  if (v > kMax) return kMax;
-  return static_cast<int64_t>(v);
-}
-
-// Whether u itself may be part of a dim expression (its sources are checked separately).
-bool is_dim_node(const UOp* u) {
-  const DType& dt = u->dtype();
-  if (dt.ptr || dt.count != 1 || (dt.scalar != Scalar::Index && dt.scalar != Scalar::Bool)) return false;
-  const OpInfo& info = op_info(u->op());
-  if (arg_kind(u->arg()) != info.arg) return false;
-  switch (u->op()) {
-    case Op::CONST: {
-      if (u->num_src() != 0) return false;
-      auto k = u->const_value()->kind();
-      return dt.scalar == Scalar::Index ? k == ConstValue::Kind::Int : k == ConstValue::Kind::Bool;
-    }
-    case Op::DEFINE_VAR: return dt.scalar == Scalar::Index;
-    case Op::BIND: return dt.scalar == Scalar::Index && u->num_src() == 2 && u->src(0)->is(Op::DEFINE_VAR);
-    default:
-      return is_alu(u->op()) && static_cast<int>(u->num_src()) == info.min_src;
-  }
-}
-
-// Interval rule for one dim node given its sources' bounds.
-DimBounds bounds_rule(const UOp* u, const std::vector<DimBounds>& s) {
-  switch (u->op()) {
-    case Op::CONST: {
-      int64_t v = u->const_value()->to_int();
-      return {v, v};
-    }
-    case Op::DEFINE_VAR: {
-      const auto& a = u->arg_as<DefineVarArg>();
-      return {a.min, a.max};
-    }
-    case Op::BIND: return s[0];
-    case Op::NEG: return {saturate(-__int128{s[0].max}), saturate(-__int128{s[0].min})};
-    case Op::ADD: return {saturate(__int128{s[0].min} + s[1].min), saturate(__int128{s[0].max} + s[1].max)};
-    case Op::SUB: return {saturate(__int128{s[0].min} - s[1].max), saturate(__int128{s[0].max} - s[1].min)};
-    case Op::MUL: {
-      __int128 c[4] = {__int128{s[0].min} * s[1].min, __int128{s[0].min} * s[1].max,
-                       __int128{s[0].max} * s[1].min, __int128{s[0].max} * s[1].max};
-      return {saturate(*std::min_element(c, c + 4)), saturate(*std::max_element(c, c + 4))};
-    }
-    case Op::IDIV: {
-      // Truncating division is monotone in each argument for a divisor of fixed sign.
-      if (s[1].min <= 0) return kUnknown;
-      int64_t c[4] = {s[0].min / s[1].min, s[0].min / s[1].max, s[0].max / s[1].min, s[0].max / s[1].max};
-      return {*std::min_element(c, c + 4), *std::max_element(c, c + 4)};
-    }
-    case Op::MOD: {
-      if (s[1].min <= 0) return kUnknown;
-      int64_t m = s[1].max - 1;  // |x % d| < d
-      DimBounds r{s[0].min >= 0 ? 0 : -m, s[0].max <= 0 ? 0 : m};
-      if (s[0].min >= 0) r.max = std::min(r.max, s[0].max);
-      if (s[0].max <= 0) r.min = std::max(r.min, s[0].min);
-      return r;
-    }
-    case Op::MAX: return {std::max(s[0].min, s[1].min), std::max(s[0].max, s[1].max)};
-    case Op::MIN: return {std::min(s[0].min, s[1].min), std::min(s[0].max, s[1].max)};
-    case Op::WHERE: return {std::min(s[1].min, s[2].min), std::max(s[1].max, s[2].max)};
-    default:
-      if (u->dtype().scalar == Scalar::Bool) return {0, 1};
-      return kUnknown;
-  }
-}
-
-// Bounds of d, memoized in `memo`; nullopt when d is not an index or bool expression.
-std::optional<DimBounds> compute_facts(const UOp* d, absl::flat_hash_map<const UOp*, std::optional<DimBounds>>& memo) {
-  if (auto it = memo.find(d); it != memo.end()) return it->second;
-  std::vector<const UOp*> stack{d};
-  std::vector<DimBounds> srcb;
-  while (!stack.empty()) {
-    const UOp* v = stack.back();
-    if (memo.contains(v)) { stack.pop_back(); continue; }
-    if (!is_dim_node(v)) { memo.emplace(v, std::nullopt); stack.pop_back(); continue; }
-    bool pending = false;
-    for (const UOp* s : v->src())
-      if (!memo.contains(s)) { stack.push_back(s); pending = true; }
-    if (pending) continue;
-    stack.pop_back();
-    srcb.clear();
-    bool valid = true;
-    for (const UOp* s : v->src()) {
-      const auto& f = memo.at(s);
-      if (!f) { valid = false; break; }
-      srcb.push_back(*f);
-    }
-    if (valid) memo.emplace(v, bounds_rule(v, srcb));
-    else memo.emplace(v, std::nullopt);
-  }
-  return memo.at(d);
-}
-
-// The nodes of one or two dim expressions in post-order, and their variables.
-struct Probe {
-  std::vector<const UOp*> order;
-  std::vector<const UOp*> vars;                         // DEFINE_VARs, in order met
-  absl::flat_hash_map<const UOp*, int64_t> bound;       // var -> value of a BIND of it
-};
-
-std::optional<Probe> make_probe(const UOp* a, const UOp* b) {
-  Probe p;
-  absl::flat_hash_map<const UOp*, bool> seen;  // node -> finished
-  for (const UOp* root : {a, b}) {
-    if (seen.contains(root)) continue;
-    struct Frame { const UOp* u; size_t next; };
-    std::vector<Frame> stack;
-    auto enter = [&](const UOp* u) {
-      if (!is_dim_node(u) || seen.size() >= kMaxProbeNodes) return false;
-      seen.emplace(u, false);
-      stack.push_back({u, 0});
-      return true;
-    };
-    if (!enter(root)) return std::nullopt;
-    while (!stack.empty()) {
-      Frame& f = stack.back();
-      if (f.next < f.u->num_src()) {
-        const UOp* s = f.u->src(f.next++);
-        if (!seen.contains(s) && !enter(s)) return std::nullopt;
-        continue;
-      }
-      const UOp* u = f.u;
-      stack.pop_back();
-      p.order.push_back(u);
-      if (u->is(Op::DEFINE_VAR)) p.vars.push_back(u);
-      if (u->is(Op::BIND) && u->src(1)->is(Op::CONST)) p.bound.emplace(u->src(0), u->src(1)->const_value()->to_int());
-    }
-  }
-  return p;
-}
-
-// Evaluates every node of the probe with variables set to `vals` (parallel to p.vars).
-std::optional<absl::flat_hash_map<const UOp*, ConstValue>> evaluate(const Probe& p, const std::vector<int64_t>& vals) {
-  absl::flat_hash_map<const UOp*, ConstValue> v;
-  std::vector<ConstValue> args;
-  for (const UOp* u : p.order) {
-    switch (u->op()) {
-      case Op::CONST: v[u] = *u->const_value(); break;
-      case Op::DEFINE_VAR: {
-        size_t i = std::find(p.vars.begin(), p.vars.end(), u) - p.vars.begin();
-        v[u] = ConstValue::Int(vals[i]);
-        break;
-      }
-      case Op::BIND: v[u] = v.at(u->src(0)); break;
-      default: {
-        args.clear();
-        for (const UOp* s : u->src()) args.push_back(v.at(s));
-        Scalar t = (u->is(Op::WHERE) ? u->src(1) : u->src(0))->dtype().scalar;
-        auto r = eval_alu(u->op(), t, args);
-        if (!r) return std::nullopt;
-        v[u] = *r;
-      }
-    }
-  }
-  return v;
-}
-
-// Whether pred(value of a, value of b) holds at every test point (see dims_equal).
-template <typename Pred>
-bool holds_at_test_points(const UOp* a, const UOp* b, Pred pred) {
-  auto p = make_probe(a, b);
-  if (!p) return false;
-  std::vector<int64_t> lo, hi, mid, bound;
-  for (const UOp* var : p->vars) {
-    const auto& r = var->arg_as<DefineVarArg>();
-    lo.push_back(r.min);
-    hi.push_back(r.max);
-    mid.push_back(saturate((__int128{r.min} + r.max) / 2));
-    auto it = p->bound.find(var);
-    bound.push_back(it != p->bound.end() ? it->second : r.min);
-  }
-  std::vector<std::vector<int64_t>> points = {lo, hi, mid, bound};
-  for (size_t i = 0; i < p->vars.size() && i < kMaxProbeVars; ++i) {
-    auto x = lo; x[i] = hi[i]; points.push_back(x);
-    auto y = hi; y[i] = lo[i]; points.push_back(y);
-  }
-  for (const auto& pt : points) {
-    auto v = evaluate(*p, pt);
-    if (!v || !pred(v->at(a).to_int(), v->at(b).to_int())) return false;
-  }
-  return true;
-}
 
 std::string dim_str(const UOp* d) {
   if (auto c = const_dim(d)) return std::to_string(*c);
@@ -219,14 +28,25 @@ std::string shape_str(const Shape& s) {
   return out + (s.size() == 1 ? ",)" : ")");
 }
 
-}  // namespace
-
-std::optional<int64_t> const_dim(const UOp* d) {
-  if (!d->is(Op::CONST) || d->dtype() != dtypes::index) return std::nullopt;
-  const ConstValue* c = d->arg_if<ConstValue>();  // unverified graphs may carry any arg
-  if (!c || c->kind() != ConstValue::Kind::Int) return std::nullopt;
-  return c->as_int();
+// Whether two shapes have equal dims (but on axis `skip`): kFalse when some pair is proven
+// to differ, kUnknown when some pair could not be decided (dim.h).
+DimTruth same_dims(const Shape& a, const Shape& b, int64_t skip = -1) {
+  if (a.size() != b.size()) return DimTruth::kFalse;
+  DimTruth r = DimTruth::kTrue;
+  for (size_t k = 0; k < a.size(); ++k) {
+    if (static_cast<int64_t>(k) == skip) continue;
+    DimTruth t = dims_equal(a[k], b[k]);
+    if (t == DimTruth::kFalse) return t;
+    if (t == DimTruth::kUnknown) r = t;
+  }
+  return r;
 }
+
+// What a refusal says when the dim algebra could not decide the claim either way: the
+// dims may be equal, but nothing here proves it.
+const char* undecided(DimTruth t) { return t == DimTruth::kUnknown ? " (not provably equal)" : ""; }
+
+}  // namespace
 
 std::optional<std::vector<int64_t>> const_shape(const Shape& s) {
   std::vector<int64_t> out;
@@ -277,58 +97,10 @@ const UOp* make_shape_operand(Graph& g, const Shape& s) {
   return g.make(Op::VECTORIZE, DType(Scalar::Index, static_cast<uint32_t>(s.size())), s);
 }
 
-const UOp* dim_add(Graph& g, const UOp* a, const UOp* b) {
-  auto ca = const_dim(a), cb = const_dim(b);
-  int64_t r;
-  if (ca && cb && !__builtin_add_overflow(*ca, *cb, &r)) return g.idx(r);
-  if (ca == 0) return b;
-  if (cb == 0) return a;
-  return g.alu(Op::ADD, {a, b});
-}
-
-const UOp* dim_sub(Graph& g, const UOp* a, const UOp* b) {
-  auto ca = const_dim(a), cb = const_dim(b);
-  int64_t r;
-  if (ca && cb && !__builtin_sub_overflow(*ca, *cb, &r)) return g.idx(r);
-  if (cb == 0) return a;
-  if (a == b) return g.idx(0);
-  return g.alu(Op::SUB, {a, b});
-}
-
-const UOp* dim_mul(Graph& g, const UOp* a, const UOp* b) {
-  auto ca = const_dim(a), cb = const_dim(b);
-  int64_t r;
-  if (ca && cb && !__builtin_mul_overflow(*ca, *cb, &r)) return g.idx(r);
-  if (ca == 0 || cb == 0) return g.idx(0);
-  if (ca == 1) return b;
-  if (cb == 1) return a;
-  return g.alu(Op::MUL, {a, b});
-}
-
 const UOp* shape_numel(Graph& g, const Shape& s) {
   const UOp* n = g.idx(1);
   for (const UOp* d : s) n = dim_mul(g, n, d);
   return n;
-}
-
-DimBounds dim_bounds(const UOp* d) {
-  absl::flat_hash_map<const UOp*, std::optional<DimBounds>> memo;
-  return compute_facts(d, memo).value_or(kUnknown);
-}
-
-bool dims_equal(const UOp* a, const UOp* b) {
-  if (a == b) return true;
-  auto ca = const_dim(a), cb = const_dim(b);
-  if (ca && cb) return *ca == *cb;
-  return holds_at_test_points(a, b, [](int64_t x, int64_t y) { return x == y; });
-}
-
-bool dims_le(const UOp* a, const UOp* b) {
-  if (a == b) return true;
-  auto ca = const_dim(a), cb = const_dim(b);
-  if (ca && cb) return *ca <= *cb;
-  if (dim_bounds(a).max <= dim_bounds(b).min) return true;
-  return holds_at_test_points(a, b, [](int64_t x, int64_t y) { return x <= y; });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -350,8 +122,6 @@ bool ShapeInference::has_shape(const UOp* u) const {
   }
 }
 
-std::optional<DimBounds> ShapeInference::facts(const UOp* d) { return compute_facts(d, facts_); }
-
 absl::Status ShapeInference::fail(const UOp* u, std::string detail) {
   return absl::InvalidArgumentError(std::move(detail));
 }
@@ -366,7 +136,11 @@ absl::Status ShapeInference::check_limits(const UOp* u, const Shape& s) {
     if (!f || s[i]->dtype() != dtypes::index)
       return fail(u, cat("dim ", i, " is not an index expression (", op_name(s[i]->op()), " : ",
                          s[i]->dtype().str(), ") [shape.dim]"));
-    if (f->min < 0) return fail(u, cat("dim ", i, " of ", shape_str(s), " may be negative [shape.negative]"));
+    // Index arithmetic wraps like int64: a dim whose arithmetic may overflow has no bounds
+    // (ValueRange's "unknown"), and that is a dim too large, not one that is negative.
+    const bool wraps = f->min == std::numeric_limits<int64_t>::min() && f->max == kMax;
+    if (f->min < 0 && !wraps)
+      return fail(u, cat("dim ", i, " of ", shape_str(s), " may be negative [shape.negative]"));
     if (f->max > limits_.max_elements)
       return fail(u, cat("dim ", i, " of ", shape_str(s), " may exceed ", limits_.max_elements,
                          " [shape.too_large]"));
@@ -421,11 +195,9 @@ absl::StatusOr<Shape> ShapeInference::infer(const UOp* u) {
   if (is_alu(u->op())) {
     for (int i = 1; i < n; ++i) {
       const Shape &a = src_shape(0), &b = src_shape(i);
-      bool same = a.size() == b.size();
-      for (size_t k = 0; same && k < a.size(); ++k) same = dims_equal(a[k], b[k]);
-      if (!same)
+      if (DimTruth t = same_dims(a, b); t != DimTruth::kTrue)
         return fail(u, cat("source ", i, " has shape ", shape_str(b), " but source 0 has ", shape_str(a),
-                           " [shape.alu]"));
+                           undecided(t), " [shape.alu]"));
     }
     out = src_shape(0);
   } else if (elementwise_src0) {
@@ -464,11 +236,9 @@ absl::StatusOr<Shape> ShapeInference::infer(const UOp* u) {
         out = first;
         for (int i = 1; i < n; ++i) {
           const Shape& si = src_shape(i);
-          bool same = si.size() == first.size();
-          for (size_t k = 0; same && k < first.size(); ++k)
-            same = static_cast<int64_t>(k) == axis || dims_equal(si[k], first[k]);
-          if (!same)
-            return fail(u, cat("shard ", i, " has shape ", shape_str(si), " but shard 0 has ", shape_str(first), " [shape.multi]"));
+          if (DimTruth t = same_dims(si, first, axis); t != DimTruth::kTrue)
+            return fail(u, cat("shard ", i, " has shape ", shape_str(si), " but shard 0 has ", shape_str(first),
+                               undecided(t), " [shape.multi]"));
           if (axis >= 0) out[axis] = dim_add(g_, out[axis], si[axis]);
         }
         break;
@@ -499,19 +269,19 @@ absl::StatusOr<Shape> ShapeInference::infer(const UOp* u) {
         if (!ns.ok()) return ns.status();
         if (auto st = check_limits(u, *ns); !st.ok()) return st;
         auto cx = const_shape(x), cn = const_shape(*ns);
-        bool same;
+        DimTruth same;
         if (cx && cn) {
           // Both products are within the element limit (checked), so they cannot overflow.
           int64_t px = 1, pn = 1;
           for (int64_t d : *cx) px *= d;
           for (int64_t d : *cn) pn *= d;
-          same = px == pn;
+          same = px == pn ? DimTruth::kTrue : DimTruth::kFalse;
         } else {
           same = dims_equal(shape_numel(g_, x), shape_numel(g_, *ns));
         }
-        if (!same)
-          return fail(u, cat("cannot reshape ", shape_str(x), " to ", shape_str(*ns),
-                             ": the element counts differ [shape.reshape]"));
+        if (same != DimTruth::kTrue)
+          return fail(u, cat("cannot reshape ", shape_str(x), " to ", shape_str(*ns), ": the element counts ",
+                             same == DimTruth::kUnknown ? "are not provably equal" : "differ", " [shape.reshape]"));
         out = std::move(*ns);
         break;
       }
@@ -520,9 +290,9 @@ absl::StatusOr<Shape> ShapeInference::infer(const UOp* u) {
         auto ns = operand(u, 1, x.size(), "shape.expand");
         if (!ns.ok()) return ns.status();
         for (size_t k = 0; k < x.size(); ++k)
-          if (!dims_equal(x[k], (*ns)[k]) && const_dim(x[k]) != 1)
+          if (DimTruth t = dims_equal(x[k], (*ns)[k]); t != DimTruth::kTrue && const_dim(x[k]) != 1)
             return fail(u, cat("axis ", k, ": cannot expand ", shape_str(x), " to ", shape_str(*ns),
-                               " (only dims of 1 broadcast) [shape.expand]"));
+                               " (only dims of 1 broadcast)", undecided(t), " [shape.expand]"));
         out = std::move(*ns);
         break;
       }
@@ -553,9 +323,12 @@ absl::StatusOr<Shape> ShapeInference::infer(const UOp* u) {
           if (pad) {
             out.push_back(dim_add(g_, dim_add(g_, bk, x[k]), ek));
           } else {
-            if (!dims_le(bk, ek) || !dims_le(ek, x[k]))
-              return fail(u, cat("axis ", k, ": [", dim_str(bk), ", ", dim_str(ek), ") is not inside 0..",
-                                 dim_str(x[k]), " [shape.shrink]"));
+            DimTruth inside = dims_le(bk, ek);
+            if (inside == DimTruth::kTrue) inside = dims_le(ek, x[k]);
+            if (inside != DimTruth::kTrue)
+              return fail(u, cat("axis ", k, ": [", dim_str(bk), ", ", dim_str(ek), ") is not ",
+                                 inside == DimTruth::kUnknown ? "provably " : "", "inside 0..", dim_str(x[k]),
+                                 " [shape.shrink]"));
             out.push_back(dim_sub(g_, ek, bk));
           }
         }

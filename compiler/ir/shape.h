@@ -16,6 +16,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "compiler/ir/dim.h"
 #include "compiler/ir/uop.h"
 
 namespace uop {
@@ -27,8 +28,7 @@ struct ShapeLimits {
   int64_t max_elements = int64_t{1} << 40;  // per tensor, at every symbolic dim's maximum
 };
 
-// The value of a constant dim (a CONST of an integer kind), nullopt otherwise.
-std::optional<int64_t> const_dim(const UOp* d);
+// The dims of a shape when every one is constant, nullopt otherwise.
 std::optional<std::vector<int64_t>> const_shape(const Shape& s);
 
 // The dims of a shape operand: a VCONST of index values (its dims become CONST nodes made
@@ -39,33 +39,8 @@ absl::StatusOr<Shape> shape_operand_dims(Graph& g, const UOp* s);
 // rank 0 is an empty VCONST of dtype index width 0.
 const UOp* make_shape_operand(Graph& g, const Shape& s);
 
-// Dim arithmetic with light folding, so constant shapes stay CONST nodes: two CONSTs fold
-// (unless the result overflows int64), x+0, x-0, x*1 give x, x*0 gives 0, x-x gives 0.
-const UOp* dim_add(Graph& g, const UOp* a, const UOp* b);
-const UOp* dim_sub(Graph& g, const UOp* a, const UOp* b);
-const UOp* dim_mul(Graph& g, const UOp* a, const UOp* b);
 // The product of the dims (CONST 1 for rank 0).
 const UOp* shape_numel(Graph& g, const Shape& s);
-
-// Interval bounds of a dim over the DEFINE_VAR ranges (a BIND counts as its variable's
-// whole range: a bound value may change between runs of the same compiled graph).
-// Saturates at the int64 limits; [INT64_MIN, INT64_MAX] when nothing is known.
-struct DimBounds {
-  int64_t min;
-  int64_t max;
-};
-DimBounds dim_bounds(const UOp* d);
-inline int64_t dim_max(const UOp* d) { return dim_bounds(d).max; }
-
-// Pointer-equal, or equal when evaluated at a set of test points: every variable at its
-// min, at its max, at its bound value (BIND) and at its midpoint, and each variable alone
-// at its max (resp. min) with the others at their min (resp. max). Equal expressions always
-// pass; for sides affine in each of at most two variables it is a proof (the corners fix
-// such a form), beyond that a check (README, "Tensor level"). False when either side is not an index
-// expression, or the two together exceed 4096 nodes.
-bool dims_equal(const UOp* a, const UOp* b);
-// a <= b, by constants, by bounds (max(a) <= min(b)), or at the test points above.
-bool dims_le(const UOp* a, const UOp* b);
 
 class ShapeInference {
  public:
@@ -92,7 +67,7 @@ class ShapeInference {
 
  private:
   // Bounds of a dim expression, nullopt when it is not one (memoized per node).
-  std::optional<DimBounds> facts(const UOp* d);
+  std::optional<DimBounds> facts(const UOp* d) { return dims_.bounds(d); }
   // The rule for one node whose tensor sources already have shapes.
   absl::StatusOr<Shape> infer(const UOp* u);
   absl::StatusOr<Shape> operand(const UOp* u, size_t i, size_t rank, const char* tag);
@@ -107,7 +82,7 @@ class ShapeInference {
   std::deque<Shape> store_;
   std::vector<Failure> failed_;
   size_t last_ = SIZE_MAX;
-  absl::flat_hash_map<const UOp*, std::optional<DimBounds>> facts_;
+  DimFacts dims_;
 };
 
 }  // namespace uop

@@ -14,7 +14,7 @@
 #include "compiler/ir/printer.h"
 #include "compiler/passes/expand.h"
 #include "compiler/passes/symbolic.h"
-#include "compiler/passes/value_range.h"
+#include "compiler/ir/value_range.h"
 #include "compiler/support/strings.h"
 
 namespace uop {

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "absl/container/flat_hash_set.h"
+#include "compiler/ir/dim.h"
 #include "compiler/rewrite/graph_rewrite.h"
 #include "compiler/support/strings.h"
 

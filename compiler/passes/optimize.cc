@@ -4,7 +4,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "compiler/passes/expand.h"
-#include "compiler/passes/value_range.h"
+#include "compiler/ir/value_range.h"
 #include "compiler/rewrite/graph_rewrite.h"
 
 namespace uop {

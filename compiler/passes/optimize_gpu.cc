@@ -9,7 +9,7 @@
 #include "compiler/passes/expand.h"
 #include "compiler/passes/optimize.h"
 #include "compiler/passes/tensor_cores.h"
-#include "compiler/passes/value_range.h"
+#include "compiler/ir/value_range.h"
 
 namespace uop {
 namespace {

@@ -1,6 +1,7 @@
 #include "compiler/passes/rangeify.h"
 
 #include "absl/container/flat_hash_map.h"
+#include "compiler/ir/dim.h"
 #include "compiler/passes/realize.h"
 #include "compiler/rewrite/graph_rewrite.h"
 #include "compiler/support/strings.h"

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "compiler/ir/dim.h"
 
 namespace uop {
 namespace {

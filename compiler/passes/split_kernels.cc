@@ -2,6 +2,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "compiler/ir/dim.h"
 #include "compiler/ir/shape.h"
 #include "compiler/passes/multi.h"
 #include "compiler/support/strings.h"

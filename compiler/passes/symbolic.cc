@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "compiler/ir/eval.h"
-#include "compiler/passes/value_range.h"
+#include "compiler/ir/value_range.h"
 #include "compiler/rewrite/graph_rewrite.h"
 
 namespace uop {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <optional>
 
-#include "compiler/passes/value_range.h"
+#include "compiler/ir/value_range.h"
 
 namespace uop {
 namespace {

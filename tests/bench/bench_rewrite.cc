@@ -6,7 +6,7 @@
 
 #include "compiler/ir/uop.h"
 #include "compiler/passes/symbolic.h"
-#include "compiler/passes/value_range.h"
+#include "compiler/ir/value_range.h"
 #include "compiler/rewrite/graph_rewrite.h"
 
 namespace uop {

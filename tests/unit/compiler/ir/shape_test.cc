@@ -184,7 +184,7 @@ TEST(Shape, SymbolicBatch) {
   EXPECT_EQ((**sy)[0], b);
   EXPECT_EQ(const_dim((**sy)[1]), 16);
 
-  // The same count written the other way round is proved equal at the test points.
+  // The same count written the other way round has the same canonical form.
   const UOp* y2 = t.reshape(x, make_shape_operand(t.g, {t.g.idx(16), b}));
   EXPECT_TRUE(si.shape(y2).ok());
   // A wrong count is not.
@@ -230,51 +230,43 @@ TEST(Shape, SymbolicLimits) {
   EXPECT_TRUE(small.shape(t.reshape(t.buffer(8), {2, 4})).ok());
 }
 
-TEST(Shape, DimArithmeticFolds) {
+TEST(Shape, Numel) {
   Graph g;
   const UOp* v = g.make(Op::DEFINE_VAR, dtypes::index, {}, DefineVarArg{"v", 0, 9});
-  EXPECT_EQ(dim_add(g, g.idx(2), g.idx(3)), g.idx(5));
-  EXPECT_EQ(dim_sub(g, g.idx(2), g.idx(3)), g.idx(-1));
-  EXPECT_EQ(dim_mul(g, g.idx(4), g.idx(3)), g.idx(12));
-  EXPECT_EQ(dim_add(g, v, g.idx(0)), v);
-  EXPECT_EQ(dim_add(g, g.idx(0), v), v);
-  EXPECT_EQ(dim_sub(g, v, g.idx(0)), v);
-  EXPECT_EQ(dim_sub(g, v, v), g.idx(0));
-  EXPECT_EQ(dim_mul(g, v, g.idx(1)), v);
-  EXPECT_EQ(dim_mul(g, g.idx(0), v), g.idx(0));
-  EXPECT_EQ(dim_mul(g, v, g.idx(2))->op(), Op::MUL);
-  // An overflowing product stays a MUL node (and its bounds saturate).
-  const UOp* big = dim_mul(g, g.idx(int64_t{1} << 40), g.idx(int64_t{1} << 40));
-  EXPECT_EQ(big->op(), Op::MUL);
-  EXPECT_EQ(dim_max(big), INT64_MAX);
   EXPECT_EQ(shape_numel(g, {}), g.idx(1));
   EXPECT_EQ(shape_numel(g, {g.idx(2), g.idx(3)}), g.idx(6));
+  EXPECT_EQ(shape_numel(g, {v, g.idx(1)}), v);
 }
 
-TEST(Shape, BoundsAndEquality) {
-  Graph g;
-  const UOp* a = g.make(Op::DEFINE_VAR, dtypes::index, {}, DefineVarArg{"a", 1, 8});
-  const UOp* b = g.make(Op::DEFINE_VAR, dtypes::index, {}, DefineVarArg{"b", 2, 4});
-  const UOp* ab = g.make(Op::BIND, dtypes::index, {a, g.idx(3)});
-  EXPECT_EQ(dim_bounds(ab).min, 1);  // a BIND counts as the variable's whole range
-  EXPECT_EQ(dim_max(ab), 8);
-  EXPECT_EQ(dim_max(g.alu(Op::MUL, {a, b})), 32);
-  EXPECT_EQ(dim_max(g.alu(Op::IDIV, {a, b})), 4);
-  EXPECT_EQ(dim_max(g.alu(Op::MOD, {a, g.idx(5)})), 4);
-  EXPECT_EQ(dim_bounds(g.alu(Op::SUB, {a, b})).min, -3);
-  EXPECT_EQ(dim_max(g.alu(Op::MAX, {a, b})), 8);
-  EXPECT_EQ(dim_max(g.make(Op::CAST, dtypes::index, {g.cnst_int(dtypes::int32, 1)})), INT64_MAX);
-
-  EXPECT_TRUE(dims_equal(g.alu(Op::MUL, {a, g.idx(16)}), g.alu(Op::MUL, {g.idx(16), a})));
-  EXPECT_TRUE(dims_equal(g.alu(Op::ADD, {a, a}), g.alu(Op::MUL, {g.idx(2), ab})));  // BIND is its var
-  EXPECT_TRUE(dims_equal(g.alu(Op::MUL, {a, b}), g.alu(Op::MUL, {b, a})));
-  EXPECT_FALSE(dims_equal(g.alu(Op::MUL, {a, b}), g.alu(Op::MUL, {a, a})));
-  EXPECT_FALSE(dims_equal(a, b));
-  EXPECT_FALSE(dims_equal(g.idx(3), g.idx(4)));
-  EXPECT_FALSE(dims_equal(a, g.cnst(dtypes::float32, 1.0)));  // not an index expression
-  EXPECT_TRUE(dims_le(b, g.idx(4)));
-  EXPECT_TRUE(dims_le(a, g.alu(Op::MUL, {a, b})));
-  EXPECT_FALSE(dims_le(a, b));
+// A claim the dim algebra cannot decide is refused, saying so, rather than guessed.
+TEST(Shape, UndecidedEqualityIsRefusedAsSuch) {
+  Tensors t;
+  ShapeInference si(t.g);
+  const UOp* a = t.bind(t.var("a", 1, 8), 2);
+  const UOp* b = t.bind(t.var("b", 1, 8), 3);
+  // MAX(a, b) == WHERE(a < b, b, a) everywhere, but they are different opaque terms.
+  const UOp* mx = t.g.alu(Op::MAX, {a, b});
+  const UOp* other = t.g.alu(Op::WHERE, {t.g.alu(Op::CMPLT, {a, b}), b, a});
+  const UOp* x = t.shrink(t.buffer(8), t.shp({0}), make_shape_operand(t.g, {mx}));
+  ASSERT_TRUE(si.shape(x).ok());
+  auto s = si.shape(t.reshape(x, make_shape_operand(t.g, {other})));
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("are not provably equal [shape.reshape]"));
+  // Different element counts are said to differ.
+  auto s2 = si.shape(t.reshape(x, make_shape_operand(t.g, {t.g.alu(Op::ADD, {mx, t.g.idx(1)})})));
+  ASSERT_FALSE(s2.ok());
+  EXPECT_THAT(std::string(s2.status().message()), HasSubstr("the element counts differ [shape.reshape]"));
+  // The same count written as another sum of products is equal: 2 * mx as mx + mx, and
+  // as the product of the dims (2, mx).
+  const UOp* y = t.shrink(t.buffer(16), t.shp({0}), make_shape_operand(t.g, {t.g.alu(Op::MUL, {mx, t.g.idx(2)})}));
+  auto sy = si.shape(t.reshape(y, make_shape_operand(t.g, {t.g.alu(Op::ADD, {mx, mx})})));
+  EXPECT_TRUE(sy.ok()) << sy.status();
+  auto sy2 = si.shape(t.reshape(y, make_shape_operand(t.g, {t.g.idx(2), mx})));
+  EXPECT_TRUE(sy2.ok()) << sy2.status();
+  // An ALU over operands whose shapes cannot be proven equal names why it is refused.
+  auto s3 = si.shape(t.g.alu(Op::ADD, {x, t.expand(t.reshape(t.buffer(1), {1}), make_shape_operand(t.g, {other}))}));
+  ASSERT_FALSE(s3.ok());
+  EXPECT_THAT(std::string(s3.status().message()), HasSubstr("(not provably equal) [shape.alu]"));
 }
 
 TEST(Shape, ShapeOperands) {

@@ -9,7 +9,7 @@
 #include <functional>
 #include <map>
 
-#include "compiler/passes/value_range.h"
+#include "compiler/ir/value_range.h"
 #include "compiler/rewrite/graph_rewrite.h"
 #include "tests/unit/compiler/passes/expr_eval.h"
 #include "tests/unit/compiler/passes/expr_gen.h"

@@ -1,5 +1,6 @@
 // ValueRange: sound integer bounds of index / int / bool expressions, for the rules that
-// need to know a sign or a magnitude (symbolic's div/mod folding, bounds checking).
+// need to know a sign or a magnitude (symbolic's div/mod folding, bounds checking, the
+// bounds of symbolic dims in dim.h).
 //
 // For a node of an integer, index or bool dtype, (*this)(u) = (vmin, vmax) such that every
 // value u can take lies in [vmin, vmax], under eval.h's semantics: fixed-width integers

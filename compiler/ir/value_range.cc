@@ -1,7 +1,7 @@
 // Interval arithmetic for value_range.h. Every op computes its result range in 128 bits
 // from its sources' ranges, then `fit` checks it against the dtype: a range that leaves the
 // dtype means the op may wrap, and a wrapped value can be anything of the dtype.
-#include "compiler/passes/value_range.h"
+#include "compiler/ir/value_range.h"
 
 #include <algorithm>
 #include <bit>
