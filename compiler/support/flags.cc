@@ -234,6 +234,11 @@ int Tool::usage_error(std::string_view message, const std::string& command) cons
   return kUsageExit;
 }
 
+int Tool::usage_error(const absl::Status& parse_error, const std::string& command) const {
+  absl::string_view m = parse_error.message();
+  return usage_error(std::string_view(m.data(), m.size()), command);
+}
+
 absl::StatusOr<Args> Tool::parse(int argc, char** argv) const {
   return parse(std::vector<std::string>(argv + 1, argv + argc));
 }

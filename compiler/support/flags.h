@@ -135,6 +135,7 @@ class Tool {
   std::string help(const std::string& command = "") const;
   // "<program>: <message>" and where to read the usage, on stderr; returns kUsageExit.
   int usage_error(std::string_view message, const std::string& command = "") const;
+  int usage_error(const absl::Status& parse_error, const std::string& command = "") const;
   const std::string& program() const { return program_; }
 
  private:
