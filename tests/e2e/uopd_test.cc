@@ -7,7 +7,6 @@
 // keeps serving.
 #include <signal.h>
 #include <sys/types.h>
-#include <sys/wait.h>
 
 #include <filesystem>
 #include <fstream>
@@ -16,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/e2e/scheduler_proc.h"
 #include "tests/e2e/softmax_model.h"
 
 #include "client/client.h"
@@ -210,14 +210,7 @@ TEST(Uopd, FlagValuesMayFollowASpace) {
 
 // Bad usage exits 2 before anything starts, naming the flag; --help lists every flag.
 TEST(Uopd, UsageErrorsNameTheFlag) {
-  auto run = [](const std::string& args) {
-    std::string out;
-    FILE* f = popen((std::string(UOPD_BINARY) + " " + args + " 2>&1").c_str(), "r");
-    char buf[256];
-    while (size_t n = fread(buf, 1, sizeof buf, f)) out.append(buf, n);
-    int status = pclose(f);
-    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, out);
-  };
+  auto run = [](const std::string& args) { return testing::run_command(UOPD_BINARY, args); };
   for (auto [args, says] : std::vector<std::pair<std::string, std::string>>{
            {"--bogus", "--bogus is not an option of 'uopd'"},
            {"stray", "unexpected argument 'stray' for 'uopd'"},
