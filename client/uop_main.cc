@@ -1,5 +1,5 @@
 // uop: the remote twin of uopc. Reads and verifies a graph here, then has a uopd server
-// compile, run or explain it (the client links no compiler backend: DESIGN §1). The
+// compile, run or explain it (the client links no compiler backend: docs/ARCHITECTURE.md, Arrows). The
 // server comes from --server, UOPD_ADDRESS or the default address; --embedded starts a
 // private uopd for the duration of the command instead.
 //

@@ -1,4 +1,4 @@
-// uopd: the scheduler. With no flags it is the embedded default (DESIGN §4): it listens on
+// uopd: the scheduler. With no flags it is the embedded default (docs/ARCHITECTURE.md, The service): it listens on
 // loopback, starts two CPU workers, keeps its disk cache under the user's cache directory
 // and serves Prometheus metrics on loopback. Flags turn on the cluster pieces (a Redis
 // tier, remote workers registering by address) and set the limits.

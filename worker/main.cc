@@ -1,4 +1,4 @@
-// uop-worker: one process per device (DESIGN §4). Serves the Worker service over the CPU
+// uop-worker: one process per device (docs/ARCHITECTURE.md, The service). Serves the Worker service over the CPU
 // runtime or, with --device=cuda:N, over GPU N through the CUDA driver loaded at run time;
 // announces its bound address as one `LISTENING host:port` line on stdout (the embedded
 // scheduler waits for it), or, when its device cannot be used (no driver, no GPU), one
