@@ -2,49 +2,83 @@
 #include "client/cli.h"
 
 #include "absl/strings/numbers.h"
+#include "compiler/support/status_macros.h"
 #include "compiler/support/strings.h"
 
 namespace uop::cli {
 
-absl::StatusOr<Args> parse_args(const std::vector<std::string>& argv, const OptionSpec& spec) {
-  Args a;
-  for (size_t i = 0; i < argv.size(); ++i) {
-    std::string s = argv[i];
-    if (s == "-h") s = "--help";
-    if (s.rfind("--", 0) == 0 && s.size() > 2) {
-      std::string name = s.substr(2), value;
-      bool inline_value = false;
-      if (auto eq = name.find('='); eq != std::string::npos) {
-        value = name.substr(eq + 1);
-        name = name.substr(0, eq);
-        inline_value = true;
-      }
-      if (spec.valued.count(name)) {
-        if (!inline_value) {
-          if (i + 1 >= argv.size()) return absl::InvalidArgumentError(cat("--", name, " needs a value"));
-          value = argv[++i];
-        }
-      } else if (spec.flags.count(name)) {
-        if (inline_value) return absl::InvalidArgumentError(cat("--", name, " takes no value"));
-      } else {
-        return absl::InvalidArgumentError(cat("unknown option --", name));
-      }
-      a.options[name].push_back(value);
-    } else if (s.size() > 1 && s[0] == '-') {
-      return absl::InvalidArgumentError(cat("unknown option ", s));
-    } else if (a.command.empty()) {
-      a.command = s;
-    } else {
-      a.positional.push_back(s);
-    }
+flags::Tool uop_flags(bool onnx) {
+  flags::Tool t("uop", "uop: the UOp graph compiler, as a service (uopd).",
+                "run prints each kernel's cache status on stderr (\"miss, compiled in 12 ms\", \"hit (memory)\"). "
+                "Inputs and outputs are named by the graph's `names`, as for uopc.\n"
+                "Exit status: 0 ok, 1 invalid input or a failure (the server's message is printed), 2 usage.");
+  flags::Command& common = t.common();
+  common.describe("GRAPH is a graph file: protobuf JSON (*.json) or binary (*.uopb), see proto/uop.proto. It is "
+                  "read and verified here, then compiled, run or explained by a uopd server.");
+  common.string("server", "HOST:PORT", "the uopd to use").shown_default(cat("$UOPD_ADDRESS, else ", client::kDefaultAddress));
+  common.flag("embedded", "start a private uopd for this command, stop it after");
+  common.string("uopd", "PATH", "the uopd that --embedded starts").shown_default("server/uopd of this build tree, else uopd on PATH");
+  common.string("deadline", "SECONDS", "limit for each request", "60");
+  common.string("token", "TOKEN", "the tenant's bearer token for a uopd started with --tokens-file").shown_default("$UOPD_TOKEN");
+  common.flag("tls", "talk TLS (on too when a --tls-* file is given)");
+  common.string("tls-ca", "PEM", "CA that the server's certificate chains to");
+  common.string("tls-cert", "PEM", "this client's certificate, for a server that requires one (uopd --tls-client-ca)");
+  common.string("tls-key", "PEM", "its key");
+
+  flags::Command& run = t.command("run", onnx ? "compile and run on the server's device; a MODEL.onnx is imported "
+                                                "first (--in for every model input)"
+                                              : "compile and run on the server's device");
+  run.positional("GRAPH");
+  run.string("in", "NAME=FILE.npy", "bind the input called NAME").repeatable();
+  run.string("random", "SEED", "fill unbound inputs with seeded random values (the same values as `uopc run --random SEED`)");
+  run.string("out", "NAME=FILE.npy", "write the output called NAME; without any, outputs are summarized on stdout").repeatable();
+  run.string("device", "NAME", "the server's device to run on").shown_default("its first CPU");
+
+  flags::Command& compile = t.command("compile", "compile every kernel: name, digest, cache status and tier, ABI");
+  compile.positional("GRAPH");
+  compile.string("target", "cpu|cuda:sm_NN", "what to compile for", "cpu");
+  compile.string("binary-out", "DIR", "write each kernel's object (NAME.o) or cubin (NAME.cubin)");
+  compile.string("source-out", "DIR", "write each kernel's source (NAME.ll or NAME.cu)");
+
+  flags::Command& explain = t.command("explain", "print the IR after each stage of the server's pipeline");
+  explain.positional("GRAPH");
+  explain.string("stage", "NAME", "only this stage (a name the server does not know: it answers with the list)");
+  explain.string("target", "cpu|cuda:sm_NN", "lower for this target", "cpu");
+
+  t.command("stats", "the server's counters: workers, caches, plans, sessions");
+
+  if (onnx) {
+    flags::Command& test = t.command("onnx-test",
+                                     "run ONNX backend-test cases (model.onnx, test_data_set_*/): PASS / FAIL / "
+                                     "UNSUPPORTED per case, then `N passed, N failed, N skipped`; exit 1 if any failed");
+    test.rest("CASE_DIR");
+    test.string("cases-from", "LIST", "case directories, one a line (# comments), under --root");
+    test.string("root", "DIR", "the directory LIST names are relative to; alone: every case directory in it");
+    test.string("shard", "I/N", "only the cases at positions I, I+N, I+2N, ...");
+    test.flag("interp", "the reference interpreter in this process, no server");
+    test.flag("by-op", "a summary by operator, and the unsupported ones");
+    test.string("device", "NAME", "the server's device to run on").shown_default("its first CPU");
   }
-  return a;
+  return t;
+}
+
+absl::StatusOr<client::ClientOptions> client_options(const Args& a, const char* token_env) {
+  client::ClientOptions options;
+  if (a.has("deadline")) {
+    ASSIGN_OR_RETURN(options.deadline, parse_seconds(a.get("deadline")));
+  }
+  if (a.has("token")) options.bearer_token = a.get("token");
+  else if (token_env && *token_env) options.bearer_token = token_env;
+  options.tls = a.on("tls");
+  options.tls_ca = a.get("tls-ca");
+  options.tls_cert = a.get("tls-cert");
+  options.tls_key = a.get("tls-key");
+  return options;
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> name_file_pairs(const Args& a, const std::string& opt) {
   std::vector<std::pair<std::string, std::string>> out;
-  if (!a.has(opt)) return out;
-  for (const std::string& v : a.options.at(opt)) {
+  for (const std::string& v : a.all(opt)) {
     auto eq = v.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
       return absl::InvalidArgumentError(cat("--", opt, " takes NAME=FILE.npy, got '", v, "'"));

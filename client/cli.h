@@ -1,12 +1,10 @@
-// The pieces of the `uop` command that are not about talking to the server: argument
-// parsing (uopc's conventions: `--name=value` or `--name value`, repeatable options, a
-// command and positional files), the server address, and the names of files it writes.
+// The pieces of the `uop` command that are not about talking to the server: its command
+// line (declared with compiler/support/flags.h), the connection options and server address
+// it gives, and the names of files it writes.
 // Apart from uop_main.cc so that tests reach them without a server.
 #pragma once
 
 #include <cstdint>
-#include <map>
-#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -15,28 +13,22 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "compiler/support/flags.h"
 
 namespace uop::cli {
 
 // Exit codes, as uopc: 0 ok, 1 invalid input or a failure, 2 usage.
 inline constexpr int kOk = 0, kInvalid = 1, kUsage = 2;
 
-struct Args {
-  std::string command;
-  std::vector<std::string> positional;
-  std::map<std::string, std::vector<std::string>> options;  // name without "--" -> every value given
-  bool has(const std::string& k) const { return options.count(k) > 0; }
-  std::string get(const std::string& k) const { return has(k) ? options.at(k).back() : ""; }
-};
+using flags::Args;
 
-struct OptionSpec {
-  std::set<std::string> valued;  // take a value: --name=value or --name value
-  std::set<std::string> flags;   // take none
-};
+// The command line of `uop`: every command with its options and help. `onnx`: with the
+// ONNX verbs (run MODEL.onnx takes run's options; onnx-test its own).
+flags::Tool uop_flags(bool onnx);
 
-// argv without the program name. `-h` is `--help`. INVALID_ARGUMENT with the message for
-// the user (an unknown option, a missing value); the caller turns it into exit code 2.
-absl::StatusOr<Args> parse_args(const std::vector<std::string>& argv, const OptionSpec& spec);
+// What the connection options say (--deadline, --token or $UOPD_TOKEN, --tls*); the address
+// is the caller's (server_address, or an embedded server's). INVALID_ARGUMENT for the user.
+absl::StatusOr<client::ClientOptions> client_options(const Args& a, const char* token_env);
 
 // The NAME=FILE values of a repeatable option, in order.
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> name_file_pairs(const Args& a, const std::string& opt);

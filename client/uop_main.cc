@@ -1,5 +1,5 @@
 // uop: the remote twin of uopc. Reads and verifies a graph here, then has a uopd server
-// compile, run or explain it (the client links no compiler backend: DESIGN §1). The
+// compile, run or explain it (the client links no compiler backend: docs/ARCHITECTURE.md, Arrows). The
 // server comes from --server, UOPD_ADDRESS or the default address; --embedded starts a
 // private uopd for the duration of the command instead.
 //
@@ -45,73 +45,18 @@ using cli::kUsage;
 // travel inside the Run request.
 constexpr size_t kInlineInputBytes = 1u << 20;
 
-std::string usage_text() {
-  return cat(R"TXT(uop: the UOp graph compiler, as a service (uopd).
+#ifdef UOP_WITH_ONNX
+constexpr bool kWithOnnx = true;
+#else
+constexpr bool kWithOnnx = false;
+#endif
 
-usage: uop COMMAND [GRAPH] [options]
-
-GRAPH is a graph file: protobuf JSON (*.json) or binary (*.uopb), see proto/uop.proto.
-It is read and verified here, then compiled, run or explained by a uopd server.
-
-commands:
-  run GRAPH                compile and run on the server's device
-      --in NAME=FILE.npy             bind the input called NAME (repeatable)
-      --random SEED                  fill unbound inputs with seeded random values (the
-                                     same values as `uopc run --random SEED`)
-      --out NAME=FILE.npy            write the output called NAME (repeatable); without
-                                     any, outputs are summarized on stdout
-      --device=NAME                  the server's device to run on (default: its first CPU)
-  compile GRAPH            compile every kernel: name, digest, cache status and tier, ABI
-      --target=cpu|cuda:sm_NN        what to compile for (default: cpu)
-      --binary-out=DIR               write each kernel's object (NAME.o) or cubin (NAME.cubin)
-      --source-out=DIR               write each kernel's source (NAME.ll or NAME.cu)
-  explain GRAPH            print the IR after each stage of the server's pipeline
-      --stage=NAME                   only this stage (`uopc help` lists them)
-      --target=cpu|cuda:sm_NN        lower for this target (default: cpu)
-  stats                    the server's counters: workers, caches, plans, sessions
-  run MODEL.onnx           import an ONNX model and run it: --in NAME=FILE.npy for every
-                           model input, --out NAME=FILE.npy (outputs summarized without)
-  onnx-test CASE_DIR...    run ONNX backend-test cases (model.onnx, test_data_set_*/):
-                           PASS / FAIL / UNSUPPORTED per case, then `N passed, N failed,
-                           N skipped`; exit 1 if any failed
-      --cases-from=LIST              case directories, one a line (# comments), under --root
-      --root=DIR                     the directory LIST names are relative to; alone: every
-                                     case directory in it
-      --shard=I/N                    only the cases at positions I, I+N, I+2N, ...
-      --interp                       the reference interpreter in this process, no server
-      --by-op                        a summary by operator, and the unsupported ones
-  help                     this text
-
-options for every command:
-  --server=HOST:PORT                 the uopd to use (default: $UOPD_ADDRESS, else )TXT",
-             client::kDefaultAddress, R"TXT()
-  --embedded                         start a private uopd for this command, stop it after
-  --uopd=PATH                        the uopd that --embedded starts (default: server/uopd
-                                     of this build tree, else uopd on PATH)
-  --deadline=SECONDS                 limit for each request (default 60)
-  --token=TOKEN                      the tenant's bearer token for a uopd started with
-                                     --tokens-file (default: $UOPD_TOKEN)
-  --tls                              talk TLS (on too when a --tls-* file is given)
-  --tls-ca=PEM                       CA that the server's certificate chains to
-  --tls-cert=PEM --tls-key=PEM       this client's certificate, for a server that
-                                     requires one (uopd --tls-client-ca)
-
-run prints each kernel's cache status on stderr ("miss, compiled in 12 ms",
-"hit (memory)"). Inputs and outputs are named by the graph's `names`, as for uopc.
-Exit status: 0 ok, 1 invalid input or a failure (the server's message is printed), 2 usage.
-)TXT");
+const flags::Tool& tool() {
+  static const flags::Tool t = cli::uop_flags(kWithOnnx);
+  return t;
 }
 
-const cli::OptionSpec kSpec = {
-    {"in", "out", "random", "device", "target", "binary-out", "source-out", "stage", "server", "uopd", "deadline",
-     "token", "tls-ca", "tls-cert", "tls-key", "cases-from", "root", "shard"},
-    {"embedded", "help", "tls", "interp", "by-op"},
-};
-
-int usage_error(const std::string& msg) {
-  std::cerr << "uop: " << msg << "\nrun 'uop help' for usage\n";
-  return kUsage;
-}
+int usage_error(const std::string& msg) { return tool().usage_error(msg); }
 int invalid(const std::string& msg) {
   std::cerr << "uop: " << msg << "\n";
   return kInvalid;
@@ -341,7 +286,7 @@ int cmd_explain(Context& c) {
   if (!stages.ok()) return failed(stages.status(), path);
   // uopc refuses an unknown stage; a server that answers with nothing means the same.
   if (stages->empty() && c.args.has("stage"))
-    return invalid(cat("uopd showed nothing for stage '", c.args.get("stage"), "' (`uopc help` lists the stages)"));
+    return invalid(cat("uopd showed nothing for stage '", c.args.get("stage"), "'"));
   for (const client::ExplainStage& s : *stages) {
     std::cout << "=== " << s.name << (s.kernel.empty() ? "" : cat(" [", s.kernel, "]")) << "\n" << s.text;
     if (!s.text.empty() && s.text.back() != '\n') std::cout << "\n";
@@ -381,38 +326,24 @@ std::string self_exe() {
 }
 
 int run(int argc, char** argv) {
-  auto args = cli::parse_args(std::vector<std::string>(argv + 1, argv + argc), kSpec);
-  if (!args.ok()) return usage_error(std::string(args.status().message()));
+  auto args = tool().parse(argc, argv);
+  if (!args.ok()) return tool().usage_error(args.status());
   const Args& a = *args;
-  if (a.command == "help" || a.has("help")) {
-    std::cout << usage_text();
+  if (a.help) {
+    std::cout << tool().help(a.command);
     return kOk;
   }
   if (a.command.empty()) {
-    std::cerr << usage_text();
+    std::cerr << tool().help();
     return kUsage;
   }
 #ifdef UOP_WITH_ONNX
   if (onnx_import::is_onnx_command(a)) return onnx_import::onnx_command(a, self_exe());
 #endif
-  static const std::map<std::string, size_t> kArity = {{"run", 1}, {"compile", 1}, {"explain", 1}, {"stats", 0}};
-  auto it = kArity.find(a.command);
-  if (it == kArity.end()) return usage_error(cat("unknown command '", a.command, "'"));
-  if (a.positional.size() != it->second)
-    return usage_error(it->second == 0 ? cat("'", a.command, "' takes no file") : cat("'", a.command, "' takes 1 file"));
-  if (a.has("embedded") && a.has("server")) return usage_error("--embedded and --server exclude each other");
-  client::ClientOptions options;
-  if (a.has("deadline")) {
-    auto d = cli::parse_seconds(a.get("deadline"));
-    if (!d.ok()) return usage_error(std::string(d.status().message()));
-    options.deadline = *d;
-  }
-  if (a.has("token")) options.bearer_token = a.get("token");
-  else if (const char* t = std::getenv("UOPD_TOKEN"); t && *t) options.bearer_token = t;
-  options.tls = a.has("tls");
-  if (a.has("tls-ca")) options.tls_ca = a.get("tls-ca");
-  if (a.has("tls-cert")) options.tls_cert = a.get("tls-cert");
-  if (a.has("tls-key")) options.tls_key = a.get("tls-key");
+  if (a.on("embedded") && a.has("server")) return usage_error("--embedded and --server exclude each other");
+  auto client_options = cli::client_options(a, std::getenv("UOPD_TOKEN"));
+  if (!client_options.ok()) return usage_error(std::string(client_options.status().message()));
+  client::ClientOptions options = *client_options;
   if (a.has("target") && !client::parse_target(a.get("target")).ok())
     return usage_error(std::string(client::parse_target(a.get("target")).status().message()));
 
@@ -420,7 +351,7 @@ int run(int argc, char** argv) {
   int rc = kOk;
   std::optional<DecodedGraph> graph;
   std::optional<RunPlan> plan;
-  if (it->second == 1) {
+  if (a.command != "stats") {
     graph = load(a.positional[0], &rc);
     if (!graph) return rc;
   }
@@ -432,7 +363,7 @@ int run(int argc, char** argv) {
   // Declared before the client, so the client (and its sessions) go first and the
   // embedded server stops after they have said goodbye.
   std::unique_ptr<client::EmbeddedServer> embedded;
-  if (a.has("embedded")) {
+  if (a.on("embedded")) {
     auto path = client::find_uopd(a.get("uopd"), self_exe(), std::getenv("PATH"));
     if (!path.ok()) return invalid(std::string(path.status().message()));
     auto started = client::EmbeddedServer::start(*path);

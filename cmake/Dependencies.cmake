@@ -1,4 +1,4 @@
-# Finds every external dependency once, with the Debian 12 packages of DESIGN §7.
+# Finds every external dependency once, with the Debian 12 packages (docs/ARCHITECTURE.md, Dependencies).
 # deploy/setup.sh installs them; a missing one fails here with the package to install.
 
 macro(uopd_require found what package)

@@ -1,4 +1,4 @@
-// The pipeline: the named list of stages of DESIGN §3, in order (compiler/PIPELINE.md).
+// The pipeline: the named list of stages, in order (docs/ARCHITECTURE.md, The pipeline; compiler/PIPELINE.md).
 // plan_graph takes a verified graph from the wire to normalized kernels in execution
 // order (what the scheduler plans and caches by digest); lower_for_cpu takes one
 // normalized kernel to LINEAR for the CPU backend. Every stage's output can be traced by

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages uopd builds and tests with (DESIGN §7) that are missing.
+# Installs the Debian 12 packages uopd builds and tests with (docs/ARCHITECTURE.md, Dependencies) that are missing.
 # Idempotent: prints nothing and exits 0 when everything is present. Needs root or
 # password-less sudo to install; otherwise it names the missing packages and fails.
 # The CUDA toolkit is not a Debian package: when /usr/local/cuda is absent the CUDA

@@ -47,7 +47,7 @@ struct RunOutcome {
   double collective_ms = 0;                  // collectives between the kernels
 };
 
-// How collectives between workers are run (DESIGN §4): members on one host reduce through
+// How collectives between workers are run (docs/ARCHITECTURE.md, The service): members on one host reduce through
 // shared memory, members on different hosts through Gloo, whose rendezvous is this
 // scheduler's Rendezvous service.
 struct CollectiveOptions {

@@ -1,4 +1,4 @@
-// uopd: the scheduler. With no flags it is the embedded default (DESIGN §4): it listens on
+// uopd: the scheduler. With no flags it is the embedded default (docs/ARCHITECTURE.md, The service): it listens on
 // loopback, starts two CPU workers, keeps its disk cache under the user's cache directory
 // and serves Prometheus metrics on loopback. Flags turn on the cluster pieces (a Redis
 // tier, remote workers registering by address) and set the limits.
@@ -25,6 +25,7 @@
 
 #include "compiler/codegen/cuda.h"
 #include "compiler/ir/codec.h"
+#include "compiler/support/flags.h"
 #include "compiler/support/strings.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -46,174 +47,117 @@
 namespace uop::server {
 namespace {
 
-constexpr char kUsage[] = R"(uopd: the UOp graph compilation and execution service.
-
-usage: uopd [--flag=value ...]
-
-With no flags: listen on 127.0.0.1:7070, start 2 CPU workers, cache compiled kernels
-under $XDG_CACHE_HOME/uopd (or ~/.cache/uopd), serve metrics on 127.0.0.1:9464.
-
-  --listen=HOST:PORT          client API address (port 0: any free port)   [127.0.0.1:7070]
-  --internal-listen=HOST:PORT the internal services (worker Registry, collective
-                              Rendezvous), apart from the client API; remote workers
-                              register here (uop-worker --scheduler=HOST:PORT)  [127.0.0.1:0]
-  --cluster-secret-file=PATH  the cluster's secret (16+ bytes, e.g. openssl rand -hex 32;
-                              the file readable by its owner only): the internal services
-                              require it of every call, remote workers check it on every
-                              call from this scheduler (uop-worker --cluster-secret-file).
-                              Without it and without --worker-tls-*, a secret is made at
-                              start that only the embedded workers know
-  --insecure-internal         no credential on the internal services or toward remote
-                              workers: anyone who reaches --internal-listen can register a
-                              worker (and receive tenants' data and kernels) or fill the
-                              rendezvous, and anyone who reaches a worker can use it. Only
-                              where nothing untrusted reaches these ports. Remote workers
-                              (--workers=0, or a --internal-listen off loopback) need this,
-                              a --cluster-secret-file or --worker-tls-*
-  --workers=N                 embedded CPU workers, CPU:0..CPU:N-1; 0 waits for remote
-                              workers to register (uop-worker --scheduler=...)      [2]
-  --cuda-workers=N            embedded CUDA workers, CUDA:0..CUDA:N-1; a GPU that cannot
-                              be used (no driver, no GPU) is reported unavailable   [0]
-  --cuda-arch=sm_NN           CUDA arch for a Compile / Explain naming none, and for a
-                              CUDA worker that does not report its GPU's       [sm_90]
-  --worker-binary=PATH        the uop-worker to start       [next to uopd, then PATH]
-  --worker-threads=N          threads per worker                        [all cores]
-  --worker-max-buffer-bytes=N buffer memory per worker                  [worker default]
-  --exec-lane=shm|grpc        how a Run's Execute and buffer traffic reach embedded
-                              workers: a shared-memory lane (16 slots of 1 MiB; gRPC
-                              still for what does not fit) or gRPC only          [shm]
-  --cache-dir=DIR             on-disk compile cache; empty: none  [$XDG_CACHE_HOME/uopd]
-  --disk-cache-bytes=N        its size budget (LRU eviction)                  [4 GiB]
-  --memory-cache-bytes=N      in-memory compile cache budget                [512 MiB]
-  --cache-key-file=PATH       the key that authenticates disk and Redis cache entries
-                              (HMAC-SHA256): a file of 32+ random bytes that only uopd's
-                              user may read (mode 0600). Whoever holds it can mint kernels
-                              the workers will run. Without it: a key made on first start
-                              in the cache directory (cluster.key)
-  --redis=HOST:PORT           a Redis shared by the cluster, as the third cache tier;
-                              needs --cache-key-file, the same file on every scheduler
-  --redis-timeout-ms=N        connecting, and each Redis command; a slow Redis is a miss [200]
-  --redis-user=NAME           AUTH as this Redis ACL user (with --redis-password-file)
-  --redis-password-file=PATH  AUTH with this password (the default user's requirepass,
-                              or the ACL user's); mode 0600, one trailing newline ignored
-  --redis-tls                 speak TLS to Redis, checking its certificate and name
-  --redis-tls-ca=PEM          CAs for Redis's certificate       [the system's trust store]
-  --redis-tls-cert=PEM --redis-tls-key=PEM  a client certificate, for a Redis that wants one
-  --redis-tls-server-name=N   the name Redis's certificate carries  [the --redis host]
-  --metrics-listen=HOST:PORT  Prometheus /metrics; empty: none       [127.0.0.1:9464]
-                              an operator port: it takes no credential
-  --metrics-tenant-labels     also export per-tenant series (tenant names as labels)
-  --compile-threads=N         compiles in parallel (apart from RPC threads), shared
-                              round robin between tenants, then client connections [2]
-  --max-kernel-ops=N          ops in one kernel (a vector op counted per 16 lanes);
-                              a bigger one is refused before LLVM / NVRTC     [16384]
-  --max-plan-nodes=N          nodes planning one graph, or lowering one kernel, may
-                              make; past it the request is refused          [2000000]
-  --max-nodes=N               nodes per graph, counted before a request is parsed
-                                                                          [1000000]
-  --max-request-bytes=N       one request's size                          [256 MiB]
-  --max-request-memory=N      scheduler memory one request may hold at once: its body
-                              as received and parsed, its graph decoded, its inline
-                              outputs                                        [1 GiB]
-  --max-inflight-bytes=N      the same, all requests together; over it a request is
-                              refused RESOURCE_EXHAUSTED  [min(4 GiB, memory / 4)]
-  --max-inline-output-bytes=N outputs of one Run returned inline; larger ones stay in
-                              the session as buffers, downloaded (streamed) and freed by
-                              the client library                            [64 MiB]
-  --session-bytes=N           buffer bytes per session   [min(4 GiB, a worker's / 4)]
-  --session-buffers=N         buffers per session                             [4096]
-  --max-sessions=N            open sessions, all clients together            [1024]
-  --session-idle-timeout-s=N  close sessions idle this long                    [600]
-  --max-session-idle-timeout-s=N  the longest idle timeout a client may ask for
-                                                                           [86400]
-  --request-deadline-s=N      longest time one request may take                [300]
-  --stream-idle-timeout-s=N   end an Upload whose client sends nothing, or a Download
-                              whose client reads nothing, this long            [30]
-  --collective-timeout-ms=N   how long a collective member waits for its peers: a
-                              worker that died or stalled fails the step within it [30000]
-  --collective-transport=T    shm (workers on one host), gloo (TCP, through this
-                              scheduler's Rendezvous service) or auto: by the workers'
-                              addresses                                          [auto]
-  --allow-custom              accept CUSTOM / CUSTOMI / CUSTOM_FUNCTION ops (inline code)
-  --tokens-file=PATH          tenants, bearer tokens and quotas (format: server/auth.h);
-                              every request then needs a token; none: one anonymous tenant.
-                              SIGHUP reloads it: new tenants and tokens work, a token no
-                              longer listed is refused, changed limits apply to new
-                              requests; a tenant's sessions, bytes and compiles carry
-                              over. A removed tenant's sessions close when they idle out.
-                              A file that does not parse is logged (file:line) and the
-                              tenants in force stay.
-  --tls-cert=PEM --tls-key=PEM  serve the client API over TLS
-  --tls-client-ca=PEM         and require client certificates signed by this CA (mTLS)
-  --worker-tls-cert=PEM --worker-tls-key=PEM --worker-tls-ca=PEM
-                              mutual TLS between scheduler and workers (embedded workers
-                              are started with the same files); the internal services
-                              then require client certificates of that CA
-  --worker-tls-server-name=N  the name workers' certificates carry (default: their host)
-  --max-tenant-workers=N      with --tokens-file every tenant gets worker processes of its
-                              own (tenant isolation): at most this many at once        [8]
-  --tenant-worker-idle-s=N    a tenant's worker unused this long (and no session of the
-                              tenant on its device) is stopped                       [120]
-  --help
-)";
-
-struct Flags {
-  std::map<std::string, std::string> v = {
-      {"listen", "127.0.0.1:7070"}, {"workers", "2"}, {"cuda-workers", "0"}, {"cuda-arch", "sm_90"}, {"worker-binary", ""}, {"worker-threads", "0"},
-      {"worker-max-buffer-bytes", ""}, {"cache-dir", "<default>"}, {"disk-cache-bytes", "4294967296"},
-      {"memory-cache-bytes", "536870912"}, {"redis", ""}, {"redis-timeout-ms", "200"},
-      {"cache-key-file", ""}, {"redis-user", ""}, {"redis-password-file", ""}, {"redis-tls", "false"}, {"redis-tls-ca", ""},
-      {"redis-tls-cert", ""}, {"redis-tls-key", ""}, {"redis-tls-server-name", ""},
-      {"metrics-listen", "127.0.0.1:9464"}, {"compile-threads", "2"}, {"max-nodes", "1000000"},
-      {"max-kernel-ops", "16384"}, {"max-plan-nodes", "2000000"},
-      {"max-request-bytes", "268435456"}, {"session-bytes", "<default>"}, {"session-idle-timeout-s", "600"},
-      {"request-deadline-s", "300"}, {"allow-custom", "false"},
-      {"max-request-memory", "1073741824"}, {"max-inflight-bytes", "<default>"}, {"max-inline-output-bytes", "67108864"},
-      {"session-buffers", "4096"}, {"max-sessions", "1024"}, {"max-session-idle-timeout-s", "86400"},
-      {"stream-idle-timeout-s", "30"}, {"metrics-tenant-labels", "false"},
-      {"collective-timeout-ms", "30000"}, {"collective-transport", "auto"}, {"tokens-file", ""}, {"tls-cert", ""},
-      {"tls-key", ""}, {"tls-client-ca", ""}, {"worker-tls-cert", ""}, {"worker-tls-key", ""}, {"worker-tls-ca", ""},
-      {"worker-tls-server-name", ""}, {"exec-lane", "shm"}, {"max-tenant-workers", "8"}, {"tenant-worker-idle-s", "120"},
-      {"internal-listen", "127.0.0.1:0"}, {"cluster-secret-file", ""}, {"insecure-internal", "false"},
-  };
-  int64_t num(const std::string& k) const { return std::stoll(v.at(k)); }
-};
-
-// --name=value and --flag; unknown flags and bad numbers are usage errors (exit 2).
-bool parse(int argc, char** argv, Flags* f, std::string* err) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--help" || a == "-h") { std::cout << kUsage; std::exit(0); }
-    if (a.rfind("--", 0) != 0) { *err = cat("unexpected argument '", a, "'"); return false; }
-    std::string name = a.substr(2), value = "true";
-    if (auto eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    }
-    if (!f->v.count(name)) { *err = cat("unknown flag --", name); return false; }
-    f->v[name] = value;
-  }
-  for (const char* k : {"workers", "cuda-workers", "worker-threads", "disk-cache-bytes", "memory-cache-bytes", "redis-timeout-ms",
-                        "compile-threads", "max-nodes", "max-kernel-ops", "max-plan-nodes", "max-request-bytes", "session-bytes",
-                        "session-idle-timeout-s", "request-deadline-s", "collective-timeout-ms", "max-tenant-workers",
-                        "tenant-worker-idle-s", "max-request-memory",
-                        "max-inflight-bytes", "max-inline-output-bytes", "session-buffers", "max-sessions",
-                        "max-session-idle-timeout-s", "stream-idle-timeout-s"}) {
-    if (f->v[k] == "<default>") continue;
-    try {
-      size_t used = 0;
-      long long n = std::stoll(f->v[k], &used);
-      if (used != f->v[k].size() || n < 0) throw std::invalid_argument("");
-    } catch (...) {
-      *err = cat("--", k, " takes a non-negative number, got '", f->v[k], "'");
-      return false;
-    }
-  }
-  if (f->v["exec-lane"] != "shm" && f->v["exec-lane"] != "grpc") {
-    *err = cat("--exec-lane takes shm or grpc, got '", f->v["exec-lane"], "'");
-    return false;
-  }
-  return true;
+// Every flag, its default and its help (`uopd --help` is generated from these).
+flags::Tool uopd_flags() {
+  flags::Tool t("uopd", "uopd: the UOp graph compilation and execution service.",
+                "Exit status: 0 after a drain, 1 when it cannot start, 2 for bad usage.");
+  flags::Command& c = t.common();
+  c.describe("With no flags: listen on 127.0.0.1:7070, start 2 CPU workers, cache compiled kernels under "
+             "$XDG_CACHE_HOME/uopd (or ~/.cache/uopd), serve metrics on 127.0.0.1:9464.");
+  c.string("listen", "HOST:PORT", "client API address (port 0: any free port)", "127.0.0.1:7070");
+  c.string("internal-listen", "HOST:PORT",
+           "the internal services (worker Registry, collective Rendezvous), apart from the client API; remote "
+           "workers register here (uop-worker --scheduler=HOST:PORT)",
+           "127.0.0.1:0");
+  c.string("cluster-secret-file", "PATH",
+           "the cluster's secret (16+ bytes, e.g. openssl rand -hex 32; the file readable by its owner only): the "
+           "internal services require it of every call, remote workers check it on every call from this scheduler "
+           "(uop-worker --cluster-secret-file). Without it and without --worker-tls-*, a secret is made at start "
+           "that only the embedded workers know");
+  c.flag("insecure-internal",
+         "no credential on the internal services or toward remote workers: anyone who reaches --internal-listen can "
+         "register a worker (and receive tenants' data and kernels) or fill the rendezvous, and anyone who reaches "
+         "a worker can use it. Only where nothing untrusted reaches these ports. Remote workers (--workers=0, or a "
+         "--internal-listen off loopback) need this, a --cluster-secret-file or --worker-tls-*");
+  c.integer("workers", "N",
+            "embedded CPU workers, CPU:0..CPU:N-1; 0 waits for remote workers to register (uop-worker --scheduler=...)", 2);
+  c.integer("cuda-workers", "N",
+            "embedded CUDA workers, CUDA:0..CUDA:N-1; a GPU that cannot be used (no driver, no GPU) is reported unavailable", 0);
+  c.string("cuda-arch", "sm_NN", "CUDA arch for a Compile / Explain naming none, and for a CUDA worker that does not report its GPU's",
+           "sm_90");
+  c.string("worker-binary", "PATH", "the uop-worker to start").shown_default("next to uopd, then PATH");
+  c.integer("worker-threads", "N", "threads per worker (0: all cores)", 0);
+  c.integer("worker-max-buffer-bytes", "N", "buffer memory per worker").shown_default("the worker's");
+  c.choice("exec-lane", {"shm", "grpc"},
+           "how a Run's Execute and buffer traffic reach embedded workers: a shared-memory lane (16 slots of 1 MiB; "
+           "gRPC still for what does not fit) or gRPC only",
+           "shm");
+  c.string("cache-dir", "DIR", "on-disk compile cache; empty: none").shown_default("$XDG_CACHE_HOME/uopd");
+  c.integer("disk-cache-bytes", "N", "its size budget (LRU eviction)", int64_t{4} << 30).shown_default("4 GiB");
+  c.integer("memory-cache-bytes", "N", "in-memory compile cache budget", int64_t{512} << 20).shown_default("512 MiB");
+  c.string("cache-key-file", "PATH",
+           "the key that authenticates disk and Redis cache entries (HMAC-SHA256): a file of 32+ random bytes that "
+           "only uopd's user may read (mode 0600). Whoever holds it can mint kernels the workers will run. Without "
+           "it: a key made on first start in the cache directory (cluster.key)");
+  c.string("redis", "HOST:PORT", "a Redis shared by the cluster, as the third cache tier; needs --cache-key-file, the same file on every scheduler");
+  c.integer("redis-timeout-ms", "N", "connecting, and each Redis command; a slow Redis is a miss", 200);
+  c.string("redis-user", "NAME", "AUTH as this Redis ACL user (with --redis-password-file)");
+  c.string("redis-password-file", "PATH",
+           "AUTH with this password (the default user's requirepass, or the ACL user's); mode 0600, one trailing "
+           "newline ignored");
+  c.flag("redis-tls", "speak TLS to Redis, checking its certificate and name");
+  c.string("redis-tls-ca", "PEM", "CAs for Redis's certificate").shown_default("the system's trust store");
+  c.string("redis-tls-cert", "PEM", "a client certificate, for a Redis that wants one (with --redis-tls-key)");
+  c.string("redis-tls-key", "PEM", "its key");
+  c.string("redis-tls-server-name", "N", "the name Redis's certificate carries").shown_default("the --redis host");
+  c.string("metrics-listen", "HOST:PORT", "Prometheus /metrics; empty: none. An operator port: it takes no credential",
+           "127.0.0.1:9464");
+  c.flag("metrics-tenant-labels", "also export per-tenant series (tenant names as labels)");
+  c.integer("compile-threads", "N",
+            "compiles in parallel (apart from RPC threads), shared round robin between tenants, then client connections", 2);
+  c.integer("max-kernel-ops", "N", "ops in one kernel (a vector op counted per 16 lanes); a bigger one is refused before LLVM / NVRTC",
+            16384);
+  c.integer("max-plan-nodes", "N", "nodes planning one graph, or lowering one kernel, may make; past it the request is refused",
+            2000000);
+  c.integer("max-nodes", "N", "nodes per graph, counted before a request is parsed", 1000000);
+  c.integer("max-request-bytes", "N", "one request's size", int64_t{256} << 20).shown_default("256 MiB");
+  c.integer("max-request-memory", "N",
+            "scheduler memory one request may hold at once: its body as received and parsed, its graph decoded, its "
+            "inline outputs",
+            int64_t{1} << 30)
+      .shown_default("1 GiB");
+  c.integer("max-inflight-bytes", "N", "the same, all requests together; over it a request is refused RESOURCE_EXHAUSTED")
+      .shown_default("min(4 GiB, memory / 4)");
+  c.integer("max-inline-output-bytes", "N",
+            "outputs of one Run returned inline; larger ones stay in the session as buffers, downloaded (streamed) and "
+            "freed by the client library",
+            int64_t{64} << 20)
+      .shown_default("64 MiB");
+  c.integer("session-bytes", "N", "buffer bytes per session").shown_default("min(4 GiB, a worker's / 4)");
+  c.integer("session-buffers", "N", "buffers per session", 4096);
+  c.integer("max-sessions", "N", "open sessions, all clients together", 1024);
+  c.integer("session-idle-timeout-s", "N", "close sessions idle this long", 600);
+  c.integer("max-session-idle-timeout-s", "N", "the longest idle timeout a client may ask for", 86400);
+  c.integer("request-deadline-s", "N", "longest time one request may take", 300);
+  c.integer("stream-idle-timeout-s", "N",
+            "end an Upload whose client sends nothing, or a Download whose client reads nothing, this long", 30);
+  c.integer("collective-timeout-ms", "N",
+            "how long a collective member waits for its peers: a worker that died or stalled fails the step within it", 30000);
+  c.choice("collective-transport", {"shm", "gloo", "auto"},
+           "shm (workers on one host), gloo (TCP, through this scheduler's Rendezvous service) or auto: by the "
+           "workers' addresses",
+           "auto");
+  c.flag("allow-custom", "accept CUSTOM / CUSTOMI / CUSTOM_FUNCTION ops (inline code)");
+  c.string("tokens-file", "PATH",
+           "tenants, bearer tokens and quotas (format: server/auth.h); every request then needs a token; none: one "
+           "anonymous tenant. SIGHUP reloads it: new tenants and tokens work, a token no longer listed is refused, "
+           "changed limits apply to new requests; a tenant's sessions, bytes and compiles carry over. A removed "
+           "tenant's sessions close when they idle out. A file that does not parse is logged (file:line) and the "
+           "tenants in force stay.");
+  c.string("tls-cert", "PEM", "serve the client API over TLS with this certificate (and --tls-key)");
+  c.string("tls-key", "PEM", "its key");
+  c.string("tls-client-ca", "PEM", "and require client certificates signed by this CA (mTLS)");
+  c.string("worker-tls-cert", "PEM",
+           "mutual TLS between scheduler and workers, with --worker-tls-key and --worker-tls-ca (embedded workers are "
+           "started with the same files); the internal services then require client certificates of that CA");
+  c.string("worker-tls-key", "PEM", "its key");
+  c.string("worker-tls-ca", "PEM", "the CA of the workers' (and the internal services' callers') certificates");
+  c.string("worker-tls-server-name", "N", "the name workers' certificates carry").shown_default("their host");
+  c.integer("max-tenant-workers", "N",
+            "with --tokens-file every tenant gets worker processes of its own (tenant isolation): at most this many at once", 8);
+  c.integer("tenant-worker-idle-s", "N",
+            "a tenant's worker unused this long (and no session of the tenant on its device) is stopped", 120);
+  return t;
 }
 
 std::string default_cache_dir() {
@@ -339,14 +283,14 @@ void reload_tokens(const std::string& path, Tenants& tenants, SessionManager& se
 // The disk and Redis tiers, and the key that authenticates their entries. A cache
 // directory that cannot be used is a warning (compiles still work, they are just not kept
 // across restarts); a key file that is unsafe, or Redis settings that cannot work, are not.
-absl::Status add_persistent_tiers(Flags& f, std::string& cache_dir, std::vector<std::unique_ptr<CacheTier>>& tiers) {
+absl::Status add_persistent_tiers(const flags::Args& f, std::string& cache_dir, std::vector<std::unique_ptr<CacheTier>>& tiers) {
   std::optional<ClusterKey> key;
-  std::string key_from = f.v["cache-key-file"];
+  std::string key_from = f.get("cache-key-file");
   if (!key_from.empty()) {
     auto k = ClusterKey::from_file(key_from);
     if (!k.ok()) return absl::FailedPreconditionError(cat("--cache-key-file: ", k.status().message()));
     key = *std::move(k);
-  } else if (!f.v["redis"].empty()) {
+  } else if (!f.get("redis").empty()) {
     return absl::InvalidArgumentError(
         "--redis needs --cache-key-file: every scheduler sharing a Redis must authenticate cache entries with the "
         "same key (a file of 32+ random bytes only uopd's user can read: head -c 32 /dev/urandom > FILE; chmod 600 FILE)");
@@ -364,17 +308,17 @@ absl::Status add_persistent_tiers(Flags& f, std::string& cache_dir, std::vector<
   }
   if (key) std::cerr << "uopd: cache entries authenticated with key " << key->fingerprint() << " (" << key_from << ")\n";
   if (!cache_dir.empty()) {
-    auto disk = std::make_unique<DiskTier>(cache_dir, f.num("disk-cache-bytes"), *key);
+    auto disk = std::make_unique<DiskTier>(cache_dir, f.integer("disk-cache-bytes"), *key);
     if (!disk->open_status().ok()) std::cerr << "uopd: warning: " << disk->open_status().message() << "\n";
     tiers.push_back(std::move(disk));
   }
-  if (f.v["redis"].empty()) {
+  if (f.get("redis").empty()) {
     for (const char* k : {"redis-user", "redis-password-file", "redis-tls-ca", "redis-tls-cert", "redis-tls-key", "redis-tls-server-name"})
-      if (!f.v[k].empty()) return absl::InvalidArgumentError(cat("--", k, " needs --redis"));
-    if (f.v["redis-tls"] != "false") return absl::InvalidArgumentError("--redis-tls needs --redis");
+      if (!f.get(k).empty()) return absl::InvalidArgumentError(cat("--", k, " needs --redis"));
+    if (f.on("redis-tls")) return absl::InvalidArgumentError("--redis-tls needs --redis");
     return absl::OkStatus();
   }
-  const std::string& r = f.v["redis"];
+  const std::string& r = f.get("redis");
   auto colon = r.rfind(':');
   int port = 0;
   if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(r.substr(colon + 1), &port))
@@ -383,8 +327,8 @@ absl::Status add_persistent_tiers(Flags& f, std::string& cache_dir, std::vector<
   ep.host = r.substr(0, colon);
   if (ep.host.size() > 2 && ep.host.front() == '[' && ep.host.back() == ']') ep.host = ep.host.substr(1, ep.host.size() - 2);
   ep.port = port;
-  ep.user = f.v["redis-user"];
-  if (const std::string& pw = f.v["redis-password-file"]; !pw.empty()) {
+  ep.user = f.get("redis-user");
+  if (const std::string& pw = f.get("redis-password-file"); !pw.empty()) {
     auto secret = read_secret_file(pw, "redis password file", 4096);
     if (!secret.ok()) return absl::FailedPreconditionError(cat("--redis-password-file: ", secret.status().message()));
     ep.password = *std::move(secret);
@@ -392,15 +336,13 @@ absl::Status add_persistent_tiers(Flags& f, std::string& cache_dir, std::vector<
     if (ep.password.ends_with('\r')) ep.password.pop_back();
     if (ep.password.empty()) return absl::InvalidArgumentError(cat("--redis-password-file: ", pw, " is empty"));
   }
-  if (f.v["redis-tls"] != "true" && f.v["redis-tls"] != "false")
-    return absl::InvalidArgumentError(cat("--redis-tls takes no value (or true / false), got '", f.v["redis-tls"], "'"));
-  ep.tls.enabled = f.v["redis-tls"] == "true";
-  ep.tls.ca_file = f.v["redis-tls-ca"];
-  ep.tls.cert_file = f.v["redis-tls-cert"];
-  ep.tls.key_file = f.v["redis-tls-key"];
-  ep.tls.server_name = f.v["redis-tls-server-name"];
+  ep.tls.enabled = f.on("redis-tls");
+  ep.tls.ca_file = f.get("redis-tls-ca");
+  ep.tls.cert_file = f.get("redis-tls-cert");
+  ep.tls.key_file = f.get("redis-tls-key");
+  ep.tls.server_name = f.get("redis-tls-server-name");
   RedisTier::Options ro;
-  ro.timeout_ms = static_cast<int>(f.num("redis-timeout-ms"));
+  ro.timeout_ms = static_cast<int>(f.integer("redis-timeout-ms"));
   auto tier = RedisTier::create(std::move(ep), *key, ro);
   if (!tier.ok()) return absl::Status(tier.status().code(), cat("--redis: ", tier.status().message()));
   tiers.push_back(*std::move(tier));
@@ -429,10 +371,10 @@ bool loopback(const std::string& host) {
 // Where remote workers are expected (no embedded ones, or an internal listener others can
 // reach) a secret made here would lock them out: one of the three must be given. Returns
 // an exit status, 0 to go on.
-int internal_credentials(Flags& f, cluster_auth::Gate* gate, cluster_auth::Dialer* dial, WorkerOptions* wo) {
-  const bool insecure = f.v["insecure-internal"] == "true";
-  const std::string& secret_file = f.v["cluster-secret-file"];
-  tls::TlsFiles worker_tls{f.v["worker-tls-cert"], f.v["worker-tls-key"], f.v["worker-tls-ca"]};
+int internal_credentials(const flags::Args& f, cluster_auth::Gate* gate, cluster_auth::Dialer* dial, WorkerOptions* wo) {
+  const bool insecure = f.on("insecure-internal");
+  const std::string& secret_file = f.get("cluster-secret-file");
+  tls::TlsFiles worker_tls{f.get("worker-tls-cert"), f.get("worker-tls-key"), f.get("worker-tls-ca")};
   if (insecure && (!secret_file.empty() || worker_tls.any())) {
     std::cerr << "uopd: --insecure-internal turns authentication off: it goes with neither --cluster-secret-file nor --worker-tls-*\n";
     return 2;
@@ -446,18 +388,18 @@ int internal_credentials(Flags& f, cluster_auth::Gate* gate, cluster_auth::Diale
     auto server = client.ok() ? tls::server_credentials(worker_tls, /*require_client_cert=*/true) : client.status();
     if (!server.ok()) { std::cerr << "uopd: " << server.status().message() << "\n"; return 1; }
     dial->tls = *client;
-    dial->tls_server_name = f.v["worker-tls-server-name"];
+    dial->tls_server_name = f.get("worker-tls-server-name");
     gate->tls = *server;
-    for (const char* k : {"cert", "key", "ca"}) wo->extra_args.push_back(cat("--tls-", k, "=", f.v[cat("worker-tls-", k)]));
+    for (const char* k : {"cert", "key", "ca"}) wo->extra_args.push_back(cat("--tls-", k, "=", f.get(cat("worker-tls-", k))));
   }
   if (!secret_file.empty()) {
     auto secret = cluster_auth::read_secret_file(secret_file);
     if (!secret.ok()) { std::cerr << "uopd: --cluster-secret-file: " << secret.status().message() << "\n"; return 1; }
     gate->secret = dial->secret = *secret;
   } else if (!worker_tls.any() && !insecure) {
-    const std::string& internal = f.v["internal-listen"];
+    const std::string& internal = f.get("internal-listen");
     std::string why;
-    if (f.num("workers") == 0 && f.num("cuda-workers") == 0) why = "no embedded workers";
+    if (f.integer("workers") == 0 && f.integer("cuda-workers") == 0) why = "no embedded workers";
     else if (!loopback(internal.substr(0, internal.rfind(':')))) why = cat("--internal-listen=", internal, " is off loopback");
     if (!why.empty()) {
       std::cerr << "uopd: remote workers are expected (" << why
@@ -472,15 +414,13 @@ int internal_credentials(Flags& f, cluster_auth::Gate* gate, cluster_auth::Diale
 }
 
 int run(int argc, char** argv) {
-  Flags f;
-  std::string err;
-  if (!parse(argc, argv, &f, &err)) {
-    std::cerr << "uopd: " << err << "\nrun 'uopd --help' for usage\n";
-    return 2;
-  }
-  if (const std::string& t = f.v["collective-transport"]; t != "auto" && t != "shm" && t != "gloo") {
-    std::cerr << "uopd: --collective-transport takes shm, gloo or auto, got '" << t << "'\n";
-    return 2;
+  const flags::Tool tool = uopd_flags();
+  auto parsed = tool.parse(argc, argv);
+  if (!parsed.ok()) return tool.usage_error(parsed.status());
+  const flags::Args& f = *parsed;
+  if (f.help) {
+    std::cout << tool.help();
+    return 0;
   }
   quiet_protobuf_logs();
   // Signals are taken by one thread with sigwait, so block them before any thread starts.
@@ -493,12 +433,12 @@ int run(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  auto metrics = Metrics::create(f.v["metrics-listen"]);
+  auto metrics = Metrics::create(f.get("metrics-listen"));
   if (!metrics.ok()) { std::cerr << "uopd: " << metrics.status().message() << "\n"; return 1; }
 
   std::vector<std::unique_ptr<CacheTier>> tiers;
-  tiers.push_back(std::make_unique<MemoryTier>(f.num("memory-cache-bytes")));
-  std::string cache_dir = f.v["cache-dir"] == "<default>" ? default_cache_dir() : f.v["cache-dir"];
+  tiers.push_back(std::make_unique<MemoryTier>(f.integer("memory-cache-bytes")));
+  std::string cache_dir = f.has("cache-dir") ? f.get("cache-dir") : default_cache_dir();
   if (absl::Status s = add_persistent_tiers(f, cache_dir, tiers); !s.ok()) {
     std::cerr << "uopd: " << s.message() << "\n";
     return absl::IsInvalidArgument(s) ? 2 : 1;
@@ -517,12 +457,12 @@ int run(int argc, char** argv) {
   });
 
   WorkerOptions wo;
-  wo.worker_binary = find_worker(f.v["worker-binary"]);
-  wo.embedded_cpu_workers = static_cast<int>(f.num("workers"));
-  wo.embedded_cuda_workers = static_cast<int>(f.num("cuda-workers"));
-  wo.threads_per_worker = static_cast<int>(f.num("worker-threads"));
-  wo.exec_lane = f.v["exec-lane"] == "shm";
-  if (!f.v["worker-max-buffer-bytes"].empty()) wo.extra_args.push_back(cat("--max-buffer-bytes=", f.v["worker-max-buffer-bytes"]));
+  wo.worker_binary = find_worker(f.get("worker-binary"));
+  wo.embedded_cpu_workers = static_cast<int>(f.integer("workers"));
+  wo.embedded_cuda_workers = static_cast<int>(f.integer("cuda-workers"));
+  wo.threads_per_worker = static_cast<int>(f.integer("worker-threads"));
+  wo.exec_lane = f.get("exec-lane") == "shm";
+  if (f.has("worker-max-buffer-bytes")) wo.extra_args.push_back(cat("--max-buffer-bytes=", f.get("worker-max-buffer-bytes")));
   cluster_auth::Gate internal_gate;
   cluster_auth::Dialer worker_dial;
   if (int rc = internal_credentials(f, &internal_gate, &worker_dial, &wo); rc != 0) return rc;
@@ -532,55 +472,55 @@ int run(int argc, char** argv) {
   }
 
   PlannerOptions po;
-  po.compile_threads = static_cast<int>(std::max<int64_t>(f.num("compile-threads"), 1));
-  po.max_kernel_ops = f.num("max-kernel-ops");
-  po.max_plan_nodes = f.num("max-plan-nodes");
-  po.allow_custom = f.v["allow-custom"] == "true";
+  po.compile_threads = static_cast<int>(std::max<int64_t>(f.integer("compile-threads"), 1));
+  po.max_kernel_ops = f.integer("max-kernel-ops");
+  po.max_plan_nodes = f.integer("max-plan-nodes");
+  po.allow_custom = f.on("allow-custom");
   po.keep_source = true;
-  if (auto arch = CudaTarget::parse(f.v["cuda-arch"]); !arch.ok()) {
+  if (auto arch = CudaTarget::parse(f.get("cuda-arch")); !arch.ok()) {
     std::cerr << "uopd: --cuda-arch: " << arch.status().message() << "\n";
     pool.shutdown();
     return 2;
   }
-  po.cuda_arch = f.v["cuda-arch"];
+  po.cuda_arch = f.get("cuda-arch");
   Planner planner(po, &cache, CpuTarget::host());
   // Limits that hold without a tokens file too. One session may not take a worker's
   // whole buffer budget (by default 3/4 of its machine's memory: uop-worker).
   const uint64_t memory = usable_memory_bytes();
-  const uint64_t worker_budget = f.v["worker-max-buffer-bytes"].empty() ? memory / 4 * 3 : std::stoull(f.v["worker-max-buffer-bytes"]);
+  const uint64_t worker_budget = !f.has("worker-max-buffer-bytes") ? memory / 4 * 3 : static_cast<uint64_t>(f.integer("worker-max-buffer-bytes"));
   SessionOptions so;
-  so.max_bytes = f.v["session-bytes"] == "<default>" ? std::min<uint64_t>(uint64_t{4} << 30, worker_budget / 4)
-                                                     : static_cast<uint64_t>(f.num("session-bytes"));
-  so.idle_timeout = absl::Seconds(f.num("session-idle-timeout-s"));
-  so.max_idle_timeout = absl::Seconds(f.num("max-session-idle-timeout-s"));
-  so.max_buffers = f.num("session-buffers");
-  so.max_sessions = f.num("max-sessions");
+  so.max_bytes = !f.has("session-bytes") ? std::min<uint64_t>(uint64_t{4} << 30, worker_budget / 4)
+                                                     : static_cast<uint64_t>(f.integer("session-bytes"));
+  so.idle_timeout = absl::Seconds(f.integer("session-idle-timeout-s"));
+  so.max_idle_timeout = absl::Seconds(f.integer("max-session-idle-timeout-s"));
+  so.max_buffers = f.integer("session-buffers");
+  so.max_sessions = f.integer("max-sessions");
   SessionManager sessions(so);
   Executor executor(&pool);
   std::unique_ptr<Tenants> tenants = Tenants::anonymous();
-  if (!f.v["tokens-file"].empty()) {
-    auto loaded = Tenants::load(f.v["tokens-file"]);
+  if (!f.get("tokens-file").empty()) {
+    auto loaded = Tenants::load(f.get("tokens-file"));
     if (!loaded.ok()) { std::cerr << "uopd: " << loaded.status().message() << "\n"; pool.shutdown(); return 1; }
     tenants = std::move(*loaded);
     // A tenant's buffers and kernels only in processes of its own (server/workers.h).
-    pool.isolate_tenants({static_cast<size_t>(std::max<int64_t>(f.num("max-tenant-workers"), 1)),
-                          absl::Seconds(f.num("tenant-worker-idle-s")),
+    pool.isolate_tenants({static_cast<size_t>(std::max<int64_t>(f.integer("max-tenant-workers"), 1)),
+                          absl::Seconds(f.integer("tenant-worker-idle-s")),
                           [&sessions](const std::string& t, const std::string& d) { return sessions.uses_device(t, d); }});
   }
   ServiceDeps deps{&planner, &cache, &sessions, &pool, &executor, metrics->get(), {}};
   deps.tenants = tenants.get();
-  deps.limits.decode.max_nodes = static_cast<uint32_t>(f.num("max-nodes"));
-  deps.limits.decode.max_bytes = f.num("max-request-bytes");
-  deps.limits.request_deadline = absl::Seconds(f.num("request-deadline-s"));
-  deps.limits.max_inflight_bytes = f.v["max-inflight-bytes"] == "<default>" ? std::min<uint64_t>(uint64_t{4} << 30, memory / 4)
-                                                                             : static_cast<uint64_t>(f.num("max-inflight-bytes"));
-  deps.limits.max_request_memory = std::min<uint64_t>(f.num("max-request-memory"), deps.limits.max_inflight_bytes);
-  deps.limits.max_inline_output_bytes = f.num("max-inline-output-bytes");
-  deps.limits.stream_idle_timeout = absl::Seconds(f.num("stream-idle-timeout-s"));
+  deps.limits.decode.max_nodes = static_cast<uint32_t>(f.integer("max-nodes"));
+  deps.limits.decode.max_bytes = f.integer("max-request-bytes");
+  deps.limits.request_deadline = absl::Seconds(f.integer("request-deadline-s"));
+  deps.limits.max_inflight_bytes = !f.has("max-inflight-bytes") ? std::min<uint64_t>(uint64_t{4} << 30, memory / 4)
+                                                                             : static_cast<uint64_t>(f.integer("max-inflight-bytes"));
+  deps.limits.max_request_memory = std::min<uint64_t>(f.integer("max-request-memory"), deps.limits.max_inflight_bytes);
+  deps.limits.max_inline_output_bytes = f.integer("max-inline-output-bytes");
+  deps.limits.stream_idle_timeout = absl::Seconds(f.integer("stream-idle-timeout-s"));
   UopdService service(deps);
   (*metrics)->add_sampler([&] { return sample(cache, pool, planner, sessions, executor, service.inflight()); });
   // Anyone who reaches the metrics port can read it: tenant names only when asked for.
-  const bool tenant_labels = f.v["metrics-tenant-labels"] == "true";
+  const bool tenant_labels = f.on("metrics-tenant-labels");
   if (tenants->enabled()) (*metrics)->add_sampler([&, tenant_labels] { return sample_tenants(*tenants, sessions, tenant_labels); });
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -593,26 +533,26 @@ int run(int argc, char** argv) {
   int internal_port = 0;
   grpc::ServerBuilder internal_builder;
   internal_builder.SetOption(std::make_unique<WithoutReflection>());
-  internal_builder.AddListeningPort(f.v["internal-listen"], internal_gate.credentials(), &internal_port);
+  internal_builder.AddListeningPort(f.get("internal-listen"), internal_gate.credentials(), &internal_port);
   internal_builder.RegisterService(&registry);
   internal_builder.RegisterService(&rendezvous);
   std::unique_ptr<grpc::Server> internal_server = internal_builder.BuildAndStart();
   if (!internal_server || internal_port == 0) {
-    std::cerr << "uopd: cannot listen on " << f.v["internal-listen"] << " (--internal-listen)\n";
+    std::cerr << "uopd: cannot listen on " << f.get("internal-listen") << " (--internal-listen)\n";
     pool.shutdown();
     return 1;
   }
   grpc::ServerBuilder builder;
   int port = 0;
   std::shared_ptr<grpc::ServerCredentials> listen_creds = grpc::InsecureServerCredentials();
-  if (!f.v["tls-cert"].empty() || !f.v["tls-key"].empty() || !f.v["tls-client-ca"].empty()) {
-    tls::TlsFiles api_tls{f.v["tls-cert"], f.v["tls-key"], f.v["tls-client-ca"]};
+  if (!f.get("tls-cert").empty() || !f.get("tls-key").empty() || !f.get("tls-client-ca").empty()) {
+    tls::TlsFiles api_tls{f.get("tls-cert"), f.get("tls-key"), f.get("tls-client-ca")};
     auto creds = tls::server_credentials(api_tls, !api_tls.ca.empty());
     if (!creds.ok()) { std::cerr << "uopd: " << creds.status().message() << "\n"; pool.shutdown(); return 1; }
     listen_creds = *creds;
   }
-  builder.AddListeningPort(f.v["listen"], listen_creds, &port);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(f.num("max-request-bytes"), INT32_MAX)));
+  builder.AddListeningPort(f.get("listen"), listen_creds, &port);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(f.integer("max-request-bytes"), INT32_MAX)));
   // gRPC's own buffers (what it reads before a handler sees a request) under the same
   // budget: past it, gRPC slows reading and sheds streams (RESOURCE_EXHAUSTED) instead
   // of growing.
@@ -623,29 +563,29 @@ int run(int argc, char** argv) {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
-    std::cerr << "uopd: cannot listen on " << f.v["listen"] << "\n";
+    std::cerr << "uopd: cannot listen on " << f.get("listen") << "\n";
     pool.shutdown();
     return 1;
   }
-  std::string host = f.v["listen"].substr(0, f.v["listen"].rfind(':'));
+  std::string host = f.get("listen").substr(0, f.get("listen").rfind(':'));
   // Workers reach the rendezvous at the internal listener; a wildcard address is
   // advertised as this host's name.
-  std::string internal_host = f.v["internal-listen"].substr(0, f.v["internal-listen"].rfind(':'));
+  std::string internal_host = f.get("internal-listen").substr(0, f.get("internal-listen").rfind(':'));
   std::string rendezvous_host = internal_host;
   if (internal_host == "0.0.0.0" || internal_host == "[::]" || internal_host.empty()) {
     char name[256] = {};
     rendezvous_host = gethostname(name, sizeof name - 1) == 0 ? name : "127.0.0.1";
   }
-  const std::string& transport = f.v["collective-transport"];
+  const std::string& transport = f.get("collective-transport");
   executor.set_collective_options({cat(rendezvous_host, ":", internal_port), &rendezvous.store(),
-                                   absl::Milliseconds(f.num("collective-timeout-ms")), transport == "auto" ? "" : transport});
+                                   absl::Milliseconds(f.integer("collective-timeout-ms")), transport == "auto" ? "" : transport});
   std::cout << "INTERNAL " << internal_host << ":" << internal_port << std::endl;
   std::cout << "LISTENING " << host << ":" << port << std::endl;
   std::cerr << "uopd: serving on " << host << ":" << port << " (internal services on " << internal_host << ":" << internal_port
             << ", " << (internal_gate.authenticates() ? "authenticated" : "unauthenticated: --insecure-internal") << "), "
             << wo.embedded_cpu_workers << " CPU workers, cache "
             << (cache_dir.empty() ? std::string("in memory only") : cache_dir)
-            << (f.v["redis"].empty() ? "" : cat(" + redis ", f.v["redis"]))
+            << (f.get("redis").empty() ? "" : cat(" + redis ", f.get("redis")))
             << ((*metrics)->address().empty() ? "" : cat(", metrics on http://", (*metrics)->address(), "/metrics")) << "\n";
 
   // Idle sessions close on their own.
@@ -661,7 +601,7 @@ int run(int argc, char** argv) {
   for (;;) {
     if (sigwait(&signals, &sig) != 0) continue;
     if (sig != SIGHUP) break;
-    reload_tokens(f.v["tokens-file"], *tenants, sessions);
+    reload_tokens(f.get("tokens-file"), *tenants, sessions);
   }
   std::cerr << "uopd: signal " << sig << ", draining\n";
   // Drain: with the listener still open, every new request is refused with a clear

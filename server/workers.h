@@ -1,4 +1,4 @@
-// The scheduler's workers (DESIGN §4): uop-worker processes it starts itself (embedded
+// The scheduler's workers (docs/ARCHITECTURE.md, The service): uop-worker processes it starts itself (embedded
 // mode, one per CPU or CUDA device slot) and workers started elsewhere that registered by
 // address.
 // A WorkerHandle is one device slot; the process behind it may change: every time it dies

@@ -1,4 +1,4 @@
-// uop-worker: one process per device (DESIGN §4). Serves the Worker service over the CPU
+// uop-worker: one process per device (docs/ARCHITECTURE.md, The service). Serves the Worker service over the CPU
 // runtime or, with --device=cuda:N, over GPU N through the CUDA driver loaded at run time;
 // announces its bound address as one `LISTENING host:port` line on stdout (the embedded
 // scheduler waits for it), or, when its device cannot be used (no driver, no GPU), one
@@ -39,6 +39,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "compiler/codegen/llvm_cpu.h"
+#include "compiler/support/flags.h"
 #include "compiler/support/strings.h"
 #include "proto/worker.grpc.pb.h"
 #include "server/cluster_auth.h"
@@ -55,72 +56,81 @@
 namespace uop {
 namespace {
 
-constexpr const char* kUsage = R"(usage: uop-worker [options]
-
-Serves one device to a uopd scheduler (proto/worker.proto).
-
-  --device=cpu:N|cuda:N     the device this worker serves (default cpu:0)
-  --listen=HOST:PORT        where to listen (default 127.0.0.1:0, an ephemeral port)
-  --threads=N               cpu: kernel threads (default: the machine's hardware threads)
-  --max-buffer-bytes=N      budget for all buffers together (default: cpu 3/4 of RAM,
-                            cuda 15/16 of the GPU's free memory; 0: none)
-  --scheduler=HOST:PORT     register with this scheduler's Registry (retries until it works),
-                            then again every heartbeat: a restarted scheduler learns this
-                            worker back within one period
-  --advertise=HOST[:PORT]   the address to register (default: the listen address, or this
-                            host's name when listening on a wildcard address)
-  --heartbeat-seconds=N     how often to register again (default 5; 0: register once)
-  --name=KIND:N|auto        the cluster-wide name clients use for this worker (default: its
-                            --device). auto: the scheduler picks the lowest free name of the
-                            device's kind (CUDA:0, CUDA:1, ...), the same one again for the
-                            same --instance; e.g. one GPU per pod: --device=cuda:0 --name=auto
-  --instance=ID             with --name=auto: this worker's stable identity, by which it gets
-                            its name back after it or the scheduler restarts (default: the
-                            advertised address; a pod's node name, say, when that changes)
-  --drain-seconds=N         on SIGTERM, how long in-flight calls may take (default 30)
-  --cluster-secret-file=PATH the cluster's secret (16+ bytes, e.g. openssl rand -hex 32; the
-                            file readable by its owner only): every call to this worker must
-                            carry it (the grpc.health.v1 Check aside), and the worker presents
-                            it to the scheduler (Registry, Rendezvous). The scheduler has the
-                            same file (uopd --cluster-secret-file)
-  --tls-cert=PEM --tls-key=PEM --tls-ca=PEM
-                            mutual TLS: serve with this certificate, accept only callers
-                            whose certificate chains to the CA, and register with the
-                            scheduler over TLS the same way (alone or with the secret)
-  --insecure                accept calls from anyone who can reach --listen: no secret, no
-                            TLS (a worker serves only its scheduler: without one of these
-                            three it does not start)
-  --embedded[=PID]          started by uopd itself (PID: its process id): exit when the
-                            parent dies. Without PID, a parent of pid 1 means it died
-                            already, which is wrong where uopd itself is pid 1 (a container
-                            without an init): uopd always passes its pid
-  --secret-fd=N             embedded: read the secrets from inherited descriptor N (uopd
-                            passes it): the one callers must present, a newline, the one
-                            to present to the scheduler
-  --lane-fd=N               embedded: also serve Execute and buffer reads and writes through
-                            the shared-memory execute lane behind inherited descriptor N
-                            (uopd passes it)
-  --seccomp=on|off          run kernels in a sandbox: Landlock (writes only beneath /dev/shm)
-                            and a seccomp allowlist of what a kernel runner needs, entered
-                            before serving; a refused system call kills the worker by SIGSYS
-                            (default: on for cpu on x86_64, off for cuda, whose driver opens
-                            device files on demand). Sandboxed, the worker resolves
-                            --scheduler's name once, at start-up
-  --stop-grace-ms=N         a launch past its deadline (or whose caller went away) is told to
-                            stop; one still running N ms later ends the worker (exit status 5)
-                            for a restart (default 3000)
-  --health-check=HOST:PORT  do not serve: ask the worker (or uopd) at HOST:PORT for its
-                            grpc.health.v1 status (3 s deadline; with the --tls-* flags over
-                            mutual TLS), print it, exit 0 if SERVING, else 1 (a container
-                            healthcheck)
-  --help                    this text
-
-Prints `LISTENING HOST:PORT` on stdout once serving, or `UNAVAILABLE <why>` when the
-device cannot be used. Exit status: 0 after a clean shutdown, 1 on a startup failure or
-a drain that ran out of time, 2 for bad usage, 3 when the device is unavailable (no CUDA
-driver, no such GPU), 4 after a kernel fault lost the CUDA context (start it again), 5 when
-a launch did not stop past its deadline (start it again).
-)";
+// Every flag and its help (`uop-worker --help` is generated from these).
+const flags::Tool& worker_flags() {
+  static const flags::Tool* tool = [] {
+    auto* t = new flags::Tool(
+        "uop-worker", "uop-worker: serves one device to a uopd scheduler (proto/worker.proto).",
+        "Prints `LISTENING HOST:PORT` on stdout once serving, or `UNAVAILABLE <why>` when the device cannot be used. "
+        "Exit status: 0 after a clean shutdown, 1 on a startup failure or a drain that ran out of time, 2 for bad "
+        "usage, 3 when the device is unavailable (no CUDA driver, no such GPU), 4 after a kernel fault lost the CUDA "
+        "context (start it again), 5 when a launch did not stop past its deadline (start it again).");
+    flags::Command& c = t->common();
+    c.string("device", "cpu:N|cuda:N", "the device this worker serves", "cpu:0");
+    c.string("listen", "HOST:PORT", "where to listen", "127.0.0.1:0").shown_default("127.0.0.1:0, an ephemeral port");
+    c.integer("threads", "N", "cpu: kernel threads").range(0, 4096).shown_default("the machine's hardware threads");
+    c.integer("max-buffer-bytes", "N", "budget for all buffers together; 0: none")
+        .shown_default("cpu 3/4 of RAM, cuda 15/16 of the GPU's free memory");
+    c.string("scheduler", "HOST:PORT",
+             "register with this scheduler's Registry (retries until it works), then again every heartbeat: a "
+             "restarted scheduler learns this worker back within one period");
+    c.string("advertise", "HOST[:PORT]", "the address to register")
+        .shown_default("the listen address, or this host's name when listening on a wildcard address");
+    c.integer("heartbeat-seconds", "N", "how often to register again (0: register once)", 5).range(0, 86400);
+    c.string("name", "KIND:N|auto",
+             "the cluster-wide name clients use for this worker. auto: the scheduler picks the lowest free name of "
+             "the device's kind (CUDA:0, CUDA:1, ...), the same one again for the same --instance; e.g. one GPU per "
+             "pod: --device=cuda:0 --name=auto")
+        .shown_default("its --device");
+    c.string("instance", "ID",
+             "with --name=auto: this worker's stable identity, by which it gets its name back after it or the "
+             "scheduler restarts (a pod's node name, say, when the address changes)")
+        .shown_default("the advertised address");
+    c.integer("drain-seconds", "N", "on SIGTERM, how long in-flight calls may take", 30).range(0, 86400);
+    c.string("cluster-secret-file", "PATH",
+             "the cluster's secret (16+ bytes, e.g. openssl rand -hex 32; the file readable by its owner only): every "
+             "call to this worker must carry it (the grpc.health.v1 Check aside), and the worker presents it to the "
+             "scheduler (Registry, Rendezvous). The scheduler has the same file (uopd --cluster-secret-file)");
+    c.string("tls-cert", "PEM",
+             "mutual TLS, with --tls-key and --tls-ca: serve with this certificate, accept only callers whose "
+             "certificate chains to the CA, and register with the scheduler over TLS the same way (alone or with "
+             "the secret)");
+    c.string("tls-key", "PEM", "its key");
+    c.string("tls-ca", "PEM", "the CA callers' (and the scheduler's) certificates chain to");
+    c.flag("insecure",
+           "accept calls from anyone who can reach --listen: no secret, no TLS (a worker serves only its scheduler: "
+           "without one of these three it does not start)");
+    c.integer("embedded", "PID",
+              "started by uopd itself (PID: its process id): exit when the parent dies. Without PID, a parent of pid 1 "
+              "means it died already, which is wrong where uopd itself is pid 1 (a container without an init): uopd "
+              "always passes its pid")
+        .range(1, INT32_MAX)
+        .value_optional();
+    c.integer("secret-fd", "N",
+              "embedded: read the secrets from inherited descriptor N (uopd passes it): the one callers must present, "
+              "a newline, the one to present to the scheduler")
+        .range(3, 1 << 20);
+    c.integer("lane-fd", "N",
+              "embedded: also serve Execute and buffer reads and writes through the shared-memory execute lane behind "
+              "inherited descriptor N (uopd passes it)")
+        .range(3, 1 << 20);
+    c.choice("seccomp", {"on", "off"},
+             "run kernels in a sandbox: Landlock (writes only beneath /dev/shm) and a seccomp allowlist of what a "
+             "kernel runner needs, entered before serving; a refused system call kills the worker by SIGSYS. "
+             "Sandboxed, the worker resolves --scheduler's name once, at start-up")
+        .shown_default("on for cpu on x86_64, off for cuda, whose driver opens device files on demand");
+    c.integer("stop-grace-ms", "N",
+              "a launch past its deadline (or whose caller went away) is told to stop; one still running N ms later "
+              "ends the worker (exit status 5) for a restart",
+              3000)
+        .range(1, 3600000);
+    c.string("health-check", "HOST:PORT",
+             "do not serve: ask the worker (or uopd) at HOST:PORT for its grpc.health.v1 status (3 s deadline; with "
+             "the --tls-* flags over mutual TLS), print it, exit 0 if SERVING, else 1 (a container healthcheck)");
+    return t;
+  }();
+  return *tool;
+}
 
 constexpr int kExitDeviceUnavailable = 3;
 constexpr int kExitContextLost = 4;
@@ -155,25 +165,17 @@ void log(const Args&... args) {
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
-int usage_error(const std::string& msg) {
-  std::fprintf(stderr, "uop-worker: %s\nrun 'uop-worker --help' for usage\n", msg.c_str());
-  return 2;
-}
-
-bool parse_uint(const std::string& s, uint64_t* out) {
-  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 19) return false;
-  *out = std::stoull(s);
-  return true;
-}
+int usage_error(const std::string& msg) { return worker_flags().usage_error(msg); }
 
 // "cpu:0" / "CPU:0" -> "CPU:0", "cuda:1" -> "CUDA:1": device names are exact, so spell
 // them one way.
 std::optional<std::string> canonical_device(const std::string& d) {
   auto colon = d.find(':');
   if (colon == std::string::npos) return std::nullopt;
-  std::string kind = d.substr(0, colon);
-  uint64_t n = 0;
-  if (!parse_uint(d.substr(colon + 1), &n) || n > 4096) return std::nullopt;
+  std::string kind = d.substr(0, colon), digits = d.substr(colon + 1);
+  if (digits.empty() || digits.size() > 4 || digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  int n = std::stoi(digits);
+  if (n > 4096) return std::nullopt;
   if (kind == "cpu" || kind == "CPU") return cat("CPU:", n);
   if (kind == "cuda" || kind == "CUDA") return cat("CUDA:", n);
   return std::nullopt;
@@ -181,101 +183,43 @@ std::optional<std::string> canonical_device(const std::string& d) {
 
 // Returns an exit code to stop with, or nullopt to run.
 std::optional<int> parse(int argc, char** argv, Flags* f) {
-  for (int i = 1; i < argc; ++i) {
-    std::string s = argv[i];
-    if (s == "--help" || s == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (s == "--embedded") {
-      f->embedded = true;
-      continue;
-    }
-    if (s == "--insecure") {
-      f->insecure = true;
-      continue;
-    }
-    if (s.rfind("--embedded=", 0) == 0) {
-      uint64_t pid = 0;
-      if (!parse_uint(s.substr(11), &pid) || pid == 0 || pid > INT32_MAX)
-        return usage_error(cat("--embedded=PID wants the parent's process id, got '", s.substr(11), "'"));
-      f->embedded = true;
-      f->parent_pid = static_cast<pid_t>(pid);
-      continue;
-    }
-    auto eq = s.find('=');
-    if (s.rfind("--", 0) != 0) return usage_error(cat("unexpected argument '", s, "'"));
-    std::string name = s.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-    std::string value;
-    if (eq != std::string::npos) {
-      value = s.substr(eq + 1);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      return usage_error(cat("--", name, " needs a value"));
-    }
-    uint64_t n = 0;
-    if (name == "device") {
-      auto d = canonical_device(value);
-      if (!d) return usage_error(cat("--device: '", value, "' is not a device (cpu:N or cuda:N)"));
-      f->device = *d;
-    } else if (name == "listen") {
-      f->listen = value;
-    } else if (name == "threads") {
-      if (!parse_uint(value, &n) || n > 4096) return usage_error("--threads takes a number up to 4096");
-      f->threads = static_cast<int>(n);
-    } else if (name == "max-buffer-bytes") {
-      if (!parse_uint(value, &n)) return usage_error("--max-buffer-bytes takes a number of bytes");
-      f->max_buffer_bytes = n;
-    } else if (name == "scheduler") {
-      f->scheduler = value;
-    } else if (name == "advertise") {
-      f->advertise = value;
-    } else if (name == "heartbeat-seconds") {
-      if (!parse_uint(value, &n) || n > 86400) return usage_error("--heartbeat-seconds takes a number of seconds");
-      f->heartbeat_seconds = static_cast<int>(n);
-    } else if (name == "name") {
-      if (value == "auto") {
-        f->name = value;
-      } else {
-        auto d = canonical_device(value);
-        if (!d) return usage_error(cat("--name: '", value, "' is not a device name (KIND:N) or auto"));
-        f->name = *d;
-      }
-    } else if (name == "instance") {
-      if (value.empty()) return usage_error("--instance needs a value");
-      f->instance = value;
-    } else if (name == "health-check") {
-      if (value.empty()) return usage_error("--health-check needs HOST:PORT");
-      f->health_check = value;
-    } else if (name == "tls-cert") {
-      f->tls.cert = value;
-    } else if (name == "tls-key") {
-      f->tls.key = value;
-    } else if (name == "tls-ca") {
-      f->tls.ca = value;
-    } else if (name == "cluster-secret-file") {
-      if (value.empty()) return usage_error("--cluster-secret-file needs a path");
-      f->cluster_secret_file = value;
-    } else if (name == "secret-fd") {
-      if (!parse_uint(value, &n) || n < 3 || n > 1 << 20) return usage_error("--secret-fd takes a descriptor number (3 or more)");
-      f->secret_fd = static_cast<int>(n);
-    } else if (name == "lane-fd") {
-      if (!parse_uint(value, &n) || n < 3 || n > 1 << 20) return usage_error("--lane-fd takes a descriptor number (3 or more)");
-      f->lane_fd = static_cast<int>(n);
-    } else if (name == "seccomp") {
-      if (value != "on" && value != "off") return usage_error("--seccomp takes on or off");
-      f->seccomp = value;
-    } else if (name == "stop-grace-ms") {
-      if (!parse_uint(value, &n) || n < 1 || n > 3600000) return usage_error("--stop-grace-ms takes 1 to 3600000");
-      f->stop_grace_ms = static_cast<int>(n);
-    } else if (name == "drain-seconds") {
-      if (!parse_uint(value, &n) || n > 86400) return usage_error("--drain-seconds takes a number of seconds");
-      f->drain_seconds = static_cast<int>(n);
-    } else {
-      return usage_error(cat("unknown option --", name));
-    }
+  auto parsed = worker_flags().parse(argc, argv);
+  if (!parsed.ok()) return worker_flags().usage_error(parsed.status());
+  const flags::Args& a = *parsed;
+  if (a.help) {
+    std::fputs(worker_flags().help().c_str(), stdout);
+    return 0;
   }
+  for (const char* k : {"instance", "health-check", "cluster-secret-file"})
+    if (a.has(k) && a.get(k).empty()) return usage_error(cat("--", k, " needs a value"));
+  auto d = canonical_device(a.get("device"));
+  if (!d) return usage_error(cat("--device: '", a.get("device"), "' is not a device (cpu:N or cuda:N)"));
+  f->device = *d;
+  f->listen = a.get("listen");
+  f->threads = static_cast<int>(a.integer("threads"));
+  if (a.has("max-buffer-bytes")) f->max_buffer_bytes = static_cast<uint64_t>(a.integer("max-buffer-bytes"));
+  f->scheduler = a.get("scheduler");
+  f->advertise = a.get("advertise");
+  f->heartbeat_seconds = static_cast<int>(a.integer("heartbeat-seconds"));
+  if (a.has("name")) {
+    std::string value = a.get("name");
+    auto n = value == "auto" ? std::optional<std::string>(value) : canonical_device(value);
+    if (!n) return usage_error(cat("--name: '", value, "' is not a device name (KIND:N) or auto"));
+    f->name = *n;
+  }
+  f->instance = a.get("instance");
+  f->health_check = a.get("health-check");
+  f->drain_seconds = static_cast<int>(a.integer("drain-seconds"));
+  f->embedded = a.has("embedded");
+  f->parent_pid = static_cast<pid_t>(a.integer("embedded"));
+  if (a.has("lane-fd")) f->lane_fd = static_cast<int>(a.integer("lane-fd"));
+  if (a.has("secret-fd")) f->secret_fd = static_cast<int>(a.integer("secret-fd"));
+  f->cluster_secret_file = a.get("cluster-secret-file");
+  f->insecure = a.on("insecure");
+  f->tls = {a.get("tls-cert"), a.get("tls-key"), a.get("tls-ca")};
+  f->seccomp = a.get("seccomp");
+  f->stop_grace_ms = static_cast<int>(a.integer("stop-grace-ms"));
+
   if ((!f->name.empty() || !f->instance.empty()) && f->scheduler.empty())
     return usage_error("--name and --instance name this worker to a scheduler: give --scheduler too");
   if (!f->instance.empty() && f->name != "auto") return usage_error("--instance goes with --name=auto");

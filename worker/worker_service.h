@@ -1,4 +1,4 @@
-// The worker's state and the Worker gRPC service over it (proto/worker.proto, DESIGN §4).
+// The worker's state and the Worker gRPC service over it (proto/worker.proto, docs/ARCHITECTURE.md, The service).
 // WorkerRuntime is a plain class over one device backend (worker/device_backend.h: cpu or
 // cuda): buffers by id under a byte budget, loaded programs by cache key, and Execute,
 // which checks that every buffer a launch passes is at least as large as the kernel's ABI

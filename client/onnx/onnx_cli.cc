@@ -15,6 +15,7 @@
 #include "client/onnx/importer.h"
 #include "client/onnx/model_runner.h"
 #include "compiler/interp/npy.h"
+#include "compiler/support/status_macros.h"
 #include "compiler/support/strings.h"
 
 namespace uop::onnx_import {
@@ -54,13 +55,8 @@ struct Service {
 };
 
 absl::Status connect(const cli::Args& a, const std::string& self_exe, Service& svc) {
-  client::ClientOptions options;
-  if (a.has("deadline")) {
-    auto d = cli::parse_seconds(a.get("deadline"));
-    if (!d.ok()) return d.status();
-    options.deadline = *d;
-  }
-  if (a.has("embedded")) {
+  ASSIGN_OR_RETURN(client::ClientOptions options, cli::client_options(a, std::getenv("UOPD_TOKEN")));
+  if (a.on("embedded")) {
     auto path = client::find_uopd(a.get("uopd"), self_exe, std::getenv("PATH"));
     if (!path.ok()) return path.status();
     // No disk cache: a private server for one command leaves nothing behind.
@@ -234,7 +230,7 @@ bool is_onnx_command(const cli::Args& a) {
 }
 
 int onnx_command(const cli::Args& a, const std::string& self_exe) {
-  if (a.has("embedded") && a.has("server")) return usage_error("--embedded and --server exclude each other");
+  if (a.on("embedded") && a.has("server")) return usage_error("--embedded and --server exclude each other");
   if (a.command == "onnx-test") return onnx_test(a, self_exe);
   return run_model(a, self_exe);
 }

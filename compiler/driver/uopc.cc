@@ -23,6 +23,7 @@
 #include "compiler/ir/verifier.h"
 #include "compiler/passes/symbolic.h"
 #include "compiler/pipeline.h"
+#include "compiler/support/flags.h"
 #include "compiler/support/strings.h"
 
 namespace uop {
@@ -30,96 +31,48 @@ namespace {
 
 constexpr int kOk = 0, kInvalid = 1, kUsage = 2;
 
-constexpr char kUsageText[] = R"(uopc: the UOp graph compiler, offline.
-
-usage: uopc COMMAND GRAPH [options]
-
-GRAPH is a graph file: protobuf JSON (*.json) or binary (*.uopb), see proto/uop.proto.
-
-commands:
-  print GRAPH              print the graph as a tree ([index] OP(arg) : dtype)
-  verify GRAPH             check the graph against the rules of its stage
-  digest GRAPH             print the structural digest (SHA-256) of the root
-  simplify GRAPH [-o OUT]  apply the symbolic rules (constant folding, identities, index
-                           arithmetic) and print the result; -o also writes it
-  convert GRAPH OUT        re-encode GRAPH as OUT (format from OUT's extension)
-  explain GRAPH            print the IR after each stage of the pipeline
-      --stage=NAME                   only this stage (see the list below)
-  compile GRAPH            compile every kernel for this CPU: name, digest, time, ABI
-  run GRAPH                compile and run on this CPU
-      --in NAME=FILE.npy             bind the input called NAME (repeatable)
-      --random SEED                  fill unbound inputs with seeded random values
-      --out NAME=FILE.npy            write the output called NAME (repeatable); without
-                                     any, outputs are summarized on stdout
-      --check                        also run the reference interpreter and exit 1 if any
-                                     output differs beyond the dtype's tolerance
-  help                     this text
-
-options for every command:
-  --stage=tensor|kernel|linear       (verify) verify as this stage instead of detecting it
-  --allow-custom                     accept CUSTOM / CUSTOMI / CUSTOM_FUNCTION (inline code)
-
-Inputs and outputs are named by the graph's `names` (a BUFFER or PARAM for inputs, an
-output of the root SINK or a PARAM for outputs). Every command verifies its input first.
-Exit status: 0 ok, 1 invalid input or --check mismatch, 2 usage.
-)";
-
-int usage_error(const std::string& msg) {
-  std::cerr << "uopc: " << msg << "\nrun 'uopc help' for usage\n";
-  return kUsage;
+// Every command with its options; `uopc help` is generated from these.
+flags::Tool uopc_flags() {
+  flags::Tool t("uopc", "uopc: the UOp graph compiler, offline.",
+                "Inputs and outputs are named by the graph's `names` (a BUFFER or PARAM for inputs, an output of the "
+                "root SINK or a PARAM for outputs). Every command verifies its input first.\n"
+                "Exit status: 0 ok, 1 invalid input or --check mismatch, 2 usage.");
+  t.common().describe("GRAPH is a graph file: protobuf JSON (*.json) or binary (*.uopb), see proto/uop.proto.");
+  t.common().flag("allow-custom", "accept CUSTOM / CUSTOMI / CUSTOM_FUNCTION (inline code)");
+  t.command("print", "print the graph as a tree ([index] OP(arg) : dtype)").positional("GRAPH");
+  t.command("verify", "check the graph against the rules of its stage")
+      .positional("GRAPH")
+      .choice("stage", {"tensor", "kernel", "linear"}, "verify as this IR level instead of detecting it");
+  t.command("digest", "print the structural digest (SHA-256) of the root").positional("GRAPH");
+  t.command("simplify", "apply the symbolic rules (constant folding, identities, index arithmetic) and print the result")
+      .positional("GRAPH")
+      .string("o", "OUT", "also write the result to OUT");
+  t.command("convert", "re-encode GRAPH as OUT (format from OUT's extension)").positional("GRAPH").positional("OUT");
+  t.command("explain", "print the IR after each stage of the pipeline (`uopc help` lists the stages)")
+      .positional("GRAPH")
+      .string("stage", "NAME", "only this pipeline stage");
+  t.command("compile", "compile every kernel for this CPU: name, digest, time, ABI").positional("GRAPH");
+  flags::Command& run = t.command("run", "compile and run on this CPU").positional("GRAPH");
+  run.string("in", "NAME=FILE.npy", "bind the input called NAME").repeatable();
+  run.string("random", "SEED", "fill unbound inputs with seeded random values");
+  run.string("out", "NAME=FILE.npy", "write the output called NAME; without any, outputs are summarized on stdout")
+      .repeatable();
+  run.flag("check", "also run the reference interpreter and exit 1 if any output differs beyond the dtype's tolerance");
+  return t;
 }
+
+const flags::Tool& tool() {
+  static const flags::Tool t = uopc_flags();
+  return t;
+}
+
+int usage_error(const std::string& msg) { return tool().usage_error(msg); }
 int invalid(const std::string& msg) {
   std::cerr << "uopc: " << msg << "\n";
   return kInvalid;
 }
 
-struct Args {
-  std::string command;
-  std::vector<std::string> positional;
-  std::map<std::string, std::vector<std::string>> options;
-  bool has(const std::string& k) const { return options.count(k) > 0; }
-  std::string get(const std::string& k) const { return has(k) ? options.at(k).back() : ""; }
-};
-
-// Options that take a value, as `--name=value` or `--name value`.
-const std::set<std::string> kValued = {"stage", "in", "out", "random", "o"};
-const std::set<std::string> kFlags = {"allow-custom", "check", "help"};
-
-std::optional<Args> parse(int argc, char** argv, std::string* error) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string s = argv[i];
-    if (s == "-h") s = "--help";
-    if (s == "-o") s = "--o";
-    if (s.rfind("--", 0) == 0) {
-      std::string name = s.substr(2), value;
-      bool inline_value = false;
-      if (auto eq = name.find('='); eq != std::string::npos) {
-        value = name.substr(eq + 1);
-        name = name.substr(0, eq);
-        inline_value = true;
-      }
-      if (kValued.count(name)) {
-        if (!inline_value) {
-          if (i + 1 >= argc) { *error = cat("--", name, " needs a value"); return std::nullopt; }
-          value = argv[++i];
-        }
-      } else if (!kFlags.count(name)) {
-        *error = cat("unknown option --", name);
-        return std::nullopt;
-      }
-      a.options[name].push_back(value);
-    } else if (s.size() > 1 && s[0] == '-') {
-      *error = cat("unknown option ", s);
-      return std::nullopt;
-    } else if (a.command.empty()) {
-      a.command = s;
-    } else {
-      a.positional.push_back(s);
-    }
-  }
-  return a;
-}
+using flags::Args;
 
 // Reads and verifies a graph file; prints the error and sets *rc on failure.
 std::optional<DecodedGraph> load(const std::string& path, const Args& a, int* rc) {
@@ -130,8 +83,8 @@ std::optional<DecodedGraph> load(const std::string& path, const Args& a, int* rc
   }
   VerifyOptions opts;
   opts.index = &g->index;
-  opts.allow_custom = a.has("allow-custom");
-  std::string st = a.get("stage");
+  opts.allow_custom = a.on("allow-custom");
+  std::string st = a.command == "verify" ? a.get("stage") : "";
   if (st == "tensor") opts.stage = Stage::Tensor;
   else if (st == "kernel") opts.stage = Stage::Kernel;
   else if (st == "linear") opts.stage = Stage::Linear;
@@ -149,7 +102,7 @@ std::optional<DecodedGraph> load(const std::string& path, const Args& a, int* rc
 PipelineOptions pipeline_options(const Args& a, const DecodedGraph& g) {
   PipelineOptions o;
   o.vector_bits = CpuTarget::host().vector_bits();
-  o.allow_custom = a.has("allow-custom");
+  o.allow_custom = a.on("allow-custom");
   o.index = &g.index;
   return o;
 }
@@ -285,8 +238,7 @@ int cmd_compile(const Args& a, DecodedGraph& g) {
 // NAME=FILE pairs of a repeatable option.
 std::optional<std::vector<std::pair<std::string, std::string>>> pairs(const Args& a, const std::string& opt, std::string* err) {
   std::vector<std::pair<std::string, std::string>> out;
-  if (!a.has(opt)) return out;
-  for (const std::string& v : a.options.at(opt)) {
+  for (const std::string& v : a.all(opt)) {
     auto eq = v.find('=');
     if (eq == std::string::npos || eq == 0) { *err = cat("--", opt, " takes NAME=FILE.npy, got '", v, "'"); return std::nullopt; }
     out.emplace_back(v.substr(0, eq), v.substr(eq + 1));
@@ -364,7 +316,7 @@ int cmd_run(const Args& a, DecodedGraph& g) {
     out_names.push_back(label.contains(out_nodes[i]) ? label[out_nodes[i]] : cat("out", i));
 
   int rc = kOk;
-  if (a.has("check")) {
+  if (a.on("check")) {
     std::vector<HostTensor> want;
     if (stage == Stage::Kernel) {
       std::vector<HostTensor> bufs;
@@ -405,37 +357,32 @@ int cmd_run(const Args& a, DecodedGraph& g) {
   return rc;
 }
 
-struct Command {
-  int nargs;
-  std::function<int(const Args&, DecodedGraph&)> run;
-};
 
 int run(int argc, char** argv) {
-  std::string error;
-  auto args = parse(argc, argv, &error);
-  if (!args) return usage_error(error);
-  if (args->command == "help" || args->has("help")) {
-    std::cout << kUsageText << "\nstages (explain --stage):\n";
-    for (const StageInfo& s : pipeline_stages()) std::cout << "  " << s.name << ": " << s.what << "\n";
+  auto args = tool().parse(argc, argv);
+  if (!args.ok()) return tool().usage_error(args.status());
+  if (args->help) {
+    std::cout << tool().help(args->command);
+    if (args->command.empty() || args->command == "explain") {
+      std::cout << "\nstages (explain --stage):\n";
+      for (const StageInfo& s : pipeline_stages()) std::cout << "  " << s.name << ": " << s.what << "\n";
+    }
     return kOk;
   }
   if (args->command.empty()) {
-    std::cerr << kUsageText;
+    std::cerr << tool().help();
     return kUsage;
   }
-  static const std::map<std::string, Command> kCommands = {
-      {"print", {1, cmd_print}},     {"verify", {1, cmd_verify}},   {"digest", {1, cmd_digest}},
-      {"simplify", {1, cmd_simplify}}, {"convert", {2, cmd_convert}}, {"explain", {1, cmd_explain}},
-      {"compile", {1, cmd_compile}}, {"run", {1, cmd_run}},
+  // The tool checked the command and its arguments; each command's GRAPH comes first.
+  using Run = std::function<int(const Args&, DecodedGraph&)>;
+  static const std::map<std::string, Run> kCommands = {
+      {"print", cmd_print},       {"verify", cmd_verify},   {"digest", cmd_digest}, {"simplify", cmd_simplify},
+      {"convert", cmd_convert},   {"explain", cmd_explain}, {"compile", cmd_compile}, {"run", cmd_run},
   };
-  auto it = kCommands.find(args->command);
-  if (it == kCommands.end()) return usage_error(cat("unknown command '", args->command, "'"));
-  if (static_cast<int>(args->positional.size()) != it->second.nargs)
-    return usage_error(cat("'", args->command, "' takes ", it->second.nargs, it->second.nargs == 1 ? " file" : " files"));
   int rc = kOk;
   auto g = load(args->positional[0], *args, &rc);
   if (!g) return rc;
-  return it->second.run(*args, *g);
+  return kCommands.at(args->command)(*args, *g);
 }
 
 }  // namespace

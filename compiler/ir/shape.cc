@@ -384,7 +384,7 @@ absl::StatusOr<const Shape*> ShapeInference::shape(const UOp* root) {
   auto needed = [](const UOp* u, size_t i) {
     switch (u->op()) {
       case Op::BUFFER: case Op::BUFFER_VIEW: case Op::CONST: case Op::DEFINE_VAR: case Op::BIND: return false;
-      // A MULTI's rule reads every shard's shape (issue 6: only shard 0's was computed, so
+      // A MULTI's rule reads every shard's shape (once only shard 0's was computed, so
       // an uncached shard threw out_of_range from shapes_.at).
       default: return is_alu(u->op()) || u->is(Op::MULTI) || i == 0;
     }

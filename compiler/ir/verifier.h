@@ -1,5 +1,5 @@
 // The verifier: the rules a graph must satisfy at each IR level (compiler/ir/README.md).
-// It runs on every graph decoded from the network (DESIGN §5) and after passes in tests,
+// It runs on every graph decoded from the network (docs/ARCHITECTURE.md, Untrusted input) and after passes in tests,
 // and reports the first violation as INVALID_ARGUMENT naming the node, the rule and a path
 // from the root:
 //
@@ -24,7 +24,7 @@ std::string_view stage_name(Stage s);
 struct VerifyOptions {
   std::optional<Stage> stage;  // nullopt: detect_stage(root)
   // CUSTOM / CUSTOMI / CUSTOM_FUNCTION carry inline code: refused unless the operator
-  // allows them (DESIGN §5).
+  // allows them (docs/ARCHITECTURE.md, Untrusted input).
   bool allow_custom = false;
   int max_rank = 16;
   int64_t max_elements = int64_t{1} << 40;

@@ -1,4 +1,4 @@
-// bounds (DESIGN §3, stage 8): nothing a client sends may make a kernel touch memory
+// bounds (docs/ARCHITECTURE.md, The pipeline): nothing a client sends may make a kernel touch memory
 // outside its buffers. Every INDEX into a buffer (PARAM, BUFFER, DEFINE_REG, DEFINE_LOCAL)
 // must be proven inside it wherever it executes, under the arithmetic the backends emit:
 // integers wrap in their width (compiler/ir/eval.h), so no step below assumes they do not.

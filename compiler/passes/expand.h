@@ -1,4 +1,4 @@
-// expand (DESIGN §3, stage 7): Upcast ranges become vector lanes. A value that depends on
+// expand (docs/ARCHITECTURE.md, The pipeline): Upcast ranges become vector lanes. A value that depends on
 // upcast ranges u1..um (in axis-id order) becomes a vector of prod(extents) lanes, lane
 // l holding the value at the row-major decomposition of l. Two rule tables, in order:
 //

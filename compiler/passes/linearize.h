@@ -1,4 +1,4 @@
-// linearize (DESIGN §3, stage 9): a lowered kernel (lower_reduce.h: single-range ENDs, no
+// linearize (docs/ARCHITECTURE.md, The pipeline): a lowered kernel (lower_reduce.h: single-range ENDs, no
 // REDUCE) becomes LINEAR, the flat op list of compiler/PIPELINE.md.
 //
 // The loop nest comes from the ENDs: loop r sits inside the innermost range its END

@@ -1,4 +1,4 @@
-// multi (DESIGN §3, stage 2): a multi-device graph becomes per-device graphs joined by
+// multi (docs/ARCHITECTURE.md, The pipeline): a multi-device graph becomes per-device graphs joined by
 // collectives. The rules push every op on a MULTI into its shards (compiler/ir/README.md,
 // "Multi-device"): element-wise ops and the movement ops that leave the shard axis alone
 // apply per shard; a reduction over the shard axis reduces per shard and combines the

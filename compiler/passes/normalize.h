@@ -1,4 +1,4 @@
-// normalize (DESIGN §3, stage 5): erase what a kernel body says about where it runs, so
+// normalize (docs/ARCHITECTURE.md, The pipeline): erase what a kernel body says about where it runs, so
 // that its digest is the identity of the computation. BUFFERs become PARAM(slot) in the
 // order of their first use (slot 0 is the one the first STORE writes), RANGE axis ids are
 // renumbered 0, 1, ... in toposort order. The same computation on different buffers, from

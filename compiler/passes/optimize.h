@@ -1,4 +1,4 @@
-// optimize (DESIGN §3, stage 6): choose how a normalized kernel's loops run on the
+// optimize (docs/ARCHITECTURE.md, The pipeline): choose how a normalized kernel's loops run on the
 // target. Heuristics today, search later. For the CPU:
 //   * Upcast: the innermost output loop that stores contiguously is split into an outer
 //     loop and an Upcast range the width of a vector register (twice that when the

@@ -1,4 +1,4 @@
-// optimize for CUDA (DESIGN §3, stage 6): how a normalized kernel's loops run on a GPU.
+// optimize for CUDA (docs/ARCHITECTURE.md, The pipeline): how a normalized kernel's loops run on a GPU.
 // A table of rules, tried in order; the first that applies shapes the kernel:
 //
 //   tensor_cores   a float16 / bfloat16 matmul tile (REDUCE(Add, a*b) with M % 16, N % 8,

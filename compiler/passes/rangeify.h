@@ -1,4 +1,4 @@
-// rangeify (DESIGN §3, stage 3): a tensor-level graph becomes index arithmetic over
+// rangeify (docs/ARCHITECTURE.md, The pipeline): a tensor-level graph becomes index arithmetic over
 // explicit loops. Each realized value (realize.h) becomes BUFFERIZE(value at ranges,
 // ranges...): a fresh RANGE per dim. "The value of tensor x at indices i..." is written
 // INDEX(x, i... [, gate]), and the rules push that INDEX down through the graph:

@@ -1,5 +1,5 @@
 // Where a tensor-level graph is materialized into buffers: the placement of BUFFERIZE
-// (DESIGN §3, stage 3). Everything not chosen here is fused into the kernel that reads it.
+// (docs/ARCHITECTURE.md, The pipeline). Everything not chosen here is fused into the kernel that reads it.
 #pragma once
 
 #include "absl/container/flat_hash_set.h"

@@ -1,4 +1,4 @@
-// split_kernels (DESIGN §3, stage 4): each BUFFERIZE of a rangeified graph becomes one
+// split_kernels (docs/ARCHITECTURE.md, The pipeline): each BUFFERIZE of a rangeified graph becomes one
 // kernel, `SINK[kernel](STORE(INDEX(buf, flat), value, ranges...))`, called with its
 // buffers: `CALL(body, buffers...)`. Reads of other realized values become loads of their
 // buffers. Each kernel runs on the device of the buffers it reads (one device per kernel).

@@ -1,5 +1,5 @@
 // symbolic: the algebraic simplifier, the first rule set every later stage leans on
-// (DESIGN §3, step 7: index arithmetic after expand and devectorize).
+// (docs/ARCHITECTURE.md, The pipeline: index arithmetic after expand and devectorize).
 //
 //   constant folding    every ALU op, CAST and BITCAST on CONST operands, through eval.h
 //   identities          x*1, x+0 (ints) / x+(-0.0) (floats), x//1, x%1, x&x, where(c,a,a),

@@ -1,4 +1,4 @@
-// graph_rewrite: the one engine every pass runs on (DESIGN §3). It applies a RuleSet to a
+// graph_rewrite: the one engine every pass runs on (docs/ARCHITECTURE.md, The pipeline). It applies a RuleSet to a
 // graph bottom-up until no rule matches anywhere:
 //
 //   * a node's sources are rewritten before the node;

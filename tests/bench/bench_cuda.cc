@@ -1,5 +1,5 @@
 // bench_cuda: the CUDA backend's kernels on a GPU against the peers measured in the same
-// run (DESIGN §6): fp16 and fp32 matmul TFLOPS against cuBLAS (cublasGemmEx with fp32
+// run (docs/ARCHITECTURE.md, Testing): fp16 and fp32 matmul TFLOPS against cuBLAS (cublasGemmEx with fp32
 // accumulation, cublasSgemm without TF32), counter ratio_vs_cublas; elementwise and
 // sum-reduction GB/s against a device-to-device cuMemcpyDtoD of the same bytes, counter
 // ratio_vs_memcpy. Our kernels go the way the service runs them: plan_graph,

@@ -1,5 +1,5 @@
 // Benchmarks of the IR's front door and core: what the server pays for every graph that
-// arrives (decode a binary .uopb, verify it, digest it: DESIGN §3 step 1 and the plan cache
+// arrives (decode a binary .uopb, verify it, digest it: the first stage of docs/ARCHITECTURE.md, The pipeline, and the plan cache
 // key) on a 100k-node tensor graph, and how fast Graph::make hash-conses nodes when every
 // call makes a new node vs when every call finds an existing one. Items are nodes (or make
 // calls), so items_per_second is nodes/s.

@@ -1,4 +1,4 @@
-// The CUDA backend through the service (issue 5), with real uopd, uop-worker and uop
+// The CUDA backend through the service, with real uopd, uop-worker and uop
 // processes on 127.0.0.1. Everywhere NVRTC loads (no GPU needed): Compile with target
 // cuda:sm_90 answers cubins (ELF for EM_CUDA, built for sm_90), a second Compile is a
 // cache hit, another arch is another key, Explain lowers for the GPU and renders CUDA C,

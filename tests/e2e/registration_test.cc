@@ -316,6 +316,27 @@ TEST(Registration, HealthCheckModeAnswersForTheWorker) {
   EXPECT_EQ(out2.find(": SERVING"), std::string::npos) << out2;
   auto [rc3, out3] = run_worker_command("--health-check=");
   EXPECT_EQ(rc3, 2) << out3;
+  // The value may follow a space, as for every flag.
+  Proc q;
+  ASSERT_NO_FATAL_FAILURE(spawn_worker({"--device", "cpu:0", "--threads", "1"}, &q));
+  auto [rc4, out4] = run_worker_command("--health-check " + q.address);
+  EXPECT_EQ(rc4, 0) << out4;
+  EXPECT_NE(out4.find("SERVING"), std::string::npos) << out4;
+}
+
+// Bad usage exits 2 before anything starts, naming the flag.
+TEST(Registration, WorkerUsageErrorsNameTheFlag) {
+  for (auto [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--bogus", "--bogus is not an option of 'uop-worker'"},
+           {"--threads 5000", "--threads takes an integer from 0 to 4096, got '5000'"},
+           {"--embedded=x", "--embedded takes an integer from 1 to 2147483647, got 'x'"},
+           {"--seccomp=maybe", "--seccomp takes on or off, got 'maybe'"},
+           {"--device gpu:0", "--device: 'gpu:0' is not a device"},
+           {"--insecure=perhaps", "--insecure takes true or false, got 'perhaps'"}}) {
+    auto [rc, out] = run_worker_command(args);
+    EXPECT_EQ(rc, 2) << args << ": " << out;
+    EXPECT_NE(out.find(says), std::string::npos) << args << ": " << out;
+  }
 }
 
 }  // namespace

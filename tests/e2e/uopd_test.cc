@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/e2e/scheduler_proc.h"
 #include "tests/e2e/softmax_model.h"
 
 #include "client/client.h"
@@ -188,6 +189,44 @@ TEST(Uopd, EmbeddedWorkersExecuteThroughTheLaneOrGrpc) {
     EXPECT_EQ(back->substr(0, 1000), std::string(1000, '\0'));
     EXPECT_TRUE(back->substr(1000) == bytes) << "the downloaded bytes differ from the uploaded ones";
   }
+}
+
+// Flags take their value after '=' or as the next argument (`--listen 0.0.0.0:7070` once
+// failed with "unexpected argument"), and the values given that way are the ones used.
+TEST(Uopd, FlagValuesMayFollowASpace) {
+  Uopd u = Uopd::start({"--listen", "127.0.0.1:0", "--cache-dir", "", "--workers", "1", "--exec-lane", "grpc"});
+  ASSERT_TRUE(u.client);
+  auto session = u.client->create_session();
+  ASSERT_TRUE(session.ok()) << session.status();
+  Model m(21);
+  auto got = session->run(m.root, m.names, m.bindings);
+  ASSERT_TRUE(got.ok()) << got.status();
+  expect_matches(m.expected(), *got);
+  client::Stats st = u.stats();
+  EXPECT_EQ(st.workers.size(), 1u);
+  EXPECT_EQ(st.worker_executes_grpc, 1u);
+  EXPECT_EQ(st.worker_executes_lane, 0u);
+}
+
+// Bad usage exits 2 before anything starts, naming the flag; --help lists every flag.
+TEST(Uopd, UsageErrorsNameTheFlag) {
+  auto run = [](const std::string& args) { return testing::run_command(UOPD_BINARY, args); };
+  for (auto [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--bogus", "--bogus is not an option of 'uopd'"},
+           {"stray", "unexpected argument 'stray' for 'uopd'"},
+           {"--workers=two", "--workers takes a non-negative integer, got 'two'"},
+           {"--exec-lane tcp", "--exec-lane takes shm or grpc, got 'tcp'"},
+           {"--listen", "--listen needs a value"},
+           {"--allow-custom=yes", "--allow-custom takes true or false, got 'yes'"}}) {
+    auto [rc, out] = run(args);
+    EXPECT_EQ(rc, 2) << args << ": " << out;
+    EXPECT_NE(out.find(says), std::string::npos) << args << ": " << out;
+  }
+  auto [rc, out] = run("--help");
+  EXPECT_EQ(rc, 0) << out;
+  for (const char* flag : {"--listen=HOST:PORT", "--internal-listen=", "--workers=N", "--redis-tls ", "--tokens-file=",
+                           "--tenant-worker-idle-s=N"})
+    EXPECT_NE(out.find(flag), std::string::npos) << flag << "\n" << out;
 }
 
 TEST(Uopd, SecondCompileIsAHitAndCompilesNothing) {

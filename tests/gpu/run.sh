@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks of the CUDA backend (issue 5), for one machine with a GPU (an H200 with
+# The GPU checks of the CUDA backend, for one machine with a GPU (an H200 with
 # 16 cores), in under 6 minutes all told. Logs go to $OUT (else build/gpu/logs):
 # summary.txt (each step, its status and the tail of its log), one NAME.log per step,
 # bench_*.json (Google Benchmark's JSON), env.txt (driver, glibc, what the carry needs).

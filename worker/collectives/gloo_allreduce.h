@@ -1,4 +1,4 @@
-// Allreduce among processes on different hosts with Gloo over TCP (DESIGN §4). The
+// Allreduce among processes on different hosts with Gloo over TCP (docs/ARCHITECTURE.md, The service). The
 // members find each other through the scheduler's Rendezvous service (a
 // gloo::rendezvous::Store over gRPC, keys under "<group>/"), connect a full mesh from
 // the interface that routes to the scheduler, and run Gloo's ring allreduce with

@@ -1,4 +1,4 @@
-// Allreduce among CUDA workers with NCCL (DESIGN §4, issue 6), in place in device memory.
+// Allreduce among CUDA workers with NCCL (docs/ARCHITECTURE.md, The service), in place in device memory.
 //
 // libnccl.so.2 is loaded at run time with dlopen, never linked, and no nccl.h is needed:
 // the few NCCL types and functions used are declared here, with the values nccl.h gives

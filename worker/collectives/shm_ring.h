@@ -1,5 +1,5 @@
 // Allreduce in place among the processes of one host through POSIX shared memory
-// (DESIGN §4: CPU workers on one host). The members of a group map one segment, named
+// (docs/ARCHITECTURE.md, The service: CPU workers on one host). The members of a group map one segment, named
 // after the group, created by whoever comes first and unlinked as soon as everyone is
 // in (so a crash later cannot leak it). Each member has an outbox of a few slots there;
 // the allreduce is a ring: a reduce-scatter then an all-gather, 2 (n - 1) steps, each part

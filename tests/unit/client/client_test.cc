@@ -185,19 +185,24 @@ TEST_F(FindUopd, NotFoundSaysWhereItLooked) {
 namespace uop::cli {
 namespace {
 
-const OptionSpec kSpec = {{"in", "out", "random", "server", "target"}, {"embedded", "help"}};
-
-absl::StatusOr<Args> parse(std::vector<std::string> v) { return parse_args(v, kSpec); }
+absl::StatusOr<Args> parse(std::vector<std::string> v) {
+  static const flags::Tool t = uop_flags(/*onnx=*/true);
+  return t.parse(v);
+}
 
 TEST(ParseArgs, CommandPositionalAndOptions) {
-  auto a = parse({"run", "g.json", "--in", "x=a.npy", "--in=y=b.npy", "--embedded", "--random", "3"});
+  auto a = parse({"--embedded", "run", "g.json", "--in", "x=a.npy", "--in=y=b.npy", "--random", "3"});
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->command, "run");
   EXPECT_EQ(a->positional, std::vector<std::string>{"g.json"});
-  EXPECT_EQ(a->options.at("in"), (std::vector<std::string>{"x=a.npy", "y=b.npy"}));
-  EXPECT_TRUE(a->has("embedded"));
+  EXPECT_EQ(a->all("in"), (std::vector<std::string>{"x=a.npy", "y=b.npy"}));
+  EXPECT_TRUE(a->on("embedded"));
   EXPECT_EQ(a->get("random"), "3");
   EXPECT_EQ(a->get("server"), "");
+  auto cases = parse({"onnx-test", "a", "b", "--shard", "0/2", "--interp"});
+  ASSERT_TRUE(cases.ok()) << cases.status();
+  EXPECT_EQ(cases->positional.size(), 2u);
+  EXPECT_TRUE(cases->on("interp"));
 }
 
 TEST(ParseArgs, UsageErrors) {
@@ -205,9 +210,47 @@ TEST(ParseArgs, UsageErrors) {
   EXPECT_EQ(parse({"run", "-x"}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(parse({"run", "g.json", "--in"}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(parse({"stats", "--embedded=yes"}).status().code(), absl::StatusCode::kInvalidArgument);
+  // An option of another command is refused, naming it and the command (stats once took
+  // --in and ignored it).
+  EXPECT_EQ(parse({"stats", "--in", "x=y.npy"}).status().message(), "--in is not an option of 'uop stats'");
+  EXPECT_EQ(parse({"compile", "g.json", "--stage=render"}).status().message(), "--stage is not an option of 'uop compile'");
+  EXPECT_EQ(parse({"explain", "g.json", "--binary-out=d"}).status().message(),
+            "--binary-out is not an option of 'uop explain'");
+  EXPECT_EQ(parse({"stats", "g.json"}).status().message(), "unexpected argument 'g.json' for 'uop stats'");
+  EXPECT_EQ(parse({"run"}).status().message(), "'uop run' needs GRAPH");
   auto h = parse({"-h"});
   ASSERT_TRUE(h.ok());
-  EXPECT_TRUE(h->has("help"));
+  EXPECT_TRUE(h->help);
+}
+
+TEST(ParseArgs, HelpNamesNoOtherProgram) {
+  // A client-only install has no uopc to point at.
+  std::string help = uop_flags(true).help();
+  EXPECT_EQ(help.find("uopc help"), std::string::npos) << help;
+  EXPECT_NE(help.find("explain GRAPH"), std::string::npos) << help;
+  EXPECT_NE(help.find("onnx-test CASE_DIR..."), std::string::npos) << help;
+  EXPECT_EQ(uop_flags(false).help().find("onnx-test"), std::string::npos);
+}
+
+TEST(ParseArgs, ClientOptions) {
+  auto a = parse({"stats", "--deadline=2.5", "--tls-ca=ca.pem", "--token=t1"});
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto o = client_options(*a, "env-token");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->deadline, absl::Milliseconds(2500));
+  EXPECT_EQ(o->bearer_token, "t1");
+  EXPECT_EQ(o->tls_ca, "ca.pem");
+  EXPECT_FALSE(o->tls);
+  auto bare = parse({"stats", "--tls"});
+  ASSERT_TRUE(bare.ok());
+  auto env = client_options(*bare, "env-token");
+  ASSERT_TRUE(env.ok());
+  EXPECT_EQ(env->bearer_token, "env-token");
+  EXPECT_TRUE(env->tls);
+  EXPECT_EQ(env->deadline, client::ClientOptions().deadline);
+  auto zero = parse({"stats", "--deadline=0"});
+  ASSERT_TRUE(zero.ok());
+  EXPECT_FALSE(client_options(*zero, nullptr).ok());
 }
 
 TEST(ParseArgs, NameFilePairs) {

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The `uop` binary (and the client library in it) must not load LLVM or CUDA (DESIGN §1):
+# The `uop` binary (and the client library in it) must not load LLVM or CUDA (docs/ARCHITECTURE.md, Arrows):
 # fails if ldd lists libLLVM, libcuda, libcudart, libnvrtc or libnccl.
 set -u
 bin=$1

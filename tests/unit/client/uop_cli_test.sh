@@ -38,6 +38,14 @@ expect 2 "$uop" compile "$g" --target=gpu
 expect 2 "$uop" stats --embedded --server=127.0.0.1:1
 expect 2 "$uop" stats --deadline=0
 expect 1 "$uop" run "$tmp/missing.json" --random 1
+# Each command takes its own options (stats once took --in and ignored it), and says which.
+expect 2 "$uop" stats --in x=y.npy;  has "$tmp/err" "--in is not an option of 'uop stats'"
+expect 2 "$uop" compile "$g" --stage=render;  has "$tmp/err" "--stage is not an option of 'uop compile'"
+expect 0 "$uop" help run;  has "$tmp/out" "usage: uop run GRAPH"; has "$tmp/out" "--in=NAME=FILE.npy"
+expect 0 "$uop" explain --help;  has "$tmp/out" "usage: uop explain GRAPH"
+# The help points at nothing a client-only install lacks.
+expect 0 "$uop" help
+if grep -q "uopc help" "$tmp/out"; then echo "FAIL: uop help points at uopc"; fail=1; fi
 head -c 300 /dev/urandom >"$tmp/garbage.uopb"
 expect 1 "$uop" compile "$tmp/garbage.uopb"
 expect 1 "$uop" stats --embedded --uopd="$tmp/no-such-uopd";  has "$tmp/err" "no-such-uopd"
@@ -45,6 +53,7 @@ expect 1 "$uop" stats --embedded --uopd="$tmp/no-such-uopd";  has "$tmp/err" "no
 # An unreachable server: 1, naming the address, from --server and from UOPD_ADDRESS.
 expect 1 "$uop" stats --server=127.0.0.1:1 --deadline=1;  has "$tmp/err" "UNAVAILABLE"; has "$tmp/err" "127.0.0.1:1"
 UOPD_ADDRESS=127.0.0.1:2 expect 1 "$uop" stats --deadline=1;  has "$tmp/err" "127.0.0.1:2"
+expect 1 "$uop" --server 127.0.0.1:3 stats --deadline 1;  has "$tmp/err" "127.0.0.1:3"
 
 # The verbs, each against a private server.
 expect 0 "$uop" "${emb[@]}" run "$g" --random 1
@@ -72,7 +81,7 @@ has "$tmp/out" "target cuda:sm_90"; has "$tmp/out" "miss, compiled in"; has "$tm
 [ -s "$tmp/bin/E_fake.cubin" ] || { echo "FAIL: no binary written"; ls -R "$tmp"; fail=1; }
 [ -s "$tmp/src/E_fake.cu" ] || { echo "FAIL: no source written"; fail=1; }
 expect 0 "$uop" "${emb[@]}" explain "$g";  has "$tmp/out" "=== decode"
-expect 1 "$uop" "${emb[@]}" explain "$g" --stage=bogus;  has "$tmp/err" "unknown stage 'bogus'"
+expect 1 "$uop" "${emb[@]}" explain "$g" --stage=bogus;  has "$tmp/err" "unknown stage 'bogus'"; has "$tmp/err" "stages: decode"
 expect 0 "$uop" "${emb[@]}" stats;  has "$tmp/out" "workers: 1"; has "$tmp/out" "compiler fake-1"
 
 # A uopd that dies before it listens: 1, with its log.

@@ -1,4 +1,4 @@
-// Kernel identity (DESIGN §2, §3 stage 5): a normalized kernel's digest names the
+// Kernel identity (docs/ARCHITECTURE.md, The IR and The pipeline: normalize): a normalized kernel's digest names the
 // computation, not the buffers it runs on, the names a client gave, or the order in which
 // nodes were built. So the same computation on two buffers, in one graph or in two, is one
 // digest and one compile; a different computation is a different digest.

@@ -35,4 +35,21 @@ expect 2 "$uopc" verify
 expect 2 "$uopc" verify "$examples/matmul.json" --stage=bogus
 expect 2 "$uopc" verify "$examples/matmul.json" --bogus
 expect 0 "$uopc" --help
+has() {  # has FILE TEXT: FILE contains TEXT
+  grep -qF -- "$2" "$1" || { echo "FAIL: no '$2' in $1:"; cat "$1"; fail=1; }
+}
+m=$examples/matmul.json
+# Values after '=' or a space; each command takes its own options, and --stage means one
+# thing per command: verify's IR level, explain's pipeline stage.
+expect 0 "$uopc" verify "$m" --stage tensor;  has "$tmp/out" "ok (tensor level"
+expect 1 "$uopc" verify "$m" --stage=kernel
+expect 2 "$uopc" verify "$m" --stage=linearize;  has "$tmp/err" "--stage takes tensor, kernel or linear, got 'linearize'"
+expect 0 "$uopc" explain "$m" --stage verify;  has "$tmp/out" "=== verify"
+expect 2 "$uopc" explain "$m" --stage=kernel;  has "$tmp/err" "unknown stage 'kernel'"
+expect 2 "$uopc" run "$m" --stage=kernel;  has "$tmp/err" "--stage is not an option of 'uopc run'"
+expect 2 "$uopc" digest "$m" --in x=y.npy;  has "$tmp/err" "--in is not an option of 'uopc digest'"
+expect 2 "$uopc" convert "$m";  has "$tmp/err" "'uopc convert' needs OUT"
+expect 2 "$uopc" print "$m" extra;  has "$tmp/err" "unexpected argument 'extra' for 'uopc print'"
+expect 0 "$uopc" help explain;  has "$tmp/out" "usage: uopc explain GRAPH"; has "$tmp/out" "stages (explain --stage):"
+expect 0 "$uopc" run --help;  has "$tmp/out" "--check"
 exit $fail

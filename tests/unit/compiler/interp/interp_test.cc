@@ -321,7 +321,7 @@ TEST(InterpTensor, Refusals) {
   T t;
   const UOp* x = t.tensor(F32({4}, {1, 2, 3, 4}));
   const UOp* ar = t.g.make(Op::ALLREDUCE, dtypes::float32, {x, t.dev}, ReduceOpArg{ReduceOp::Add});
-  // The interpreter evaluates ALLREDUCE (issue 6), but only over a multi-device value.
+  // The interpreter evaluates ALLREDUCE, but only over a multi-device value.
   EXPECT_ERROR(t.error(ar), kInvalidArgument, "(ALLREDUCE): its source RESHAPE is not a multi-device value");
   EXPECT_ERROR(t.error(x, InterpOptions{.max_elements = 3}), kResourceExhausted, "over the interpreter's limit of 3");
   // An input that does not match its BUFFER.

@@ -1,4 +1,4 @@
-// The NCCL transport (issue 6). Without a GPU: loading libnccl.so.2 (what it says when it
+// The NCCL transport. Without a GPU: loading libnccl.so.2 (what it says when it
 // cannot, that every symbol resolves when it can), our declarations against nccl.h where
 // it is around, the dtype / op mapping, run_collective's checks for device buffers, and
 // the whole protocol over a fake NCCL and a fake CUDA driver (the unique id through a real
