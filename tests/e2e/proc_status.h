@@ -1,5 +1,6 @@
-// A process as the kernel reports it (/proc/PID/status, /proc/PID/stat), for e2e tests
-// that hold a server to a memory bound, or its workers to not burning a core.
+// A process as the kernel reports it (/proc/PID/...), for e2e tests that hold a server to
+// a memory bound or its workers to not burning a core, or that look for its workers'
+// ports as a local user could.
 #pragma once
 
 #include <sys/types.h>
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -50,6 +52,48 @@ inline int64_t cpu_ticks(int64_t pid) {
   std::vector<std::string> f = stat_fields(pid);
   if (f.size() < 13) return -1;
   return std::stoll(f[11]) + std::stoll(f[12]);
+}
+
+// The processes whose parent is `pid` now (a server's workers).
+inline std::vector<int64_t> child_pids(int64_t pid) {
+  std::vector<int64_t> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::vector<std::string> f = stat_fields(std::stoll(name));
+    if (f.size() > 1 && f[1] == std::to_string(pid)) out.push_back(std::stoll(name));  // field 4: the parent
+  }
+  return out;
+}
+
+// The TCP ports a process listens on: its sockets (/proc/PID/fd) found among the
+// listening ones of the kernel's tables (/proc/PID/net/tcp, tcp6), as a local user who
+// looks for them would find them.
+inline std::vector<int> listening_ports(int64_t pid) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  std::set<std::string> inodes;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(proc + "/fd", ec)) {
+    std::error_code link_ec;
+    const std::string target = std::filesystem::read_symlink(e.path(), link_ec).string();
+    if (!link_ec && target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+  }
+  std::vector<int> ports;
+  for (const char* table : {"/net/tcp", "/net/tcp6"}) {
+    std::ifstream in(proc + table);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+      std::istringstream f(line);
+      std::string field[10];
+      for (std::string& x : field) f >> x;
+      if (field[3] != "0A" || !inodes.count(field[9])) continue;  // 0A: LISTEN
+      ports.push_back(std::stoi(field[1].substr(field[1].rfind(':') + 1), nullptr, 16));
+    }
+  }
+  return ports;
 }
 
 // Waits until the process has used less than a quarter of a core over a whole second: a
