@@ -6,22 +6,24 @@
 // Mallory goes over a fixed list of attacks, twice: kernels whose gates hold only through
 // wrapping arithmetic, or not at all, to read and write far outside her buffers; reads,
 // writes, frees and Runs on buffer and session ids she does not own (Alice's, leaked to
-// her, and guessed ones), and reads and writes on the workers' own ports; a request over the size limit, floods of nodes and of values
-// inside one node, sessions until the server's limit, an output far over the inline limit;
-// a compile bomb and a kernel that never ends, each with a short deadline. Before all
-// that, as someone who can write the cache directory and reach Redis, she forges the
-// entries of kernels the honest clients are about to need (the previous checksummed
-// format around another kernel's code, a key of her own, a FIFO).
+// her, and guessed ones), and reads and writes on the workers' own ports; at once, a
+// request over the size limit, floods of nodes and of values inside one node and an
+// output far over the inline limit; sessions until the server's limit; sessions closed
+// under their own Runs; a compile bomb and a kernel that never ends, each with a short
+// deadline. Before all that, as someone who can write the cache directory and reach
+// Redis, she forges the entries of kernels the honest clients are about to need (the
+// previous checksummed format around another kernel's code, a key of her own, a FIFO).
 //
 // What must hold: each attack gets the status it must (the bounds refusal, NOT_FOUND,
 // UNAUTHENTICATED on a worker's port, the limit named; a large output left in the
-// session; DEADLINE_EXCEEDED for the bombs);
-// every honest operation succeeds, every result equals the reference interpreter's, the
-// honest clients' buffers are what they uploaded, byte for byte, all along and at the end;
-// each forged entry was a miss, counted, and replaced by the server's own; uopd is alive
-// and healthy, its compile pool drained, no worker still burning a core, no session or
-// buffer of anyone left behind. Figures (each attack and the statuses it got, honest
-// operations, peak memory, the honest latency while bombs ran) are printed, not asserted.
+// session; DEADLINE_EXCEEDED for the bombs); every honest operation succeeds, every
+// result equals the reference interpreter's, the honest clients' buffers are what they
+// uploaded, byte for byte, all along and at the end; each forged entry was a miss,
+// counted, and replaced by the server's own; uopd is alive and healthy, its compile pool
+// drained, no worker still burning a core, no session or buffer of anyone left behind and
+// every worker's buffer budget whole again. Figures (each attack and the statuses it got,
+// honest operations, peak memory, the honest latency while bombs ran) are printed, not
+// asserted.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -77,6 +79,9 @@ constexpr int kMinHonestOps = 24;      // per honest client; then on until Mallo
 constexpr int kMaxHonestOps = 2000;    // a bound on the loop, far above what it takes
 constexpr int kUnavailableRetries = 5; // per honest operation
 constexpr int kMaxSessions = 16;
+constexpr int kCloseRaces = 4;          // per round
+constexpr uint64_t kWorkerBufferBytes = 128 << 20;  // each worker's budget for buffers
+constexpr uint64_t kSessionBytes = kWorkerBufferBytes / 4;  // uopd's default session quota
 
 constexpr char kAlice[] = "alice-soak-token-0001";
 constexpr char kBob[] = "bob-soak-token-0002";
@@ -268,10 +273,12 @@ absl::Status nothing_read(Reader& reader, const std::string& what) {
 
 // What each attack got, and those that got a status they must not.
 struct Tally {
+  std::mutex mu;  // the floods come at once
   std::map<std::string, std::map<std::string, int>> seen;  // attack -> status code -> count
   std::vector<std::string> wrong;
 
   void note(const std::string& attack, const absl::Status& s, bool expected) {
+    std::lock_guard<std::mutex> l(mu);
     ++seen[attack][s.ok() ? "OK" : absl::StatusCodeToString(s.code())];
     if (!expected && wrong.size() < 40) wrong.push_back(cat(attack, ": ", s.ToString()));
   }
@@ -399,6 +406,7 @@ class Mallory {
     foreign_ids(alice);
     worker_ports(uopd_pid);
     floods(round);
+    close_while_running();
     bombs(round);
   }
 
@@ -408,6 +416,7 @@ class Mallory {
   std::vector<std::pair<client::Kernel, std::string>> on_disk;  // forged files ("" for the FIFO)
   std::vector<client::Kernel> in_redis;
   int forgeries = 0;
+  int closes_during_runs = 0;  // sessions closed while their Run held its reservation
 
  private:
   // Gathers through gates that hold for wild indices: refused naming the bounds proof,
@@ -449,10 +458,13 @@ class Mallory {
     tally_->note("wild indices under a sound gate (runs)", ran, ran.ok());
   }
 
-  // A Run in her session of `root`, whose one input `in` is the float32 scalar `x`.
-  pb::RunRequest run_request(const UOp* root, const UOp* in, double x) {
+  // A Run of `root` in her session (or `session`), whose one input `in` is the float32
+  // scalar `x`.
+  pb::RunRequest run_request(const UOp* root, const UOp* in, double x) { return run_request(session_->id(), root, in, x, false); }
+  pb::RunRequest run_request(const std::string& session, const UOp* root, const UOp* in, double x, bool keep_outputs) {
     pb::RunRequest req;
-    req.set_session_id(session_->id());
+    req.set_session_id(session);
+    req.set_keep_outputs(keep_outputs);
     encode_proto(root, {{"in", in}}, req.mutable_graph());
     pb::Binding* b = req.add_inputs();
     b->set_name("in");
@@ -553,16 +565,19 @@ class Mallory {
       }
   }
 
+  // The floods, all at once: one request over --max-request-bytes (refused by gRPC before
+  // uopd sees it), floods of nodes and of values inside a node (counted before they are
+  // parsed), an output far over the inline limit; then sessions up to the server's limit.
   void floods(int round) {
-    // Over --max-request-bytes (16 MiB): refused by gRPC before uopd sees it.
-    {
+    std::vector<std::thread> burst;
+    burst.emplace_back([&] {
       std::string big;
       testing::put_field(big, 1, std::string((17 << 20) + round, 'M'));
       tally_->refused("request over --max-request-bytes", testing::raw_unary(address_, "/uopd.v1.Uopd/Run", big, kMallory),
                       absl::StatusCode::kResourceExhausted, "");
-    }
-    // 4M empty nodes (8 MB on the wire, under the size limit): counted before parsing.
-    {
+    });
+    // 4M empty nodes (8 MB on the wire, under the size limit; ~50 times that once parsed).
+    burst.emplace_back([&] {
       std::string graph = "\x08\x01";
       graph += testing::empty_fields(2, 4'000'000);
       std::string req;
@@ -570,9 +585,9 @@ class Mallory {
       testing::put_field(req, 2, graph);
       tally_->refused("node flood", testing::raw_unary(address_, "/uopd.v1.Uopd/Run", req, kMallory),
                       absl::StatusCode::kInvalidArgument, "max_nodes");
-    }
+    });
     // 4M empty VCONST values in one node: over what one request may hold once parsed.
-    {
+    burst.emplace_back([&] {
       std::string node = "\x08\x1a";  // op: VCONST
       testing::put_field(node, 11, testing::empty_fields(1, 4'000'000));
       std::string graph = "\x08\x01";
@@ -581,25 +596,9 @@ class Mallory {
       testing::put_field(req, 1, graph);
       tally_->refused("value flood inside a node", testing::raw_unary(address_, "/uopd.v1.Uopd/Compile", req, kMallory),
                       absl::StatusCode::kResourceExhausted, "--max-request-memory");
-    }
-    // Sessions until the server's limit, then all closed again.
-    {
-      std::vector<client::Session> flood;
-      absl::Status last;
-      for (int i = 0; i <= kMaxSessions; ++i) {
-        auto s = client_->create_session();
-        if (!s.ok()) {
-          last = s.status();
-          break;
-        }
-        flood.push_back(std::move(*s));
-      }
-      tally_->refused("sessions over --max-sessions", last, absl::StatusCode::kResourceExhausted, "--max-sessions");
-      for (client::Session& s : flood)
-        if (absl::Status c = s.close(); !c.ok()) tally_->wrong.push_back("closing a flood session: " + c.ToString());
-    }
+    });
     // A 16 MiB output, 16 times --max-inline-output-bytes: left in the session, not inline.
-    {
+    burst.emplace_back([&] {
       testing::BigOutput big(22);
       pb::RunRequest req = run_request(big.root, big.x, 1.5);
       pb::RunResponse resp;
@@ -615,6 +614,68 @@ class Mallory {
         if (absl::Status f = session_->free_buffer(resp.outputs(0).buffer_id()); s.ok()) s = f;
       }
       tally_->note("output over --max-inline-output-bytes (kept in the session)", s, s.ok());
+    });
+    for (std::thread& t : burst) t.join();
+
+    std::vector<client::Session> flood;
+    absl::Status last;
+    for (int i = 0; i <= kMaxSessions; ++i) {
+      auto s = client_->create_session();
+      if (!s.ok()) {
+        last = s.status();
+        break;
+      }
+      flood.push_back(std::move(*s));
+    }
+    tally_->refused("sessions over --max-sessions", last, absl::StatusCode::kResourceExhausted, "--max-sessions");
+    for (client::Session& s : flood)
+      if (absl::Status c = s.close(); !c.ok()) tally_->note("closing a flood session", c, false);
+  }
+
+  // A session closed while a Run in it is under way, its 16 MiB output to be kept there:
+  // whichever comes first, the Run ends with a clear status and nothing of the session is
+  // left on the worker (its buffer budget is small enough that leaks would soon refuse
+  // the honest colleague's uploads, and the end of the test asks for all of it).
+  void close_while_running() {
+    Graph g;
+    TensorBuilder tb(g);
+    const UOp* in = tb.input(Scalar::Float32, {1});
+    const UOp* wide = tb.expand(tb.reshape(in, {1, 1}), {int64_t{1} << 22, 64});
+    const UOp* root = tb.sink({tb.reduce(wide, ReduceOp::Add, {1})});  // 2^28 additions, 16 MiB out
+    // A Run the test's own probe kept from its reservation (RESOURCE_EXHAUSTED naming the
+    // session's quota) is no race: it is made again, a bounded number of times.
+    int made = 0;
+    for (int attempt = 0; made < kCloseRaces && attempt < 4 * kCloseRaces; ++attempt) {
+      auto s = client_->create_session();
+      if (!s.ok()) {
+        tally_->note("a session to close under a Run", s.status(), false);
+        continue;
+      }
+      pb::RunRequest req = run_request(s->id(), root, tb.buffer_of(in), 0.5, /*keep_outputs=*/true);
+      absl::Status ran;
+      std::atomic<bool> done{false};
+      std::thread run([&] {
+        pb::RunResponse resp;
+        ran = from_grpc(stub_->Run(ctx().get(), req, &resp));
+        done = true;
+      });
+      // The close comes once the Run holds its reservation (until it answers): a buffer
+      // that fits the session's quota beside the Run's 16 MiB, and not with them, is
+      // refused. One that fits is freed again.
+      bool during = false;
+      testing::wait_until([&] {
+        auto probe = s->create_buffer(Scalar::UInt8, kSessionBytes - (12 << 20));
+        if (probe.ok()) (void)s->free_buffer(*probe);
+        during = probe.status().code() == absl::StatusCode::kResourceExhausted;
+        return during || done.load();
+      });
+      absl::Status closed = s->close();
+      run.join();
+      if (ran.code() == absl::StatusCode::kResourceExhausted && contains(ran, "--session-bytes")) continue;
+      ++made;
+      closes_during_runs += during;
+      tally_->note("Run racing its session's close", ran, ran.ok() || ran.code() == absl::StatusCode::kNotFound);
+      tally_->note("close racing a Run in the session", closed, closed.ok());
     }
   }
 
@@ -676,7 +737,8 @@ TEST(Soak, AnAdversaryInTheLoadGetsNothingAndHonestClientsLoseNothing) {
        "--compile-threads=2", "--redis=127.0.0.1:" + std::to_string(redis.port()),
        "--cache-key-file=" + testing::write_cache_key_file(scratch.path() + "/cache.key"), "--tokens-file=" + tokens,
        "--max-request-bytes=16777216", "--max-nodes=200000", "--max-request-memory=67108864",
-       "--max-inline-output-bytes=1048576", "--max-sessions=" + std::to_string(kMaxSessions)});
+       "--max-inline-output-bytes=1048576", "--max-sessions=" + std::to_string(kMaxSessions),
+       "--worker-max-buffer-bytes=" + std::to_string(kWorkerBufferBytes)});
   ASSERT_TRUE(started.ok()) << started.status();
   std::unique_ptr<EmbeddedServer> server = std::move(*started);
   const std::string address = server->address();
@@ -737,6 +799,8 @@ TEST(Soak, AnAdversaryInTheLoadGetsNothingAndHonestClientsLoseNothing) {
   // Nothing of anyone's is left behind once they close.
   for (auto& h : honest) EXPECT_TRUE(h->close().ok()) << "closing an honest session";
   EXPECT_TRUE(mallory.close().ok());
+  // And each tenant's worker has its whole buffer budget back (nearly all of it fits in
+  // four sessions' quotas): nothing a closed session or a Run held was left allocated.
   for (const char* token : {kAlice, kBob, kMallory}) {
     ClientOptions o;
     o.address = address;
@@ -747,6 +811,15 @@ TEST(Soak, AnAdversaryInTheLoadGetsNothingAndHonestClientsLoseNothing) {
     ASSERT_TRUE(s.ok()) << s.status();
     EXPECT_EQ(s->sessions, 0u) << token;
     EXPECT_EQ(s->buffers, 0u) << token;
+    std::vector<client::Session> quarters;
+    for (int i = 0; i < 4; ++i) {
+      auto q = (*c)->create_session();
+      ASSERT_TRUE(q.ok()) << q.status();
+      auto b = q->create_buffer(Scalar::UInt8, kSessionBytes - (2 << 20));
+      EXPECT_TRUE(b.ok()) << token << ": " << b.status();
+      quarters.push_back(std::move(*q));
+    }
+    for (client::Session& q : quarters) EXPECT_TRUE(q.close().ok());
   }
   auto [rss_kib, hwm_kib] = testing::memory_kib(server->pid());
 
@@ -777,6 +850,8 @@ TEST(Soak, AnAdversaryInTheLoadGetsNothingAndHonestClientsLoseNothing) {
                rss_kib / 1024.0, workers.size());
   std::fprintf(stderr, "  forged cache entries: %d; cache errors counted: %llu\n", mallory.forgeries,
                static_cast<unsigned long long>(cache->cache_errors));
+  std::fprintf(stderr, "  sessions closed under a Run: %d of %d while it held its reservation\n", mallory.closes_during_runs,
+               kCloseRaces * kRounds);
   for (const auto& [attack, codes] : tally.seen) {
     std::string line;
     for (const auto& [code, n] : codes) line += cat(" ", code, " x", n);
@@ -799,7 +874,8 @@ TEST(Soak, AnAdversaryInTheLoadGetsNothingAndHonestClientsLoseNothing) {
            {"download from another's session", 2}, {"upload into another's session", 2}, {"run in another's session", 2},
            {"request over --max-request-bytes", 1}, {"node flood", 1}, {"value flood inside a node", 1},
            {"sessions over --max-sessions", 1}, {"output over --max-inline-output-bytes (kept in the session)", 1},
-           {"compile bomb, 1 s deadline", 1}, {"endless kernel, 1 s deadline", 1}})
+           {"compile bomb, 1 s deadline", 1}, {"endless kernel, 1 s deadline", 1},
+           {"Run racing its session's close", kCloseRaces}, {"close racing a Run in the session", kCloseRaces}})
     EXPECT_EQ(tally.count(attack), per_round * kRounds) << attack;
   // Three ids on each port of each worker (the tenants' and the default one).
   EXPECT_GE(tally.count("ReadBuffer on a worker's port"), 3 * 4 * kRounds);
