@@ -6,11 +6,12 @@
 // Mallory goes over a fixed list of attacks, twice: kernels whose gates hold only through
 // wrapping arithmetic, or not at all, to read and write far outside her buffers; reads,
 // writes, frees and Runs on buffer and session ids she does not own (Alice's, leaked to
-// her, and guessed ones), and reads and writes on the workers' own ports; at once, a
-// request over the size limit, floods of nodes and of values inside one node and an
-// output far over the inline limit; sessions until the server's limit; sessions closed
-// under their own Runs; a compile bomb and a kernel that never ends, each with a short
-// deadline. Before all that, as someone who can write the cache directory and reach
+// her, and guessed ones), and reads and writes on the workers' own ports; sizes that do
+// not add up (a byte size that wraps, offsets past a buffer's end, buffers and inline
+// data smaller than the inputs they are bound to); at once, a request over the size
+// limit, floods of nodes and of values inside one node and an output far over the inline
+// limit; sessions until the server's limit; sessions closed under their own Runs; a
+// compile bomb and a kernel that never ends, each with a short deadline. Before all that, as someone who can write the cache directory and reach
 // Redis, she forges the entries of kernels the honest clients are about to need (the
 // previous checksummed format around another kernel's code, a key of her own, a FIFO).
 //
@@ -404,6 +405,7 @@ class Mallory {
   void attack(int round, Honest& alice, int64_t uopd_pid) {
     out_of_bounds(round);
     foreign_ids(alice);
+    malformed();
     worker_ports(uopd_pid);
     floods(round);
     close_while_running();
@@ -533,6 +535,85 @@ class Mallory {
         tally_->not_yours("close another's session", from_grpc(stub_->CloseSession(ctx().get(), req, &resp)));
       }
     }
+  }
+
+  // Sizes that do not add up, where a server that trusted them would read or write past a
+  // buffer: a buffer whose byte size wraps, writes and reads past a buffer's end (offsets
+  // that wrap too), a Run binding a buffer smaller than its input (tensor level, and at
+  // kernel level where the bounds proof counts on the PARAM's size), inline data shorter
+  // than its shape, a shape whose element count wraps. Each refused naming the sizes.
+  void malformed() {
+    // Refused (INVALID_ARGUMENT, OUT_OF_RANGE), naming what does not fit.
+    auto not_ok = [&](const std::string& what, const absl::Status& s, std::string_view naming) {
+      tally_->note(what, s, (s.code() == absl::StatusCode::kInvalidArgument || s.code() == absl::StatusCode::kOutOfRange) &&
+                                contains(s, naming));
+    };
+    {
+      pb::CreateBufferRequest req;
+      req.set_session_id(session_->id());
+      req.set_dtype(::uop::v1::DType::FLOAT32);
+      req.set_elements((uint64_t{1} << 62) + 1);  // 4 bytes, once times 4 wraps
+      pb::CreateBufferResponse resp;
+      not_ok("a buffer whose byte size wraps", from_grpc(stub_->CreateBuffer(ctx().get(), req, &resp)), "too large");
+      if (!resp.buffer_id().empty()) (void)session_->free_buffer(resp.buffer_id());
+    }
+    auto small = session_->create_buffer(Scalar::Float32, 4);
+    if (!small.ok()) {
+      tally_->note("a small buffer of her own", small.status(), false);
+      return;
+    }
+    not_ok("upload past a buffer's end", session_->upload(*small, std::string(4096, 'M')), "does not fit");
+    not_ok("upload at an offset that wraps", session_->upload(*small, std::string(16, 'M'), UINT64_MAX - 7), "overflows");
+    not_ok("download at an offset that wraps", session_->download(*small, UINT64_MAX - 7, 16).status(), "past the end");
+    auto run = [&](const std::string& what, const UOp* root, const Names& names, std::vector<pb::Binding> bindings) {
+      pb::RunRequest req;
+      req.set_session_id(session_->id());
+      encode_proto(root, names, req.mutable_graph());
+      for (pb::Binding& b : bindings) *req.add_inputs() = std::move(b);
+      pb::RunResponse resp;
+      not_ok(what, from_grpc(stub_->Run(ctx().get(), req, &resp)), "the graph wants");
+    };
+    auto by_id = [](const std::string& name, const std::string& id) {
+      pb::Binding b;
+      b.set_name(name);
+      b.set_buffer_id(id);
+      return b;
+    };
+    auto inline_f32 = [](const std::string& name, std::vector<int64_t> shape, std::string data) {
+      pb::Binding b;
+      b.set_name(name);
+      b.mutable_tensor()->set_dtype(::uop::v1::DType::FLOAT32);
+      for (int64_t d : shape) b.mutable_tensor()->add_shape(d);
+      b.mutable_tensor()->set_data(std::move(data));
+      return b;
+    };
+    SoftmaxModel m(9);  // x: 24 x 16 floats
+    std::vector<pb::Binding> rest;
+    for (const client::Input& in : m.bindings) {
+      const std::string& name = std::get<std::string>(in.node);
+      if (name == "x") continue;
+      const HostTensor& t = std::get<HostTensor>(in.value);
+      rest.push_back(inline_f32(name, t.shape, t.data));
+    }
+    auto with = [&](pb::Binding x) {
+      std::vector<pb::Binding> all = rest;
+      all.push_back(std::move(x));
+      return all;
+    };
+    run("a Run binding a buffer smaller than its input", m.root, m.names, with(by_id("x", *small)));
+    run("inline data shorter than its shape", m.root, m.names, with(inline_f32("x", {24, 16}, std::string(16, '\0'))));
+    run("an inline shape whose element count wraps", m.root, m.names,
+        with(inline_f32("x", {int64_t{1} << 32, int64_t{1} << 32}, std::string(16, '\0'))));
+    testing::Gathered k(false, testing::sound_gate);  // reads data[idx] for idx < 16
+    HostTensor idx = testing::gather_indices({15, 14, 13, 12});
+    pb::Binding out = inline_f32("out", {testing::kGatherSize}, HostTensor::zeros(Scalar::Float32, {testing::kGatherSize}).data);
+    pb::Binding index;
+    index.set_name("idx");
+    index.mutable_tensor()->set_dtype(::uop::v1::DType::INT32);
+    index.mutable_tensor()->add_shape(testing::kGatherSize);
+    index.mutable_tensor()->set_data(idx.data);
+    run("a kernel's PARAM bound to a smaller buffer", k.root, k.names, {out, by_id("data", *small), index});
+    (void)session_->free_buffer(*small);
   }
 
   // The workers' own ports, found as any local user could (uopd's children's listening
@@ -875,7 +956,10 @@ TEST(Soak, AnAdversaryInTheLoadGetsNothingAndHonestClientsLoseNothing) {
            {"request over --max-request-bytes", 1}, {"node flood", 1}, {"value flood inside a node", 1},
            {"sessions over --max-sessions", 1}, {"output over --max-inline-output-bytes (kept in the session)", 1},
            {"compile bomb, 1 s deadline", 1}, {"endless kernel, 1 s deadline", 1},
-           {"Run racing its session's close", kCloseRaces}, {"close racing a Run in the session", kCloseRaces}})
+           {"Run racing its session's close", kCloseRaces}, {"close racing a Run in the session", kCloseRaces},
+           {"a buffer whose byte size wraps", 1}, {"upload at an offset that wraps", 1},
+           {"a Run binding a buffer smaller than its input", 1}, {"a kernel's PARAM bound to a smaller buffer", 1},
+           {"an inline shape whose element count wraps", 1}})
     EXPECT_EQ(tally.count(attack), per_round * kRounds) << attack;
   // Three ids on each port of each worker (the tenants' and the default one).
   EXPECT_GE(tally.count("ReadBuffer on a worker's port"), 3 * 4 * kRounds);
