@@ -11,9 +11,10 @@
 // data smaller than the inputs they are bound to); at once, a request over the size
 // limit, floods of nodes and of values inside one node and an output far over the inline
 // limit; sessions until the server's limit; sessions closed under their own Runs; a
-// compile bomb and a kernel that never ends, each with a short deadline. Before all that, as someone who can write the cache directory and reach
-// Redis, she forges the entries of kernels the honest clients are about to need (the
-// previous checksummed format around another kernel's code, a key of her own, a FIFO).
+// compile bomb and a kernel that never ends, each with a short deadline. Before all
+// that, as someone who can write the cache directory and reach Redis, she forges the
+// entries of kernels the honest clients are about to need (the previous checksummed
+// format around another kernel's code, a key of her own, a FIFO).
 //
 // What must hold: each attack gets the status it must (the bounds refusal, NOT_FOUND,
 // UNAUTHENTICATED on a worker's port, the limit named; a large output left in the
@@ -390,7 +391,8 @@ class Mallory {
         } else if (v == 1) {
           uopd::v1::Artifact a = s.artifacts[v][i];
           a.set_object(s.donor.object());
-          const std::string mine = cache_entry::encode(own, k.cache_key, a.SerializeAsString());  // the current format, another key
+          // The current format, under a key of her own.
+          const std::string mine = cache_entry::encode(own, k.cache_key, a.SerializeAsString());
           testing::overwrite(path, mine);
           on_disk.push_back({k, mine});
         } else {
@@ -870,7 +872,8 @@ TEST(Soak, AnAdversaryInTheLoadGetsNothingAndHonestClientsLoseNothing) {
     EXPECT_NE(a.object(), scouted.donor.object()) << path;
   }
   for (const auto& k : mallory.in_redis) {
-    EXPECT_TRUE(testing::wait_until([&] { return redis.raw({"GET", "uopd:cache:v2:" + k.cache_key}).starts_with(cache_entry::kMagic); }))
+    const std::string redis_key = "uopd:cache:v2:" + k.cache_key;
+    EXPECT_TRUE(testing::wait_until([&] { return redis.raw({"GET", redis_key}).starts_with(cache_entry::kMagic); }))
         << k.cache_key << " in Redis is not the server's own entry";
   }
   auto cache = mallory.client().stats();
