@@ -14,47 +14,13 @@
 #include "client/embedded_server.h"
 #include "compiler/interp/interp.h"
 #include "compiler/ir/uop.h"
+#include "tests/e2e/hostile_graphs.h"
 
 namespace uop {
 namespace {
 
-constexpr int64_t kN = 16;
-
-// out[r] = data[idx[r]] (a read) or data[idx[r]] = out[r] (a write), for r < 16, under
-// gate(idx[r]).
-struct Gathered {
-  Graph g;
-  const UOp *out, *data, *idx, *root;
-  Names names;
-
-  template <typename Gate>
-  Gathered(bool write, Gate gate) {
-    DType f = dtypes::float32, i = dtypes::int32;
-    out = g.make(Op::PARAM, f.ptr_to(AddrSpace::Global, kN), {}, ParamArg{0, kN});
-    data = g.make(Op::PARAM, f.ptr_to(AddrSpace::Global, kN), {}, ParamArg{1, kN});
-    idx = g.make(Op::PARAM, i.ptr_to(AddrSpace::Global, kN), {}, ParamArg{2, kN});
-    const UOp* r = g.make(Op::RANGE, dtypes::index, {g.idx(kN)}, RangeArg{0, AxisType::Loop, false});
-    const UOp* v = g.make(Op::LOAD, i, {idx, g.make(Op::INDEX, i, {idx, r})});
-    const UOp* wild = g.make(Op::INDEX, f, {data, g.make(Op::CAST, dtypes::index, {v}), gate(g, v)});
-    const UOp* mine = g.make(Op::INDEX, f, {out, r});
-    const UOp* st = write ? g.make(Op::STORE, dtypes::void_, {wild, g.make(Op::LOAD, f, {out, mine}), r})
-                          : g.make(Op::STORE, dtypes::void_, {mine, g.make(Op::LOAD, f, {data, wild, g.cnst(f, 0.0)}), r});
-    root = g.make(Op::SINK, dtypes::void_, {st}, KernelInfoArg{true, write ? "overwrite" : "read"});
-    names = {{"out", out}, {"data", data}, {"idx", idx}};
-  }
-};
-
-// lo < x < hi, in x's dtype.
-const UOp* between(Graph& g, int64_t lo, const UOp* x, int64_t hi) {
-  return g.alu(Op::AND, {g.alu(Op::CMPLT, {g.cnst_int(x->dtype(), lo), x}), g.alu(Op::CMPLT, {x, g.cnst_int(x->dtype(), hi)})});
-}
-
-HostTensor indices(std::initializer_list<int64_t> v) {
-  std::vector<ConstValue> c;
-  for (int64_t x : v) c.push_back(ConstValue::Int(x));
-  while (c.size() < kN) c.push_back(ConstValue::Int(0));
-  return HostTensor::of(Scalar::Int32, {kN}, c);
-}
+using testing::Gathered;
+constexpr int64_t kN = testing::kGatherSize;
 
 client::WorkerStatus the_worker(client::Client& c) {
   auto s = c.stats();
@@ -88,17 +54,11 @@ TEST(BoundsE2E, WrappedGatesCannotReachAnotherSessionsBuffer) {
 
   // The gates hold for these indices (idx + INT32_MIN wraps to 0..3; idx * INT32_MIN is 0
   // for even idx): data[INT32_MIN], data[2 * 10^9], ... are gigabytes away from B's data.
-  auto add_gate = [](Graph& g, const UOp* v) {
-    return between(g, -1, g.alu(Op::ADD, {v, g.cnst_int(dtypes::int32, INT32_MIN)}), 4);
-  };
-  auto mul_gate = [](Graph& g, const UOp* v) {
-    return between(g, -1, g.alu(Op::MUL, {v, g.cnst_int(dtypes::int32, INT32_MIN)}), 4);
-  };
-  HostTensor near_min = indices({INT32_MIN, INT32_MIN + 1, INT32_MIN + 2, INT32_MIN + 3});
-  HostTensor even = indices({2000000000, -2000000000, 1 << 30, 65536, 2});
+  HostTensor near_min = testing::gather_indices({INT32_MIN, INT32_MIN + 1, INT32_MIN + 2, INT32_MIN + 3});
+  HostTensor even = testing::gather_indices({2000000000, -2000000000, 1 << 30, 65536, 2});
   for (bool write : {false, true}) {
     for (int which = 0; which < 2; ++which) {
-      Gathered k(write, which ? +mul_gate : +add_gate);
+      Gathered k(write, which ? testing::wrapping_mul_gate : testing::wrapping_add_gate);
       std::vector<client::Input> in = {{"out", HostTensor::zeros(Scalar::Float32, {kN})},
                                        {"data", HostTensor::random(Scalar::Float32, {kN}, 3)},
                                        {"idx", which ? even : near_min}};
@@ -120,9 +80,9 @@ TEST(BoundsE2E, WrappedGatesCannotReachAnotherSessionsBuffer) {
 
   // Both sessions are still served. B's honest gather (indices outside the buffer are
   // gated off and read 0) matches the interpreter.
-  Gathered honest(false, [](Graph& g, const UOp* v) { return between(g, -1, v, kN); });
+  Gathered honest(false, testing::sound_gate);
   HostTensor data = HostTensor::random(Scalar::Float32, {kN}, 5);
-  HostTensor idx = indices({3, -1, 15, 16, INT32_MIN, INT32_MAX, 0, 7});
+  HostTensor idx = testing::gather_indices({3, -1, 15, 16, INT32_MIN, INT32_MAX, 0, 7});
   auto got = b->run(honest.root, honest.names, {{"out", HostTensor::zeros(Scalar::Float32, {kN})}, {"data", data}, {"idx", idx}});
   ASSERT_TRUE(got.ok()) << got.status();
   HostTensor want_out = HostTensor::zeros(Scalar::Float32, {kN}), want_data = data, want_idx = idx;

@@ -18,6 +18,7 @@
 #include "client/embedded_server.h"
 #include "proto/artifact.pb.h"
 #include "server/cache/cache_entry.h"
+#include "tests/e2e/forged_cache.h"
 #include "tests/e2e/softmax_model.h"
 #include "tests/unit/server/cache/test_util.h"
 
@@ -26,32 +27,14 @@ namespace {
 
 namespace fs = std::filesystem;
 using client::CacheStatus;
+using testing::artifact_at;
+using testing::entry_path;
+using testing::forged_entry;
+using testing::overwrite;
 using testing::RedisServer;
+using testing::slurp;
 using testing::ScratchDir;
 using Model = testing::SoftmaxModel;
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void overwrite(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-}
-
-std::string entry_path(const std::string& dir, const std::string& key) {
-  return cat(dir, "/", key.substr(0, 2), "/", key);
-}
-
-// The artifact inside a stored entry: the payload after the header, which is not secret.
-uopd::v1::Artifact artifact_at(const std::string& path) {
-  uopd::v1::Artifact a;
-  std::string stored = slurp(path);
-  EXPECT_GT(stored.size(), cache_entry::kHeaderSize) << path;
-  EXPECT_TRUE(a.ParseFromString(stored.substr(std::min(stored.size(), cache_entry::kHeaderSize))))
-      << path;
-  return a;
-}
 
 // One uopd with a client, for the length of a test.
 class Scheduler {
@@ -103,16 +86,6 @@ class Scheduler {
   std::unique_ptr<client::EmbeddedServer> proc_;
   std::unique_ptr<client::Client> client_;
 };
-
-// What someone who can write the cache but lacks the key makes for kernel `victim`: the
-// artifact it would have, with `donor`'s machine code, in the previous format (a valid
-// header and SHA-256 checksum), which uopd used to serve as a hit.
-std::string forged_entry(const client::Kernel& victim, const uopd::v1::Artifact& victim_art,
-                         const uopd::v1::Artifact& donor) {
-  uopd::v1::Artifact a = victim_art;
-  a.set_object(donor.object());
-  return testing::checksummed_entry(victim.cache_key, a.SerializeAsString());
-}
 
 // The kernels of a model and of another one (different shapes, so other kernels),
 // compiled once by a scheduler on `dir` that is then stopped.

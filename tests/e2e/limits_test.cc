@@ -30,7 +30,9 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/uopd.grpc.pb.h"
+#include "tests/e2e/hostile_graphs.h"
 #include "tests/e2e/proc_status.h"
+#include "tests/e2e/raw_requests.h"
 #include "tests/e2e/softmax_model.h"
 #include "tests/e2e/worker_proc.h"
 
@@ -40,7 +42,12 @@ namespace {
 using client::Client;
 using client::ClientOptions;
 using client::EmbeddedServer;
+using testing::BigOutput;
+using testing::empty_fields;
+using testing::from_grpc;
 using testing::memory_kib;
+using testing::put_field;
+using testing::raw_unary;
 using testing::wait_until;
 namespace pb = ::uopd::v1;
 
@@ -53,10 +60,6 @@ std::string scratch(const std::string& tag) {
 
 bool contains(std::string_view text, std::string_view what) { return text.find(what) != std::string_view::npos; }
 bool contains(const absl::Status& s, std::string_view what) { return contains(std::string_view(s.message().data(), s.message().size()), what); }
-
-absl::Status from_grpc(const grpc::Status& s) {
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-}
 
 double mib(uint64_t kib) { return static_cast<double>(kib) / 1024.0; }
 
@@ -101,50 +104,6 @@ std::unique_ptr<grpc::ClientContext> context(absl::Duration deadline = absl::Min
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + deadline));
   return ctx;
 }
-
-// A unary call with hand-made bytes as its request (no protobuf object is built for it).
-absl::Status raw_unary(const std::string& address, const std::string& method, const std::string& bytes) {
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
-  auto ctx = context();
-  // The slice points at the string, which outlives the call: no copy of it.
-  grpc::Slice slice(bytes.data(), bytes.size(), grpc::Slice::STATIC_SLICE);
-  grpc::ByteBuffer request(&slice, 1), response;
-  std::promise<grpc::Status> done;
-  stub.UnaryCall(ctx.get(), method, grpc::StubOptions(), &request, &response, [&](grpc::Status s) { done.set_value(s); });
-  return from_grpc(done.get_future().get());
-}
-
-// Protobuf's wire format, written by hand: a varint, a length-delimited field.
-void put_varint(std::string& out, uint64_t v) {
-  for (; v >= 0x80; v >>= 7) out.push_back(static_cast<char>(v | 0x80));
-  out.push_back(static_cast<char>(v));
-}
-void put_field(std::string& out, int field, std::string_view bytes) {
-  put_varint(out, (static_cast<uint64_t>(field) << 3) | 2);
-  put_varint(out, bytes.size());
-  out.append(bytes);
-}
-// `n` copies of one empty length-delimited field (2 bytes each).
-std::string empty_fields(int field, uint64_t n) {
-  std::string out(2 * n, '\0');
-  for (uint64_t i = 0; i < n; ++i) out[2 * i] = static_cast<char>((field << 3) | 2);
-  return out;
-}
-
-// A Run whose output is 2^log2 float32 values: x + x, x broadcast.
-struct BigOutput {
-  Graph g;
-  const UOp* root;
-  const UOp* x;
-  explicit BigOutput(int log2) {
-    TensorBuilder tb(g);
-    const UOp* in = tb.input(Scalar::Float32, {1});
-    x = tb.buffer_of(in);
-    const UOp* big = tb.expand(tb.reshape(in, {1, 1}), {int64_t{1} << (log2 / 2), int64_t{1} << (log2 - log2 / 2)});
-    root = tb.sink({tb.alu(Op::ADD, {big, big})});
-  }
-};
 
 // A Run with a temporary of n float32 values between two kernels and a scalar output.
 struct BigTemporary {

@@ -20,6 +20,8 @@
 #include "client/embedded_server.h"
 #include "compiler/interp/interp.h"
 #include "compiler/ir/tensor_builder.h"
+#include "tests/e2e/hostile_graphs.h"
+#include "tests/e2e/proc_status.h"
 #include "tests/e2e/softmax_model.h"
 #include "tests/e2e/worker_proc.h"
 
@@ -29,6 +31,9 @@ namespace {
 using client::Client;
 using client::ClientOptions;
 using client::EmbeddedServer;
+using testing::EndlessKernel;
+using testing::Kernel;
+using testing::stops_burning;
 using testing::wait_until;
 
 std::string scratch(const std::string& tag) {
@@ -92,75 +97,6 @@ struct Hurried {
   }
   bool ok() const { return pid > 0 && session.has_value(); }
 };
-
-// Kernel-level graphs, built tersely.
-struct Kernel {
-  Graph g;
-  int64_t axes = 0;
-  const UOp* param(int64_t slot, Scalar s, int64_t size) {
-    return g.make(Op::PARAM, DType(s).ptr_to(AddrSpace::Global, size), {}, ParamArg{slot, size});
-  }
-  const UOp* range(int64_t end) { return g.make(Op::RANGE, dtypes::index, {g.idx(end)}, RangeArg{axes++, AxisType::Loop}); }
-  const UOp* index(const UOp* buf, const UOp* i) { return g.make(Op::INDEX, DType(buf->dtype().scalar), {buf, i}); }
-  const UOp* load(const UOp* buf, const UOp* i) { return g.make(Op::LOAD, DType(buf->dtype().scalar), {buf, index(buf, i)}); }
-  const UOp* store(const UOp* buf, const UOp* i, const UOp* v, std::vector<const UOp*> ranges = {}) {
-    std::vector<const UOp*> src{index(buf, i), v};
-    src.insert(src.end(), ranges.begin(), ranges.end());
-    return g.make(Op::STORE, dtypes::void_, src);
-  }
-  const UOp* custom(DType d, std::string text, std::vector<const UOp*> src) {
-    return g.make(Op::CUSTOM, d, src, StrArg{std::move(text)});
-  }
-  const UOp* kernel(std::vector<const UOp*> stores) { return g.make(Op::SINK, dtypes::void_, stores, KernelInfoArg{true, "k"}); }
-};
-
-// out[0] = sum of in[0] * r for r < 2^63 - 1: in bounds everywhere, and endless.
-struct EndlessKernel : Kernel {
-  const UOp* root;
-  const UOp* in;
-  EndlessKernel() {
-    const UOp* out = param(0, Scalar::Float32, 1);
-    in = param(1, Scalar::Float32, 1);
-    const UOp* r = range(INT64_MAX);
-    const UOp* term = g.alu(Op::MUL, {load(in, g.idx(0)), g.make(Op::CAST, dtypes::float32, {r})});
-    const UOp* sum = g.make(Op::REDUCE, dtypes::float32, {term, r}, ReduceOpArg{ReduceOp::Add});
-    root = kernel({store(out, g.idx(0), sum)});
-  }
-};
-
-// User plus system CPU time of a process, in clock ticks (/proc/PID/stat fields 14, 15).
-int64_t cpu_ticks(int64_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(f, line);
-  auto close = line.rfind(')');
-  if (close == std::string::npos) return -1;
-  std::istringstream rest(line.substr(close + 2));
-  std::string field;
-  int64_t utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i) {
-    if (i == 14) utime = std::stoll(field);
-    if (i == 15) stime = std::stoll(field);
-  }
-  return utime + stime;
-}
-
-// Waits until the process has used less than a quarter of a core over a whole second: a
-// kernel still running would use all of one.
-bool stops_burning(int64_t pid) {
-  const double hz = static_cast<double>(sysconf(_SC_CLK_TCK));
-  absl::Time since = absl::Now();
-  int64_t ticks = cpu_ticks(pid);
-  return wait_until([&] {
-    const absl::Time now = absl::Now();
-    if (now - since < absl::Seconds(1)) return false;
-    const int64_t t = cpu_ticks(pid);
-    const bool idle = static_cast<double>(t - ticks) < 0.25 * hz * absl::ToDoubleSeconds(now - since);
-    since = now;
-    ticks = t;
-    return idle;
-  }, absl::Seconds(30));
-}
 
 void expect_matches(const std::vector<HostTensor>& want, const client::RunResult& got) {
   ASSERT_EQ(want.size(), got.outputs.size());
