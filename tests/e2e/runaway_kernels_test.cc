@@ -20,6 +20,7 @@
 #include "client/embedded_server.h"
 #include "compiler/interp/interp.h"
 #include "compiler/ir/tensor_builder.h"
+#include "tests/e2e/proc_status.h"
 #include "tests/e2e/softmax_model.h"
 #include "tests/e2e/worker_proc.h"
 
@@ -29,6 +30,7 @@ namespace {
 using client::Client;
 using client::ClientOptions;
 using client::EmbeddedServer;
+using testing::cpu_ticks;
 using testing::wait_until;
 
 std::string scratch(const std::string& tag) {
@@ -127,23 +129,6 @@ struct EndlessKernel : Kernel {
     root = kernel({store(out, g.idx(0), sum)});
   }
 };
-
-// User plus system CPU time of a process, in clock ticks (/proc/PID/stat fields 14, 15).
-int64_t cpu_ticks(int64_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(f, line);
-  auto close = line.rfind(')');
-  if (close == std::string::npos) return -1;
-  std::istringstream rest(line.substr(close + 2));
-  std::string field;
-  int64_t utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i) {
-    if (i == 14) utime = std::stoll(field);
-    if (i == 15) stime = std::stoll(field);
-  }
-  return utime + stime;
-}
 
 // Waits until the process has used less than a quarter of a core over a whole second: a
 // kernel still running would use all of one.

@@ -693,7 +693,7 @@ TEST_F(ExecLaneTest, ManyThreadsFewSlotsNoCrossTalk) {
 TEST_F(ExecLaneTest, WorkerKilledMidCallFailsUnavailable) {
   ASSERT_TRUE(serve(2, 256, [b = b](std::string_view, std::span<char>, const std::function<bool()>&, absl::Time) -> absl::StatusOr<size_t> {
     b->started = 1;
-    for (;;) std::this_thread::sleep_for(milliseconds(10));  // until killed (or the test dies)
+    for (;;) pause();  // until killed (or the test dies)
   }));
   const pid_t pid = worker->pid();
   std::thread killer([b = b, pid] {

@@ -107,14 +107,14 @@ TEST(GlooAllreduceTest, MemberKilledMidAllreduce) {
         auto g = GlooGroup::connect(options(group, rank, 3, milliseconds(20000)));
         if (!g.ok()) return g.status();
         std::vector<float> buf(n, 1.0f);
-        count->fetch_add(1);
-        for (int i = 0; i < 100000; ++i)
+        for (int i = 0; i < 100000; ++i) {
           if (absl::Status st = (*g)->allreduce(buf.data(), n, ReduceOp::Add, Scalar::Float32); !st.ok()) return st;
+          if (i == 0) count->fetch_add(1);  // in the loop of allreduces, the next one under way
+        }
         return absl::InternalError("never failed");
       },
       [&](const std::vector<pid_t>& pids) {
-        while (count->load() < 3) std::this_thread::sleep_for(milliseconds(1));
-        std::this_thread::sleep_for(milliseconds(300));
+        for (int i = 0; i < 60000 && count->load() < 3; ++i) std::this_thread::sleep_for(milliseconds(1));
         killed_at = monotonic_s();
         kill(pids[1], SIGKILL);
       });

@@ -200,14 +200,16 @@ TEST(ShmRingTest, MemberKilledMidAllreduce) {
         auto ring = ShmRing::join(o);
         if (!ring.ok()) return ring.status();
         std::vector<float> buf(n, 1.0f);
-        reinterpret_cast<std::atomic<int>*>(started.data())->fetch_add(1);
-        for (int i = 0; i < 100000; ++i)
+        for (int i = 0; i < 100000; ++i) {
           if (absl::Status st = (*ring)->allreduce(buf.data(), n, ReduceOp::Add, Scalar::Float32); !st.ok()) return st;
+          // In the loop of allreduces, the next one under way.
+          if (i == 0) reinterpret_cast<std::atomic<int>*>(started.data())->fetch_add(1);
+        }
         return absl::InternalError("never failed");
       },
       [&](const std::vector<pid_t>& pids) {
-        while (reinterpret_cast<std::atomic<int>*>(started.data())->load() < 3) std::this_thread::sleep_for(milliseconds(1));
-        std::this_thread::sleep_for(milliseconds(150));
+        auto* looping = reinterpret_cast<std::atomic<int>*>(started.data());
+        for (int i = 0; i < 60000 && looping->load() < 3; ++i) std::this_thread::sleep_for(milliseconds(1));
         killed_at = monotonic_s();
         kill(pids[1], SIGKILL);
       });
