@@ -1,6 +1,6 @@
-// The pass tests' way to run what the interpreter cannot (vectors, LINEAR): the LINEAR
-// compiled by the CPU backend for this host and run on host tensors, one per PARAM slot,
-// in place. The caller compares the result with the interpreter's on the kernel the pass
+// The tests' way to run what the interpreter cannot (vectors, LINEAR, compiled kernels):
+// a LINEAR compiled by the CPU backend for this host, or a kernel already loaded, run on
+// host tensors, one per PARAM slot, in place. The caller compares the result with the interpreter's on the kernel the pass
 // started from.
 #pragma once
 
@@ -19,11 +19,8 @@
 
 namespace uop::testing {
 
-inline absl::Status run_on_cpu(const UOp* linear, std::vector<HostTensor>& params) {
-  auto art = compile_cpu(linear, CpuTarget::host(), {});
-  if (!art.ok()) return art.status();
-  auto prog = CpuProgram::load(art->object, art->abi);
-  if (!prog.ok()) return prog.status();
+// Runs a loaded kernel on host tensors, one per PARAM slot, in place.
+inline absl::Status run_program(const CpuProgram& prog, std::vector<HostTensor>& params) {
   // Copies aligned for any element (a string's bytes need not be).
   std::vector<std::vector<std::max_align_t>> copies;
   std::vector<void*> bufs;
@@ -33,9 +30,17 @@ inline absl::Status run_on_cpu(const UOp* linear, std::vector<HostTensor>& param
     std::memcpy(p, t.data.data(), t.data.size());
     bufs.push_back(p);
   }
-  absl::Status st = (*prog)->run(bufs, {}, nullptr);
+  absl::Status st = prog.run(bufs, {}, nullptr);
   for (size_t i = 0; i < params.size(); ++i) std::memcpy(params[i].data.data(), bufs[i], params[i].data.size());
   return st;
+}
+
+inline absl::Status run_on_cpu(const UOp* linear, std::vector<HostTensor>& params) {
+  auto art = compile_cpu(linear, CpuTarget::host(), {});
+  if (!art.ok()) return art.status();
+  auto prog = CpuProgram::load(art->object, art->abi);
+  if (!prog.ok()) return prog.status();
+  return run_program(**prog, params);
 }
 
 // The interpreter on `kernel` (what a pass started from) and the CPU backend on `linear`
