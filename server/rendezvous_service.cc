@@ -1,6 +1,7 @@
 // RendezvousStore: one map of groups under one mutex; every Set (and every close) wakes
 // all waiting Gets, which re-check their keys (a rendezvous has a handful of waiters at a
-// time). Waiters also wake every 100 ms to notice a caller that went away.
+// time). Waiters also wake every 100 ms to notice a caller that went away, and to re-read
+// the store's clock (a test's manual clock moves without waking anyone).
 #include "server/rendezvous_service.h"
 
 #include <algorithm>
@@ -51,7 +52,7 @@ absl::Status RendezvousStore::open_group(const RendezvousGroup& g) {
                                           " letters, digits, '_', '.' or '-', not '", shown(g.name), "'"));
   if (g.max_keys == 0 || g.max_bytes == 0 || g.ttl <= absl::ZeroDuration())
     return absl::InvalidArgumentError(cat("rendezvous: group ", g.name, " needs a key and byte budget and a ttl"));
-  const absl::Time now = absl::Now();
+  const absl::Time now = opts_.clock->now();
   absl::MutexLock lock(&mu_);
   expire_locked(now);
   if (groups_.contains(g.name)) return absl::AlreadyExistsError(cat("rendezvous: group ", g.name, " is open already"));
@@ -99,7 +100,7 @@ absl::Status RendezvousStore::set(const std::string& key, std::string value) {
         cat("rendezvous: the value of ", shown(key), " has ", value.size(), " bytes, more than ", opts_.max_value_bytes));
   absl::MutexLock lock(&mu_);
   absl::Status why;
-  Group* g = group_of_locked(key, absl::Now(), &why);
+  Group* g = group_of_locked(key, opts_.clock->now(), &why);
   if (!g) return why;
   if (g->entries.contains(key)) return absl::AlreadyExistsError(cat("rendezvous: ", shown(key), " is set already"));
   if (g->entries.size() >= g->max_keys)
@@ -119,10 +120,10 @@ absl::StatusOr<std::vector<std::string>> RendezvousStore::get(const std::vector<
                                                               const std::function<bool()>& cancelled) {
   if (keys.empty() || keys.size() > opts_.max_keys_per_get)
     return absl::InvalidArgumentError(cat("rendezvous: a get names 1 to ", opts_.max_keys_per_get, " keys, not ", keys.size()));
-  const absl::Time deadline = absl::Now() + std::clamp(wait, absl::ZeroDuration(), opts_.max_wait);
+  const absl::Time deadline = opts_.clock->now() + std::clamp(wait, absl::ZeroDuration(), opts_.max_wait);
   absl::MutexLock lock(&mu_);
   for (;;) {
-    absl::Time now = absl::Now();
+    absl::Time now = opts_.clock->now();
     std::vector<std::string> missing;
     std::vector<const std::string*> found;
     for (const std::string& k : keys) {
@@ -149,7 +150,9 @@ absl::StatusOr<std::vector<std::string>> RendezvousStore::get(const std::vector<
       return absl::DeadlineExceededError(
           cat("rendezvous: timed out after ", absl::ToInt64Milliseconds(wait), " ms waiting for ", text));
     }
-    changed_.WaitWithDeadline(&mu_, std::min(deadline, now + kCancelCheck));
+    ++waiting_;
+    changed_.WaitWithTimeout(&mu_, std::min(deadline - now, kCancelCheck));
+    --waiting_;
   }
 }
 
@@ -176,6 +179,11 @@ size_t RendezvousStore::expire_locked(absl::Time now) {
 size_t RendezvousStore::groups() const {
   absl::MutexLock lock(&mu_);
   return groups_.size();
+}
+
+size_t RendezvousStore::waiting() const {
+  absl::MutexLock lock(&mu_);
+  return waiting_;
 }
 
 size_t RendezvousStore::size() const {

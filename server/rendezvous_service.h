@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "compiler/support/clock.h"
 #include "proto/worker.grpc.pb.h"
 
 namespace uop {
@@ -36,6 +37,8 @@ struct RendezvousOptions {
   size_t max_keys_per_get = 4096;
   size_t max_groups = 4096;                        // open at once
   uint64_t max_total_bytes = uint64_t{256} << 20;  // the open groups' byte budgets together
+  // Times the groups' expiry and the Gets' waits; not owned, outlives the store.
+  const Clock* clock = Clock::real();
 };
 
 struct RendezvousGroup {
@@ -74,6 +77,7 @@ class RendezvousStore {
   // too, so no thread of its own is needed.
   size_t expire(absl::Time now);
   size_t groups() const;
+  size_t waiting() const;  // Gets waiting now for a key that is missing
   size_t size() const;     // keys, all groups together
   uint64_t bytes() const;  // their keys and values
 
@@ -93,6 +97,7 @@ class RendezvousStore {
   absl::CondVar changed_;
   absl::flat_hash_map<std::string, Group> groups_ ABSL_GUARDED_BY(mu_);
   uint64_t budgets_ ABSL_GUARDED_BY(mu_) = 0;  // max_bytes of the open groups together
+  size_t waiting_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // The gRPC adapter. Synchronous, like the scheduler's other services: a waiting Get holds

@@ -97,6 +97,8 @@ class CompileCache {
   uint64_t computes() const { return computes_.load(); }
   uint64_t compute_errors() const { return compute_errors_.load(); }
   uint64_t coalesced() const { return coalesced_.load(); }
+  // Callers waiting for the compile in flight for `key` (0: none in flight).
+  size_t waiters(std::string_view key) const { return flights_.waiters(std::string(key)); }
   // Compiles given up because no caller waited for them any more.
   uint64_t abandoned() const { return abandoned_.load(); }
   const std::vector<std::unique_ptr<CacheTier>>& tiers() const { return tiers_; }

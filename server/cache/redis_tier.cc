@@ -5,7 +5,7 @@
 namespace uop {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using IoClock = std::chrono::steady_clock;  // the sockets' deadlines
 
 bool refuses_access(const RedisReply& r) {
   std::string_view e = r.str;
@@ -35,17 +35,17 @@ RedisTier::~RedisTier() = default;
 absl::Status RedisTier::fail(std::string error) {
   conn_.reset();
   last_error_ = std::move(error);
-  down_until_ = Clock::now() + std::chrono::milliseconds(options_.backoff_ms);
+  down_until_ = options_.clock->now() + absl::Milliseconds(options_.backoff_ms);
   return absl::UnavailableError(cat("redis ", address_, ": ", last_error_));
 }
 
 absl::StatusOr<RedisReply> RedisTier::command(const std::vector<std::string_view>& args) {
   auto timeout = std::chrono::milliseconds(options_.timeout_ms);
   if (conn_ == nullptr) {
-    if (Clock::now() < down_until_)
+    if (options_.clock->now() < down_until_)
       return absl::UnavailableError(
           cat("redis ", address_, ": not retrying yet after: ", last_error_));
-    absl::StatusOr<std::unique_ptr<RedisConnection>> c = connector_.connect(Clock::now() + timeout);
+    absl::StatusOr<std::unique_ptr<RedisConnection>> c = connector_.connect(IoClock::now() + timeout);
     if (!c.ok())
       return fail(absl::IsDeadlineExceeded(c.status())
                       ? cat("connect: no answer within ", options_.timeout_ms, " ms (",
@@ -53,7 +53,7 @@ absl::StatusOr<RedisReply> RedisTier::command(const std::vector<std::string_view
                       : std::string(c.status().message()));
     conn_ = *std::move(c);
   }
-  absl::StatusOr<RedisReply> reply = conn_->command(args, Clock::now() + timeout);
+  absl::StatusOr<RedisReply> reply = conn_->command(args, IoClock::now() + timeout);
   if (!reply.ok())
     return fail(absl::IsDeadlineExceeded(reply.status())
                     ? cat(args[0], ": no reply within ", options_.timeout_ms, " ms")

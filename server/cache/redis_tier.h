@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "compiler/support/clock.h"
 #include "server/cache/cache_entry.h"
 #include "server/cache/cache_tier.h"
 #include "server/cache/redis_client.h"
@@ -35,6 +37,9 @@ class RedisTier : public CacheTier {
     std::string key_prefix = "uopd:cache:v2:";
     // The largest entry read or written; a bigger reply is refused unread.
     int64_t max_entry_bytes = int64_t{256} << 20;
+    // Times the backoff (not the I/O deadlines, which are the socket's real time); not
+    // owned, outlives the tier.
+    const Clock* clock = Clock::real();
   };
 
   // INVALID_ARGUMENT / FAILED_PRECONDITION for settings or TLS files that cannot work
@@ -71,7 +76,7 @@ class RedisTier : public CacheTier {
 
   absl::Mutex mu_;  // one connection, one command at a time
   std::unique_ptr<RedisConnection> conn_ ABSL_GUARDED_BY(mu_);
-  std::chrono::steady_clock::time_point down_until_ ABSL_GUARDED_BY(mu_);
+  absl::Time down_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // on options_.clock
   std::string last_error_ ABSL_GUARDED_BY(mu_);
 };
 

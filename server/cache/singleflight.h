@@ -158,6 +158,18 @@ class Singleflight {
     absl::MutexLock lock(&mu_);
     return calls_.size();
   }
+  // Callers holding a ticket for the call in flight for `key`, 0 when there is none (for
+  // tests: a call can be held until every caller has joined it).
+  size_t waiters(const std::string& key) const {
+    std::shared_ptr<Call> call;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = calls_.find(key);
+      if (it == calls_.end()) return 0;
+      call = it->second;
+    }
+    return call->waiters();
+  }
 
  private:
   mutable absl::Mutex mu_;

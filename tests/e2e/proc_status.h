@@ -1,6 +1,6 @@
 // A process as the kernel reports it (/proc/PID/...), for e2e tests that hold a server to
-// a memory bound or its workers to not burning a core, or that look for its workers'
-// ports as a local user could.
+// a memory bound, wait for a kernel to run or for its workers to stop burning a core, or
+// look for its workers' ports as a local user could.
 #pragma once
 
 #include <sys/types.h>
@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <set>
 #include <sstream>
 #include <string>
@@ -112,6 +113,31 @@ inline bool stops_burning(int64_t pid) {
     ticks = t;
     return idle;
   }, absl::Seconds(30));
+}
+
+// CPU time that `pids` used together since `since` (their cpu_ticks summed, taken before
+// the work was sent), polled until it reaches `cpu`: how a test knows that a kernel runs
+// in one of them, since an idle worker uses none. False after `limit`, or when one is gone.
+inline bool burned(std::initializer_list<int64_t> pids, int64_t since, absl::Duration cpu = absl::Milliseconds(200),
+                   absl::Duration limit = absl::Seconds(60)) {
+  const double want = absl::ToDoubleSeconds(cpu) * static_cast<double>(sysconf(_SC_CLK_TCK));
+  for (absl::Time until = absl::Now() + limit; absl::Now() < until; absl::SleepFor(absl::Milliseconds(10))) {
+    int64_t total = 0;
+    for (int64_t pid : pids) {
+      const int64_t t = cpu_ticks(pid);
+      if (t < 0) return false;
+      total += t;
+    }
+    if (static_cast<double>(total - since) >= want) return true;
+  }
+  return false;
+}
+
+// cpu_ticks of `pids` together: the `since` of burned().
+inline int64_t cpu_ticks(std::initializer_list<int64_t> pids) {
+  int64_t total = 0;
+  for (int64_t pid : pids) total += cpu_ticks(pid);
+  return total;
 }
 
 }  // namespace uop::testing

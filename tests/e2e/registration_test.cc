@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -153,10 +154,27 @@ TEST(Registration, RestartedSchedulerLearnsItsWorkersBack) {
 
 // The Registry in-process (a WorkerPool and RegistryService, as uopd serves them) for the
 // naming rules, with real workers behind the addresses.
+// The Registry in front of a pool, counting the registrations it answers (a worker's
+// first one and each heartbeat), so that a test can wait for heartbeats to go by.
+class CountingRegistry final : public wv1::Registry::Service {
+ public:
+  explicit CountingRegistry(WorkerPool* pool) : inner_(pool) {}
+  grpc::Status Register(grpc::ServerContext* ctx, const wv1::RegisterRequest* req, wv1::RegisterResponse* resp) override {
+    grpc::Status st = inner_.Register(ctx, req, resp);
+    ++answered_;
+    return st;
+  }
+  int answered() const { return answered_.load(); }
+
+ private:
+  RegistryService inner_;
+  std::atomic<int> answered_{0};
+};
+
 class PoolWithRegistry {
  public:
   PoolWithRegistry() : pool(secret().dialer()) {
-    registry_ = std::make_unique<RegistryService>(&pool);
+    registry_ = std::make_unique<CountingRegistry>(&pool);
     grpc::ServerBuilder builder;
     cluster_auth::Gate gate;
     gate.secret = secret().value();
@@ -168,11 +186,12 @@ class PoolWithRegistry {
     if (server_) server_->Shutdown();
     pool.shutdown();
   }
+  int registrations() const { return registry_->answered(); }
   WorkerPool pool;
   int port = 0;
 
  private:
-  std::unique_ptr<RegistryService> registry_;
+  std::unique_ptr<CountingRegistry> registry_;
   std::unique_ptr<grpc::Server> server_;
 };
 
@@ -225,8 +244,9 @@ TEST(Registration, AutomaticNamesAreDistinctAndStable) {
   ASSERT_TRUE(w1.ok()) << w1.status();
   EXPECT_EQ(info_device(*w1), "CPU:0");
 
-  // Heartbeats (several go by while we wait) change nothing: same names, same generations.
-  absl::SleepFor(absl::Milliseconds(3500));
+  // Heartbeats (two of each worker) change nothing: same names, same generations.
+  const int before = s.registrations();
+  ASSERT_TRUE(wait_until([&] { return s.registrations() >= before + 4; })) << "the workers stopped their heartbeats";
   EXPECT_EQ(slots_up(s.pool), named);
   const std::string p_name = named["CPU:0"].first == p.address ? "CPU:0" : "CPU:1";
   auto again = reg(s.pool, p.address, "CPU:0", "auto");

@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/e2e/proc_status.h"
 #include "tests/e2e/scheduler_proc.h"
 #include "tests/e2e/softmax_model.h"
 
@@ -323,15 +324,17 @@ TEST(Uopd, WorkerKilledMidRunIsUnavailableThenRecovers) {
   ASSERT_TRUE(u.client);
   auto session = u.client->create_session();
   ASSERT_TRUE(session.ok());
-  SlowGraph slow;
-  HostTensor one = HostTensor::of(Scalar::Float32, {1}, {1.0});
-  auto running = std::async(std::launch::async, [&] { return session->run(slow.root, {}, {{slow.x, one}}); });
-  // Kill the worker once the run is under way (compiling takes a few ms; the run seconds).
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   client::Stats before = u.stats();
   ASSERT_EQ(before.workers.size(), 1u);
   ASSERT_GT(before.workers[0].pid, 0);
-  ::kill(static_cast<pid_t>(before.workers[0].pid), SIGKILL);
+  const int64_t worker = before.workers[0].pid;
+  const int64_t idle = testing::cpu_ticks(worker);
+  SlowGraph slow;
+  HostTensor one = HostTensor::of(Scalar::Float32, {1}, {1.0});
+  auto running = std::async(std::launch::async, [&] { return session->run(slow.root, {}, {{slow.x, one}}); });
+  // Kill the worker once its kernel runs (it takes seconds): then it burns CPU.
+  ASSERT_TRUE(testing::burned({worker}, idle)) << "the worker never ran the kernel";
+  ::kill(static_cast<pid_t>(worker), SIGKILL);
   auto r = running.get();
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
@@ -471,8 +474,9 @@ TEST(Uopd, SigtermDrainsAndLeavesNoWorkers) {
   ASSERT_TRUE(session.ok());
   SlowGraph slow(35);
   HostTensor one = HostTensor::of(Scalar::Float32, {1}, {1.0});
+  const int64_t idle = testing::cpu_ticks({pids[0], pids[1]});
   auto running = std::async(std::launch::async, [&] { return session->run(slow.root, {}, {{slow.x, one}}); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(testing::burned({pids[0], pids[1]}, idle)) << "no worker ran the kernel";  // the run is in flight
   ::kill(u.proc->pid(), SIGTERM);
   auto r = running.get();
   ASSERT_TRUE(r.ok()) << r.status();

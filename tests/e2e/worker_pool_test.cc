@@ -25,6 +25,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/time/clock.h"
 #include "compiler/support/strings.h"
+#include "tests/e2e/proc_status.h"
 #include "tests/e2e/worker_proc.h"
 #include "server/registry_service.h"
 #include "server/workers.h"
@@ -316,11 +317,12 @@ TEST(WorkerPool, FailsTheExecuteInFlightWhenItsWorkerIsKilled) {
   // About 10^12 dependent float adds: minutes of work, far more than the test waits.
   std::atomic<bool> finished{false};
   grpc::Status st;
+  const int64_t idle = testing::cpu_ticks(pid);
   std::thread call([&] {
     st = execute(stub.get(), "count", {1}, {int64_t{1000} * 1000 * 1000 * 1000}, absl::Seconds(300));
     finished = true;
   });
-  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_TRUE(testing::burned({pid}, idle)) << "the worker never ran the kernel";
   EXPECT_FALSE(finished.load());
   ASSERT_EQ(kill(static_cast<pid_t>(pid), SIGKILL), 0);
   call.join();
@@ -431,8 +433,9 @@ TEST(WorkerProcess, SigtermDrainsTheExecuteInFlight) {
   ASSERT_TRUE(load(stub.get(), "count", count_kernel()).ok());
   ASSERT_TRUE(alloc(stub.get(), 1, 4).ok());
   grpc::Status st;
+  const int64_t idle = testing::cpu_ticks(p.pid);
   std::thread call([&] { st = execute(stub.get(), "count", {1}, {int64_t{2} * 1000 * 1000 * 1000}, absl::Seconds(120)); });
-  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_TRUE(testing::burned({p.pid}, idle)) << "the worker never ran the kernel";  // the Execute is in flight
   ASSERT_EQ(kill(p.pid, SIGTERM), 0);
   call.join();
   EXPECT_TRUE(st.ok()) << st.error_message();  // finished, not cut off
@@ -474,16 +477,22 @@ TEST(WorkerProcess, EmbeddedWorkerDiesWithItsParent) {
   // As a subreaper this process inherits the orphan, so it can see how it ended (and
   // reap it: init in a container may never do that).
   ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
-  std::string cmd = cat("'", kBinary, "' --embedded --listen=127.0.0.1:0 ", secret().flag(),
-                        " >/dev/null 2>&1 & echo $!; sleep 2");
+  // The shell exits once the worker serves (it has printed LISTENING, so it runs and has
+  // asked for the signal), 0 if it saw that within a bound, else 1.
+  const std::string out = std::filesystem::temp_directory_path() / cat("uopd-pdeathsig-", static_cast<int64_t>(getpid()));
+  std::filesystem::remove(out);
+  std::string cmd = cat("'", kBinary, "' --embedded --listen=127.0.0.1:0 ", secret().flag(), " >'", out,
+                        "' 2>/dev/null & echo $!; for i in $(seq 600); do grep -q LISTENING '", out,
+                        "' && exit 0; sleep 0.05; done; exit 1");
   FILE* f = popen(cmd.c_str(), "r");
   ASSERT_TRUE(f);
   Proc worker;
   long pid = 0;
   ASSERT_EQ(fscanf(f, "%ld", &pid), 1);
   worker.pid = static_cast<pid_t>(pid);
-  EXPECT_FALSE(dead(pid));
-  pclose(f);  // the shell exits
+  const int shell = pclose(f);  // the shell exits
+  std::filesystem::remove(out);
+  EXPECT_TRUE(WIFEXITED(shell) && WEXITSTATUS(shell) == 0) << "the worker never served";
   EXPECT_EQ(wait_exit(worker, absl::Seconds(20)), 0) << "the worker did not drain and exit with its parent";
   prctl(PR_SET_CHILD_SUBREAPER, 0);
 }

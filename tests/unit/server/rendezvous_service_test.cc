@@ -24,6 +24,16 @@ RendezvousGroup group(const std::string& name, int members = 2) {
   return RendezvousGroup::for_members(name, members, absl::Minutes(1));
 }
 
+// Polls until `n` Gets wait in the store (true), or gives up after a bound far past any
+// honest delay (false, so a hang fails the test instead of the ctest timeout).
+bool until_waiting(const RendezvousStore& s, size_t n) {
+  for (int i = 0; i < 30000; ++i) {
+    if (s.waiting() >= n) return true;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return false;
+}
+
 TEST(RendezvousStoreTest, GetReturnsValuesInOrder) {
   RendezvousStore s;
   ASSERT_TRUE(s.open_group(group("g")).ok());
@@ -44,21 +54,32 @@ TEST(RendezvousStoreTest, GetWaitsForTheLastKey) {
   ASSERT_TRUE(s.open_group(group("k")).ok());
   ASSERT_TRUE(s.set("k/1", "x").ok());
   std::thread later([&] {
-    absl::SleepFor(absl::Milliseconds(100));
+    ASSERT_TRUE(until_waiting(s, 1)) << "the Get never waited";
     ASSERT_TRUE(s.set("k/2", "y").ok());
   });
-  auto v = s.get({"k/1", "k/2"}, absl::Seconds(10));  // woken by the Set, else DEADLINE_EXCEEDED
+  auto v = s.get({"k/1", "k/2"}, absl::Seconds(10));  // it waits: k/2 comes only then
   later.join();
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ((*v)[1], "y");
 }
 
+// The wait is timed on the store's clock: a Get of 150 ms still waits at 149 ms and ends
+// DEADLINE_EXCEEDED at 150. The clock moves in the Get's own cancellation check, which it
+// runs each time it finds a key missing, before it looks at the time again.
 TEST(RendezvousStoreTest, TimeoutNamesTheMissingKeys) {
-  RendezvousStore s;
+  ManualClock clock;
+  RendezvousStore s({.clock = &clock});
   ASSERT_TRUE(s.open_group(group("g")).ok());
   ASSERT_TRUE(s.set("g/there", "x").ok());
-  auto v = s.get({"g/there", "g/rank_2", "g/2"}, absl::Milliseconds(150));
+  int checks = 0;
+  auto v = s.get({"g/there", "g/rank_2", "g/2"}, absl::Milliseconds(150), [&] {
+    ++checks;
+    clock.advance(checks == 1 ? absl::Milliseconds(149) : absl::Milliseconds(1));
+    return false;
+  });
+  EXPECT_EQ(checks, 3) << "the Get did not end exactly when its 150 ms had passed";
   ASSERT_EQ(v.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(v.status().message().find("after 150 ms"), std::string::npos) << v.status();
   EXPECT_NE(v.status().message().find("g/rank_2, g/2"), std::string::npos) << v.status();
   EXPECT_EQ(v.status().message().find("there"), std::string::npos) << v.status();
 }
@@ -85,7 +106,7 @@ TEST(RendezvousStoreTest, KeysOutsideAnOpenGroupAreRefused) {
   ASSERT_TRUE(s.set("g/0", "x").ok());
   // A Get on a key of a group that closes while it waits ends then, NOT_FOUND.
   std::thread closer([&] {
-    absl::SleepFor(absl::Milliseconds(50));
+    ASSERT_TRUE(until_waiting(s, 1)) << "the Get never waited";
     s.close_group("g");
   });
   auto waiting = s.get({"g/0", "g/1"}, absl::Seconds(30));
@@ -96,16 +117,33 @@ TEST(RendezvousStoreTest, KeysOutsideAnOpenGroupAreRefused) {
   EXPECT_EQ(s.groups(), 0u);
 }
 
+// A group lives its ttl on the store's clock: up to then it works, from then on it is gone
+// for every call before any sweep drops it, a Get waiting on it included; the sweep then
+// frees its keys and budget.
 TEST(RendezvousStoreTest, GroupsExpire) {
-  RendezvousStore s;
-  ASSERT_TRUE(s.open_group(group("old")).ok());
+  ManualClock clock;
+  RendezvousStore s({.clock = &clock});
+  ASSERT_TRUE(s.open_group(group("old")).ok());  // a ttl of one minute
   ASSERT_TRUE(s.set("old/0", "x").ok());
-  // Past its ttl the group is gone for every call, before any sweep drops it.
-  EXPECT_EQ(s.expire(absl::Now()), 0u);
-  EXPECT_EQ(s.expire(absl::Now() + absl::Minutes(2)), 1u);
+  clock.advance(absl::Seconds(59));
+  EXPECT_EQ(s.expire(clock.now()), 0u);
+  ASSERT_TRUE(s.set("old/1", "y").ok());
+  EXPECT_TRUE(s.get({"old/0"}, absl::ZeroDuration()).ok());
+  // A Get that waits for a key while the group's minute runs out ends NOT_FOUND.
+  auto waited = s.get({"old/never"}, absl::Minutes(5), [&] {
+    clock.advance(absl::Seconds(1));
+    return false;
+  });
+  EXPECT_EQ(waited.status().code(), absl::StatusCode::kNotFound) << waited.status();
+  EXPECT_EQ(s.set("old/2", "z").code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(s.get({"old/0"}, absl::ZeroDuration()).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.size(), 2u) << "dropped before the sweep";
+  EXPECT_EQ(s.expire(clock.now()), 1u);
   EXPECT_EQ(s.size(), 0u);
   EXPECT_EQ(s.bytes(), 0u);
+  EXPECT_EQ(s.groups(), 0u);
+  // Its name can be opened again, with a budget of its own.
+  EXPECT_TRUE(s.open_group(group("old")).ok());
 }
 
 TEST(RendezvousStoreTest, AGroupHoldsNoMoreThanItsBudget) {
@@ -222,7 +260,7 @@ TEST(RendezvousServiceTest, SetAndWaitingGetOverGrpc) {
   ASSERT_TRUE(server.store().open_group(group("g")).ok());
   auto stub = server.stub(SecretServer::kSecret);
   std::thread setter([&] {
-    absl::SleepFor(absl::Milliseconds(100));
+    ASSERT_TRUE(until_waiting(server.store(), 1)) << "the Get never waited";
     grpc::Status st = set(*stub, "g/0", std::string("\0addr", 5));
     EXPECT_TRUE(st.ok()) << st.error_message();
   });

@@ -1,6 +1,7 @@
 // The scheduler's request limits without a server: the wire scan's node counts and memory
 // estimates (an upper bound of what protobuf then takes, for real requests and for
-// floods), the budget for bytes in flight, and the byte quota reservations a Run makes.
+// floods) and the budget for bytes in flight. (A Run's quota reservations and the session
+// limits: sessions_test.cc.)
 #include <gtest/gtest.h>
 
 #include "compiler/ir/codec.h"
@@ -9,7 +10,6 @@
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "proto/uopd.pb.h"
 #include "server/inflight.h"
-#include "server/sessions.h"
 #include "server/wire_scan.h"
 
 namespace uop::server {
@@ -133,51 +133,6 @@ TEST(ByteBudget, OneRequestsCapAndEveryonesLimit) {
   EXPECT_EQ(budget.in_use(), 100u);
   EXPECT_EQ(budget.refusals(), 2u);
   EXPECT_FALSE(a.grow(UINT64_MAX, "huge").ok());  // no wrap-around
-}
-
-TEST(Sessions, ARunsReservationCountsUntilItEndsAndKeptOutputsStay) {
-  SessionOptions o;
-  o.max_bytes = 1000;
-  SessionManager m(o);
-  auto s = m.open({"CPU:0"}, absl::ZeroDuration(), SessionOwner{"t", 0, 800});
-  ASSERT_TRUE(s.ok());
-  {
-    auto r = m.reserve(*s, 700, "for the run", "t");
-    ASSERT_TRUE(r.ok()) << r.status();
-    // Nothing else fits meanwhile: not a buffer, not a second run.
-    BufferInfo b;
-    b.bytes = 200;
-    auto buf = m.add_buffer(*s, b, "t");
-    EXPECT_EQ(buf.status().code(), absl::StatusCode::kResourceExhausted);
-    EXPECT_NE(buf.status().message().find("tenant 't' byte quota"), std::string::npos) << buf.status();
-    EXPECT_NE(buf.status().message().find("700 reserved by runs"), std::string::npos) << buf.status();
-    EXPECT_FALSE(m.reserve(*s, 200, "for another run", "t").ok());
-    // An output kept from the reservation moves over without a second check.
-    b.bytes = 300;
-    ASSERT_TRUE(m.add_buffer(*s, b, "t", &*r).ok());
-    EXPECT_EQ(r->bytes(), 400u);
-    // A session with a run in flight is never idle.
-    EXPECT_TRUE(m.reap_idle(absl::Now() + absl::Hours(1)).empty());
-  }
-  EXPECT_EQ(m.usage("t").bytes, 300u);
-  EXPECT_TRUE(m.reserve(*s, 500, "for the next run", "t").ok());
-  EXPECT_EQ(m.reserve(*s, 501, "for a larger run", "t").status().code(), absl::StatusCode::kResourceExhausted);
-}
-
-TEST(Sessions, IdleTimeoutsAreClampedAndSessionsLimited) {
-  SessionOptions o;
-  o.max_idle_timeout = absl::Seconds(5);
-  o.max_sessions = 2;
-  SessionManager m(o);
-  auto forever = m.open({"CPU:0"}, absl::Milliseconds(int64_t{1} << 62), SessionOwner{});
-  ASSERT_TRUE(forever.ok());
-  auto other = m.open({"CPU:0"}, absl::ZeroDuration(), SessionOwner{});
-  ASSERT_TRUE(other.ok());
-  auto third = m.open({"CPU:0"}, absl::ZeroDuration(), SessionOwner{});
-  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(third.status().message().find("--max-sessions"), std::string::npos) << third.status();
-  m.reap_idle(absl::Now() + absl::Seconds(6));
-  EXPECT_EQ(m.sessions(), 0u) << "both timeouts clamped to 5 s";
 }
 
 }  // namespace

@@ -64,6 +64,7 @@ absl::Time far_deadline() { return absl::Now() + absl::Seconds(60); }
 // What the test process and its worker child both see: a MAP_SHARED anonymous page mapped
 // before the fork. The fields are flags and counters; each test uses the ones it needs.
 struct Board {
+  std::atomic<int> attached{0};          // the worker's attach() returned its end
   std::atomic<int> handled{0};           // handler calls, counted by the worker
   std::atomic<int> started{0};           // a handler that blocks has begun
   std::atomic<int> saw_abandoned{0};     // 1: abandoned() turned true; 2: it never did
@@ -130,6 +131,7 @@ class Worker {
     auto attached = ExecLane::attach(dup(lane.fd()));
     if (!attached.ok()) _exit(kAttachFailed);
     ExecLane& mine = **attached;
+    board->attached = 1;
     if (gate && !wait_until([&] { return gate->load() != 0; }, std::chrono::minutes(2))) _exit(kGateNeverOpened);
     if (!mine.serve(std::move(handler)).ok()) _exit(kServeFailed);
     int rc = body ? body(mine) : (wait_until([&] { return board->quit.load() != 0; }, std::chrono::minutes(2))
@@ -517,7 +519,9 @@ TEST_F(ExecLaneTest, ServedOnlyByThePeerThatServes) {
   EXPECT_FALSE(lane->served()) << "served before set_peer";
   lane->set_peer(worker->pid());
   EXPECT_FALSE(lane->served()) << "served before the worker called serve()";
-  std::this_thread::sleep_for(milliseconds(20));  // the child has had time to attach: still not served
+  // The worker has attached and waits at the gate, so the lane is mapped on both ends and
+  // only serve() is missing.
+  ASSERT_TRUE(wait_until([&] { return b->attached.load() != 0; })) << "the worker never attached";
   EXPECT_FALSE(lane->served()) << "served after attach() alone";
   board->go = 1;
   ASSERT_TRUE(wait_served(*lane));
@@ -689,7 +693,7 @@ TEST_F(ExecLaneTest, ManyThreadsFewSlotsNoCrossTalk) {
 TEST_F(ExecLaneTest, WorkerKilledMidCallFailsUnavailable) {
   ASSERT_TRUE(serve(2, 256, [b = b](std::string_view, std::span<char>, const std::function<bool()>&, absl::Time) -> absl::StatusOr<size_t> {
     b->started = 1;
-    for (;;) std::this_thread::sleep_for(milliseconds(10));  // until killed (or the test dies)
+    for (;;) pause();  // until killed (or the test dies)
   }));
   const pid_t pid = worker->pid();
   std::thread killer([b = b, pid] {

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "compiler/support/strings.h"
+#include "tests/unit/compiler/passes/kernel_builder.h"
 
 namespace uop {
 namespace {
@@ -359,15 +360,11 @@ TEST(InterpTensor, SeveralOutputs) {
 // ---------------------------------------------------------------------------------------
 // Kernel level
 
-// Builds kernel-level graphs tersely.
-struct K {
-  Graph g;
-  int64_t axes = 0;
-  const UOp* param(int64_t slot, Scalar s, int64_t size) {
-    return g.make(Op::PARAM, DType(s).ptr_to(AddrSpace::Global, size), {}, ParamArg{slot, size});
-  }
-  const UOp* range(const UOp* end) { return g.make(Op::RANGE, dtypes::index, {end}, RangeArg{axes++, AxisType::Loop}); }
-  const UOp* range(int64_t end) { return range(g.idx(end)); }
+// Builds kernel-level graphs tersely: the pass tests' builder, with params by scalar type
+// and accesses that take a gate and an alternative value of their own.
+struct K : testing::KernelBuilder {
+  using KernelBuilder::param;
+  const UOp* param(int64_t slot, Scalar s, int64_t size) { return param(slot, DType(s), size); }
   const UOp* idx(int64_t v) { return g.idx(v); }
   const UOp* index(const UOp* buf, const UOp* i, const UOp* gate = nullptr) {
     DType dt(buf->dtype().scalar);
@@ -383,11 +380,6 @@ struct K {
     std::vector<const UOp*> src{index(buf, i, gate), v};
     src.insert(src.end(), ranges.begin(), ranges.end());
     return g.make(Op::STORE, dtypes::void_, src);
-  }
-  const UOp* reduce(ReduceOp op, const UOp* v, std::vector<const UOp*> ranges) {
-    std::vector<const UOp*> src{v};
-    src.insert(src.end(), ranges.begin(), ranges.end());
-    return g.make(Op::REDUCE, v->dtype(), src, ReduceOpArg{op});
   }
   const UOp* kernel(std::vector<const UOp*> stores) {
     return g.make(Op::SINK, dtypes::void_, stores, KernelInfoArg{true, "k"});

@@ -12,52 +12,13 @@
 #include "compiler/ir/tensor_builder.h"
 #include "compiler/passes/bounds.h"
 #include "compiler/pipeline.h"
+#include "tests/unit/compiler/passes/kernel_builder.h"
 
 namespace uop {
 namespace {
 
-// Kernel-level graphs, built node by node the way a client may send them.
-struct Kernel {
-  Graph g;
-  int next_axis = 0;
-
-  const UOp* param(int64_t slot, DType elem, int64_t size) {
-    return g.make(Op::PARAM, elem.ptr_to(AddrSpace::Global, size), {}, ParamArg{slot, size});
-  }
-  const UOp* range(const UOp* end) {
-    return g.make(Op::RANGE, dtypes::index, {end}, RangeArg{next_axis++, AxisType::Loop, false});
-  }
-  const UOp* range(int64_t end) { return range(g.idx(end)); }
-  const UOp* var(const char* name, int64_t lo, int64_t hi) {
-    return g.make(Op::DEFINE_VAR, dtypes::index, {}, DefineVarArg{name, lo, hi});
-  }
-  const UOp* i32(int64_t v) { return g.cnst_int(dtypes::int32, v); }
-  const UOp* ix(int64_t v) { return g.idx(v); }
-  const UOp* alu(Op op, const UOp* a, const UOp* b) { return g.alu(op, {a, b}); }
-  const UOp* to_index(const UOp* x) { return g.make(Op::CAST, dtypes::index, {x}); }
-  const UOp* lt(const UOp* a, const UOp* b) { return alu(Op::CMPLT, a, b); }
-  const UOp* all(const UOp* a, const UOp* b) { return alu(Op::AND, a, b); }
-  // lo < x < hi
-  const UOp* between(int64_t lo, const UOp* x, int64_t hi) {
-    const UOp* k = x->dtype().is_index() ? ix(lo) : g.cnst_int(x->dtype(), lo);
-    const UOp* m = x->dtype().is_index() ? ix(hi) : g.cnst_int(x->dtype(), hi);
-    return all(lt(k, x), lt(x, m));
-  }
-  const UOp* load(const UOp* buf, const UOp* i, const UOp* gate = nullptr) {
-    DType t{buf->dtype().scalar};
-    if (!gate) return g.make(Op::LOAD, t, {buf, g.make(Op::INDEX, t, {buf, i})});
-    return g.make(Op::LOAD, t, {buf, g.make(Op::INDEX, t, {buf, i, gate}), g.cnst_int(t, 0)});
-  }
-  const UOp* store(const UOp* buf, const UOp* i, const UOp* v, std::vector<const UOp*> ranges) {
-    DType t{buf->dtype().scalar};
-    std::vector<const UOp*> src{g.make(Op::INDEX, t, {buf, i}), v};
-    src.insert(src.end(), ranges.begin(), ranges.end());
-    return g.make(Op::STORE, dtypes::void_, src);
-  }
-  const UOp* sink(std::initializer_list<const UOp*> stores) {
-    return g.make(Op::SINK, dtypes::void_, stores, KernelInfoArg{true, "probe"});
-  }
-
+// The builder's kernels, and what the probes below make of them.
+struct Kernel : testing::KernelBuilder {
   // out[r] = data[index(idx[r])] under gate(idx[r]): the shape of the probes (idx is
   // what a client uploads; nothing about its values is known).
   template <typename Index, typename Gate>

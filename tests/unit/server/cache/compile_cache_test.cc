@@ -45,24 +45,33 @@ TierStats stats_of(const CompileCache& c, std::string_view tier) {
   return {};
 }
 
+// Polls until `n` callers wait for the compile of `key` in flight (true), or gives up
+// after a bound far past any honest delay (false).
+bool wait_for_waiters(const CompileCache& cache, const std::string& key, size_t n) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (cache.waiters(key) < n) {
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
 TEST(CompileCache, SixteenConcurrentMissesCompileOnce) {
   ScratchDir d;
   CompileCache cache(memory_and_disk(d.path()));
   constexpr int kThreads = 16;
-  std::atomic<int> arrived{0}, compiles{0};
+  std::atomic<int> compiles{0};
+  const std::string key = key_of("cold kernel");
   auto compile = [&]() -> absl::StatusOr<std::string> {
     ++compiles;
-    // Hold the compile until every caller has asked, so all of them overlap with it.
-    while (arrived.load() < kThreads) std::this_thread::yield();
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // Hold the compile until every caller has joined it, so all of them overlap with it.
+    if (!wait_for_waiters(cache, key, kThreads)) return absl::InternalError("the callers never joined");
     return std::string("the artifact");
   };
-  std::string key = key_of("cold kernel");
   std::vector<absl::StatusOr<CacheResult>> results(kThreads);
   std::vector<std::thread> threads;
   for (int i = 0; i < kThreads; ++i)
     threads.emplace_back([&, i] {
-      ++arrived;
       results[i] = cache.get_or_compute(key, compile);
     });
   for (auto& t : threads) t.join();
@@ -120,19 +129,17 @@ TEST(CompileCache, GetFastAnswersOnlyFromMemory) {
 TEST(CompileCache, ComputeErrorReachesEveryWaiterAndIsNotStored) {
   ScratchDir d;
   CompileCache cache(memory_and_disk(d.path()));
-  std::atomic<int> arrived{0}, compiles{0};
+  std::atomic<int> compiles{0};
+  const std::string key = key_of("bad kernel");
   auto failing = [&]() -> absl::StatusOr<std::string> {
     ++compiles;
-    while (arrived.load() < 4) std::this_thread::yield();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!wait_for_waiters(cache, key, 4)) return absl::InternalError("the callers never joined");
     return absl::InvalidArgumentError("kernel does not compile");
   };
-  std::string key = key_of("bad kernel");
   std::vector<absl::StatusOr<CacheResult>> results(4);
   std::vector<std::thread> threads;
   for (int i = 0; i < 4; ++i)
     threads.emplace_back([&, i] {
-      ++arrived;
       results[i] = cache.get_or_compute(key, failing);
     });
   for (auto& t : threads) t.join();

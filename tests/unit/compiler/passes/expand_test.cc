@@ -1,0 +1,175 @@
+// expand (compiler/passes/expand.h) on kernels built by hand with an Upcast range: no
+// UNROLL, CONTRACT or Upcast RANGE is left; an access contiguous in the upcast range
+// becomes one vector access, a strided one an access per lane; a REDUCE over an upcast
+// range keeps a vector accumulator; and each expanded kernel, taken on to LINEAR and run
+// by the CPU backend, computes what the interpreter computes on the kernel before expand.
+// Kernels without Upcast ranges come back as they are; an Upcast range expand cannot
+// unroll is refused with expand.upcast. affine_coeff, which decides contiguity, on its own.
+#include "compiler/passes/expand.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "compiler/interp/interp.h"
+#include "compiler/passes/linearize.h"
+#include "compiler/passes/lower_reduce.h"
+#include "tests/unit/compiler/passes/kernel_builder.h"
+#include "tests/unit/compiler/passes/run_on_cpu.h"
+
+namespace uop {
+namespace {
+
+using testing::KernelBuilder;
+
+bool is_upcast_range(const UOp* u) { return u->op() == Op::RANGE && u->arg_as<RangeArg>().type == AxisType::Upcast; }
+
+// What expand must leave behind: no lanes still to unroll.
+void expect_expanded(const UOp* k) {
+  EXPECT_EQ(testing::count_of(k, [](const UOp* u) { return u->op() == Op::UNROLL || u->op() == Op::CONTRACT; }), 0);
+  EXPECT_EQ(testing::count_of(k, is_upcast_range), 0);
+}
+
+// LOADs of PARAM `slot` and how many lanes each reads.
+std::vector<uint32_t> load_widths(const UOp* k, int64_t slot) {
+  std::vector<uint32_t> w;
+  for (const UOp* u : toposort(k)) {
+    if (u->op() != Op::LOAD) continue;
+    const UOp* buf = u->src(0);
+    if (buf->op() == Op::PARAM && buf->arg_as<ParamArg>().slot == slot) w.push_back(u->dtype().count);
+  }
+  return w;
+}
+
+// The kernel before expand, by the interpreter, and after it (lowered, linearized,
+// compiled), on the same inputs.
+void expect_same_values(Graph& g, const UOp* before, const UOp* after, const std::vector<std::pair<Scalar, int64_t>>& slots) {
+  auto lowered = lower_reduce(g, after);
+  ASSERT_TRUE(lowered.ok()) << lowered.status();
+  auto linear = linearize(g, *lowered);
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  testing::expect_cpu_matches_interpreter(before, *linear, slots);
+}
+
+TEST(AffineCoeff, OfSumsProductsAndWhatIsNotAffine) {
+  KernelBuilder k;
+  const UOp* r = k.range(8);
+  const UOp* s = k.range(8);
+  const UOp* v = k.var("n", 1, 100);
+  EXPECT_EQ(affine_coeff(r, r), 1);
+  EXPECT_EQ(affine_coeff(s, r), 0) << "another range does not move with r";
+  EXPECT_EQ(affine_coeff(k.alu(Op::ADD, k.alu(Op::MUL, r, k.ix(4)), s), r), 4);
+  EXPECT_EQ(affine_coeff(k.alu(Op::MUL, k.ix(3), k.alu(Op::SUB, v, r)), r), -3);
+  EXPECT_EQ(affine_coeff(k.alu(Op::ADD, r, r), r), 2);
+  EXPECT_EQ(affine_coeff(k.alu(Op::MUL, r, v), r), std::nullopt) << "a coefficient that is no constant";
+  EXPECT_EQ(affine_coeff(k.alu(Op::MUL, r, r), r), std::nullopt);
+  EXPECT_EQ(affine_coeff(k.alu(Op::IDIV, r, k.ix(2)), r), std::nullopt);
+  EXPECT_EQ(affine_coeff(k.alu(Op::MOD, r, k.ix(2)), r), std::nullopt);
+  EXPECT_EQ(affine_coeff(k.alu(Op::MUL, r, k.ix(INT64_MAX)), r), INT64_MAX);
+  EXPECT_EQ(affine_coeff(k.alu(Op::MUL, k.alu(Op::MUL, r, k.ix(INT64_MAX)), k.ix(2)), r), std::nullopt)
+      << "a coefficient that overflows is not one";
+}
+
+// out[4 i + u] = in[4 i + u] * 2 with u upcast by 4: one 4-lane load and one 4-lane
+// store per i.
+TEST(Expand, AContiguousAccessBecomesOneVectorAccess) {
+  KernelBuilder k;
+  const UOp* out = k.param(0, dtypes::float32, 32);
+  const UOp* in = k.param(1, dtypes::float32, 32);
+  const UOp* i = k.range(8);
+  const UOp* u = k.range(4, AxisType::Upcast);
+  const UOp* at = k.alu(Op::ADD, k.alu(Op::MUL, i, k.ix(4)), u);
+  const UOp* before = k.sink({k.store(out, at, k.alu(Op::MUL, k.load(in, at), k.f32(2)), {i, u})});
+  auto after = expand_upcasts(k.g, before);
+  ASSERT_TRUE(after.ok()) << after.status();
+  expect_expanded(*after);
+  EXPECT_EQ(load_widths(*after, 1), std::vector<uint32_t>{4});
+  int vector_stores = testing::count_of(*after, [](const UOp* x) { return x->op() == Op::STORE && x->src(1)->dtype().count == 4; });
+  EXPECT_EQ(vector_stores, 1);
+  expect_same_values(k.g, before, *after, {{Scalar::Float32, 32}, {Scalar::Float32, 32}});
+}
+
+// out[4 i + u] = in[8 u + i]: the load moves by 8 per lane, a gather of 4 scalar loads.
+TEST(Expand, AStridedAccessIsOneAccessPerLane) {
+  KernelBuilder k;
+  const UOp* out = k.param(0, dtypes::int32, 32);
+  const UOp* in = k.param(1, dtypes::int32, 32);
+  const UOp* i = k.range(8);
+  const UOp* u = k.range(4, AxisType::Upcast);
+  const UOp* dst = k.alu(Op::ADD, k.alu(Op::MUL, i, k.ix(4)), u);
+  const UOp* src = k.alu(Op::ADD, k.alu(Op::MUL, u, k.ix(8)), i);
+  const UOp* before = k.sink({k.store(out, dst, k.alu(Op::ADD, k.load(in, src), k.i32(5)), {i, u})});
+  auto after = expand_upcasts(k.g, before);
+  ASSERT_TRUE(after.ok()) << after.status();
+  expect_expanded(*after);
+  EXPECT_EQ(load_widths(*after, 1), (std::vector<uint32_t>{1, 1, 1, 1}));
+  expect_same_values(k.g, before, *after, {{Scalar::Int32, 32}, {Scalar::Int32, 32}});
+}
+
+// out[i] = sum over r of in[4 i + r] with r an upcast Reduce: the reduction's lanes are
+// folded after its loop; the sums agree with the interpreter's.
+TEST(Expand, AReduceOverAnUpcastRangeFoldsItsLanes) {
+  KernelBuilder k;
+  const UOp* out = k.param(0, dtypes::float32, 6);
+  const UOp* in = k.param(1, dtypes::float32, 24);
+  const UOp* i = k.range(6);
+  const UOp* r = k.range(4, AxisType::Upcast);
+  const UOp* sum = k.reduce(ReduceOp::Add, k.load(in, k.alu(Op::ADD, k.alu(Op::MUL, i, k.ix(4)), r)), {r});
+  const UOp* before = k.sink({k.store(out, i, sum, {i})});
+  auto after = expand_upcasts(k.g, before);
+  ASSERT_TRUE(after.ok()) << after.status();
+  expect_expanded(*after);
+  EXPECT_EQ(load_widths(*after, 1), std::vector<uint32_t>{4});
+  expect_same_values(k.g, before, *after, {{Scalar::Float32, 6}, {Scalar::Float32, 24}});
+}
+
+// Nothing to expand: the kernel itself comes back.
+TEST(Expand, AKernelWithoutUpcastRangesIsLeftAlone) {
+  KernelBuilder k;
+  const UOp* out = k.param(0, dtypes::float32, 4);
+  const UOp* r = k.range(4);
+  const UOp* before = k.sink({k.store(out, r, k.f32(3), {r})});
+  auto after = expand_upcasts(k.g, before);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(*after, before);
+}
+
+// Lanes must be known: an Upcast range of a variable trip count, or of more than 1024, or
+// two Upcast ranges of one axis id, are refused naming the rule.
+TEST(Expand, UpcastRangesItCannotUnrollAreRefused) {
+  auto refused = [](KernelBuilder& k, const UOp* end, bool twice) {
+    const UOp* out = k.param(0, dtypes::float32, 4096);
+    const UOp* u = k.g.make(Op::RANGE, dtypes::index, {end}, RangeArg{7, AxisType::Upcast, false});
+    std::vector<const UOp*> stores{k.store(out, u, k.f32(1), {u})};
+    if (twice) {
+      const UOp* w = k.g.make(Op::RANGE, dtypes::index, {k.ix(3)}, RangeArg{7, AxisType::Upcast, false});
+      stores.push_back(k.store(out, k.alu(Op::ADD, w, k.ix(8)), k.f32(2), {w}));
+    }
+    const UOp* kernel = k.g.make(Op::SINK, dtypes::void_, stores, KernelInfoArg{true, "probe"});
+    return expand_upcasts(k.g, kernel).status();
+  };
+  {
+    KernelBuilder k;
+    absl::Status s = refused(k, k.var("n", 1, 4), false);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("[expand.upcast]"), std::string::npos) << s;
+  }
+  {
+    KernelBuilder k;
+    absl::Status s = refused(k, k.ix(2048), false);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("[expand.upcast]"), std::string::npos) << s;
+  }
+  {
+    KernelBuilder k;
+    absl::Status s = refused(k, k.ix(4), true);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("share an axis id"), std::string::npos) << s;
+  }
+}
+
+}  // namespace
+}  // namespace uop

@@ -1,0 +1,77 @@
+// Kernel-level graphs for the pass tests, built node by node the way a client may send
+// them (compiler/PIPELINE.md "Kernel-level semantics"): PARAMs, RANGEs numbered in the
+// order they are made, INDEX / LOAD / STORE, REDUCE, and the SINK[kernel] over the stores.
+#pragma once
+
+#include <functional>
+#include <initializer_list>
+#include <vector>
+
+#include "compiler/ir/uop.h"
+
+namespace uop::testing {
+
+struct KernelBuilder {
+  Graph g;
+  int next_axis = 0;
+
+  const UOp* param(int64_t slot, DType elem, int64_t size) {
+    return g.make(Op::PARAM, elem.ptr_to(AddrSpace::Global, size), {}, ParamArg{slot, size});
+  }
+  const UOp* range(const UOp* end, AxisType type = AxisType::Loop) {
+    return g.make(Op::RANGE, dtypes::index, {end}, RangeArg{next_axis++, type, false});
+  }
+  const UOp* range(int64_t end, AxisType type = AxisType::Loop) { return range(g.idx(end), type); }
+  const UOp* var(const char* name, int64_t lo, int64_t hi) {
+    return g.make(Op::DEFINE_VAR, dtypes::index, {}, DefineVarArg{name, lo, hi});
+  }
+  const UOp* i32(int64_t v) { return g.cnst_int(dtypes::int32, v); }
+  const UOp* f32(double v) { return g.cnst(dtypes::float32, v); }
+  const UOp* ix(int64_t v) { return g.idx(v); }
+  const UOp* alu(Op op, const UOp* a, const UOp* b) { return g.alu(op, {a, b}); }
+  const UOp* to_index(const UOp* x) { return g.make(Op::CAST, dtypes::index, {x}); }
+  const UOp* lt(const UOp* a, const UOp* b) { return alu(Op::CMPLT, a, b); }
+  const UOp* all(const UOp* a, const UOp* b) { return alu(Op::AND, a, b); }
+  // lo < x < hi
+  const UOp* between(int64_t lo, const UOp* x, int64_t hi) {
+    const UOp* k = x->dtype().is_index() ? ix(lo) : g.cnst_int(x->dtype(), lo);
+    const UOp* m = x->dtype().is_index() ? ix(hi) : g.cnst_int(x->dtype(), hi);
+    return all(lt(k, x), lt(x, m));
+  }
+  const UOp* load(const UOp* buf, const UOp* i, const UOp* gate = nullptr) {
+    DType t{buf->dtype().scalar};
+    if (!gate) return g.make(Op::LOAD, t, {buf, g.make(Op::INDEX, t, {buf, i})});
+    return g.make(Op::LOAD, t, {buf, g.make(Op::INDEX, t, {buf, i, gate}), g.cnst_int(t, 0)});
+  }
+  const UOp* store(const UOp* buf, const UOp* i, const UOp* v, std::vector<const UOp*> ranges) {
+    DType t{buf->dtype().scalar};
+    std::vector<const UOp*> src{g.make(Op::INDEX, t, {buf, i}), v};
+    src.insert(src.end(), ranges.begin(), ranges.end());
+    return g.make(Op::STORE, dtypes::void_, src);
+  }
+  // REDUCE(op, v) over `ranges` (they close there).
+  const UOp* reduce(ReduceOp op, const UOp* v, std::vector<const UOp*> ranges) {
+    std::vector<const UOp*> src{v};
+    src.insert(src.end(), ranges.begin(), ranges.end());
+    return g.make(Op::REDUCE, v->dtype(), src, ReduceOpArg{op});
+  }
+  const UOp* sink(std::initializer_list<const UOp*> stores) {
+    return g.make(Op::SINK, dtypes::void_, stores, KernelInfoArg{true, "probe"});
+  }
+};
+
+// What a pass made: the nodes of `op` under `root` (in toposort order), and how many
+// nodes `pred` holds for.
+inline std::vector<const UOp*> nodes_of(const UOp* root, Op op) {
+  std::vector<const UOp*> out;
+  for (const UOp* u : toposort(root))
+    if (u->op() == op) out.push_back(u);
+  return out;
+}
+inline int count_of(const UOp* root, const std::function<bool(const UOp*)>& pred) {
+  int n = 0;
+  for (const UOp* u : toposort(root)) n += pred(u);
+  return n;
+}
+
+}  // namespace uop::testing

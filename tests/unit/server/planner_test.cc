@@ -1,0 +1,189 @@
+// The scheduler's planner (server/planner.h) without a server, over a memory-tier compile
+// cache: a decoded graph becomes a Plan (kernels in order, buffers by role, inputs named
+// by their node's digest, outputs with their shapes), cached by graph digest and cache
+// namespace; its kernels compile once per cache key and come from the cache after; the
+// compiled kernels, run in the plan's order on the plan's buffers, compute what the
+// interpreter computes for the graph. Refusals: a graph the pipeline refuses, a kernel
+// over --max-kernel-ops, a request whose deadline has passed.
+#include "server/planner.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/interp/interp.h"
+#include "compiler/ir/tensor_builder.h"
+#include "server/cache/memory_tier.h"
+#include "tests/unit/compiler/passes/run_on_cpu.h"
+
+namespace uop::server {
+namespace {
+
+std::unique_ptr<CompileCache> memory_cache() {
+  std::vector<std::unique_ptr<CacheTier>> tiers;
+  tiers.push_back(std::make_unique<MemoryTier>(int64_t{64} << 20));
+  return std::make_unique<CompileCache>(std::move(tiers));
+}
+
+// The graph as the server receives it: encoded, then decoded into a graph of its own.
+std::shared_ptr<const DecodedGraph> wire(const UOp* root) {
+  auto d = decode_binary(encode_binary(root));
+  EXPECT_TRUE(d.ok()) << d.status();
+  return d.ok() ? std::make_shared<const DecodedGraph>(std::move(*d)) : nullptr;
+}
+
+// softmax(x) over rows of a 4 x 6 input, and the row sums of x * x: two outputs.
+struct TwoOutputs {
+  Graph g;
+  TensorBuilder tb{g};
+  const UOp* x = tb.input(Scalar::Float32, {4, 6});
+  const UOp* root;
+  TwoOutputs() {
+    const UOp* m = tb.reduce(x, ReduceOp::Max, {1});
+    const UOp* e = tb.alu(Op::EXP2, {tb.alu(Op::SUB, {x, m})});
+    const UOp* soft = tb.alu(Op::FDIV, {e, tb.reduce(e, ReduceOp::Add, {1})});
+    root = tb.sink({soft, tb.reduce(tb.alu(Op::MUL, {x, x}), ReduceOp::Add, {1})});
+  }
+};
+
+class PlannerTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<CompileCache> cache_ = memory_cache();
+  Planner planner_{PlannerOptions{}, cache_.get(), CpuTarget::host()};
+};
+
+TEST_F(PlannerTest, APlanNamesItsKernelsBuffersAndOutputs) {
+  TwoOutputs t;
+  bool cached = true;
+  auto plan = planner_.plan(wire(t.root), &cached);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(cached);
+  const Plan& p = **plan;
+  EXPECT_EQ(p.graph, t.root->digest());
+  EXPECT_FALSE(p.kernel_level);
+  EXPECT_FALSE(p.multi_device());
+  EXPECT_EQ(p.kernels.size(), 4u) << "max, sum, the division, the sum of squares";
+  ASSERT_EQ(p.steps.size(), p.kernels.size());
+  int inputs = 0, outputs = 0;
+  for (const PlannedBuffer& b : p.buffers) {
+    if (b.role == PlannedBuffer::Role::Input) {
+      ++inputs;
+      EXPECT_EQ(b.node, t.tb.buffer_of(t.x)->digest()) << "an input named by another node";
+      EXPECT_EQ(b.elements, 24);
+    }
+    outputs += b.role == PlannedBuffer::Role::Output;
+  }
+  EXPECT_EQ(inputs, 1);
+  EXPECT_EQ(outputs, 2);
+  ASSERT_EQ(p.outputs.size(), 2u);
+  EXPECT_EQ(p.outputs[0].shape, (std::vector<int64_t>{4, 6}));
+  EXPECT_EQ(p.outputs[1].shape, (std::vector<int64_t>{4, 1}));
+  for (const PlannedOutput& o : p.outputs) EXPECT_EQ(p.buffers[o.buffer].role, PlannedBuffer::Role::Output);
+  for (const PlannedKernel& k : p.kernels) {
+    ASSERT_FALSE(k.buffers.empty());
+    EXPECT_NE(p.buffers[k.buffers[0]].role, PlannedBuffer::Role::Input) << k.name << " writes an input";
+  }
+}
+
+// A plan is found again by the graph's digest (another decode of the same graph), within
+// its cache namespace only.
+TEST_F(PlannerTest, PlansAreCachedByDigestWithinANamespace) {
+  TwoOutputs t;
+  bool cached = true;
+  auto first = planner_.plan(wire(t.root), &cached);
+  ASSERT_TRUE(first.ok());
+  EXPECT_FALSE(cached);
+  auto again = planner_.plan(wire(t.root), &cached);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(cached);
+  EXPECT_EQ(again->get(), first->get()) << "the cached plan itself";
+  auto other = planner_.plan(wire(t.root), &cached, "tenant-ns");
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE(cached) << "a private namespace found a shared plan";
+  EXPECT_EQ(planner_.plan_hits(), 1u);
+  EXPECT_EQ(planner_.plan_misses(), 2u);
+  EXPECT_NE(planner_.cache_key(first->get()->kernels[0].digest), planner_.cache_key(first->get()->kernels[0].digest, "tenant-ns"));
+}
+
+// Compiled kernels run in the plan's order on its buffers compute the interpreter's values;
+// a second compile of the plan comes from the cache.
+TEST_F(PlannerTest, CompiledKernelsComputeTheGraph) {
+  TwoOutputs t;
+  bool cached = false;
+  auto plan = planner_.plan(wire(t.root), &cached);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const Plan& p = **plan;
+  auto kernels = planner_.compile(p);
+  ASSERT_TRUE(kernels.ok()) << kernels.status();
+  ASSERT_EQ(kernels->size(), p.kernels.size());
+  for (const CompiledKernel& k : *kernels) EXPECT_EQ(k.outcome, CacheOutcome::Miss) << k.name;
+
+  HostTensor x = HostTensor::random(Scalar::Float32, {24}, 5);
+  std::vector<HostTensor> bufs;
+  for (const PlannedBuffer& b : p.buffers)
+    bufs.push_back(b.role == PlannedBuffer::Role::Input ? x : HostTensor::zeros(b.dtype, {b.elements}));
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    auto prog = CpuProgram::load((*kernels)[i].object, (*kernels)[i].abi);
+    ASSERT_TRUE(prog.ok()) << prog.status();
+    std::vector<HostTensor> slots;
+    for (int b : p.kernels[i].buffers) slots.push_back(bufs[b]);
+    absl::Status st = uop::testing::run_program(**prog, slots);
+    ASSERT_TRUE(st.ok()) << p.kernels[i].name << ": " << st;
+    for (size_t s = 0; s < slots.size(); ++s) bufs[p.kernels[i].buffers[s]] = slots[s];
+  }
+  auto want = interpret(t.g, t.root, {{t.tb.buffer_of(t.x), x}});
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (size_t o = 0; o < p.outputs.size(); ++o) {
+    HostTensor got = bufs[p.outputs[o].buffer];
+    got.shape = (*want)[o].shape;
+    CompareResult c = compare((*want)[o], got, Tolerance::for_dtype(Scalar::Float32));
+    EXPECT_TRUE(c.ok) << "output " << o << ": " << c.message;
+  }
+
+  auto again = planner_.compile(p);
+  ASSERT_TRUE(again.ok()) << again.status();
+  for (size_t i = 0; i < again->size(); ++i) {
+    EXPECT_EQ((*again)[i].outcome, CacheOutcome::Hit) << (*again)[i].name;
+    EXPECT_EQ((*again)[i].tier, "memory");
+    EXPECT_EQ((*again)[i].key, (*kernels)[i].key);
+  }
+}
+
+TEST_F(PlannerTest, WhatItCannotPlanIsRefusedSayingWhy) {
+  // Shapes that do not broadcast: the pipeline's verifier names the rule.
+  {
+    Graph g;
+    TensorBuilder tb(g);
+    const UOp* a = tb.input(Scalar::Float32, {3});
+    const UOp* b = tb.input(Scalar::Float32, {4});
+    bool cached = false;
+    auto plan = planner_.plan(wire(g.make(Op::SINK, dtypes::void_, {g.alu(Op::ADD, {a, b})})), &cached);
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << plan.status();
+  }
+  // A request whose deadline has passed is not planned.
+  {
+    TwoOutputs t;
+    Requester late;
+    late.deadline = absl::InfinitePast();
+    bool cached = false;
+    auto plan = planner_.plan(wire(t.root), &cached, {}, late);
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kDeadlineExceeded) << plan.status();
+  }
+  // A kernel over the bound never reaches LLVM.
+  {
+    PlannerOptions o;
+    o.max_kernel_ops = 4;
+    Planner small(o, cache_.get(), CpuTarget::host());
+    TwoOutputs t;
+    bool cached = false;
+    auto plan = small.plan(wire(t.root), &cached);
+    absl::Status st = plan.ok() ? small.compile(**plan).status() : plan.status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+    EXPECT_NE(st.message().find("--max-kernel-ops"), std::string::npos) << st;
+  }
+}
+
+}  // namespace
+}  // namespace uop::server
