@@ -11,27 +11,19 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "compiler/support/strings.h"
-#include "server/cluster_auth.h"
+#include "compiler/support/timing.h"
 #include "proto/worker.grpc.pb.h"
-#include "worker/lane_messages.h"
+#include "transport/cluster_auth.h"
+#include "transport/grpc_absl.h"
+#include "transport/lane_messages.h"
 
 namespace uop::server {
 namespace {
 
 namespace wpb = ::uopd::worker::v1;
 
-absl::Status from_grpc(const grpc::Status& s) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-}
-
-void set_deadline(grpc::ClientContext& ctx, absl::Time deadline) {
-  ctx.set_deadline(absl::ToChronoTime(deadline));
-}
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
+using transport::from_grpc;
+using transport::set_deadline;
 
 // The wire names of worker.proto's CollectiveRequest.op.
 const char* reduce_op_wire(ReduceOp op) {

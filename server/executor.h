@@ -5,7 +5,7 @@
 // A cached single-device Run with small tensors is one Execute round trip to the worker:
 // the allocations, the inline inputs, the launches, the outputs read back and the frees
 // all travel in it (worker.proto's ExecuteRequest). To a worker this uopd started, that
-// Execute goes through the worker's execute lane (shared memory, worker/exec_lane.h) when
+// Execute goes through the worker's execute lane (shared memory, transport/exec_lane.h) when
 // it fits a slot and one is free, else over gRPC like every other call.
 // A worker that fails mid-run is reported to the WorkerPool, and the client gets the
 // pool's UNAVAILABLE status saying which worker and why.
@@ -87,7 +87,7 @@ class Executor {
   static uint64_t run_bytes(const Plan& plan, const absl::flat_hash_map<int, BoundInput>& inputs);
 
   // Buffer traffic for the buffer RPCs (and the run), in chunks of kChunk bytes: through
-  // the worker's execute lane (worker/lane_messages.h) while it has one with a slot free,
+  // the worker's execute lane (transport/lane_messages.h) while it has one with a slot free,
   // else over gRPC. Failures come back as failed() says.
   using Worker = std::shared_ptr<WorkerHandle>;
   // `id` from new_buffer_id(w); released again when the allocation fails.

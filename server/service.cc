@@ -8,7 +8,9 @@
 #include "compiler/codegen/cuda.h"
 #include "compiler/pipeline.h"
 #include "compiler/support/strings.h"
+#include "compiler/support/timing.h"
 #include "proto/worker.grpc.pb.h"
+#include "transport/grpc_absl.h"
 
 namespace uop::server {
 namespace {
@@ -27,14 +29,7 @@ namespace pb = ::uopd::v1;
   return true;
 }();
 
-grpc::Status to_grpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
+using transport::to_grpc;
 
 pb::CacheStatus status_of(CacheOutcome o) {
   switch (o) {

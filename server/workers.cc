@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "compiler/support/strings.h"
 #include "server/worker_process.h"
+#include "transport/grpc_absl.h"
 
 namespace uop {
 
@@ -44,10 +45,7 @@ void log(const Args&... args) {
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
-absl::Status from_grpc(const grpc::Status& st) {
-  if (st.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
-}
+using transport::from_grpc;
 
 // Codes a dying or unreachable worker produces (gRPC reports a reset connection as
 // UNAVAILABLE, UNKNOWN "Stream removed" or INTERNAL "RST_STREAM", depending on timing).
