@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "compiler/codegen/llvm_cpu.h"
-#include "compiler/driver/local_runner.h"
 #include "compiler/interp/interp.h"
 #include "compiler/interp/npy.h"
 #include "compiler/ir/codec.h"
@@ -24,6 +23,7 @@
 #include "compiler/passes/symbolic.h"
 #include "compiler/pipeline.h"
 #include "compiler/support/strings.h"
+#include "local/local_runner.h"
 
 namespace uop {
 namespace {

@@ -1,4 +1,4 @@
-#include "compiler/driver/local_runner.h"
+#include "local/local_runner.h"
 
 #include <chrono>
 #include <thread>
