@@ -15,7 +15,7 @@
 // start from host data, or be realized once, to keep the form.
 //
 // Realizers: RemoteRealizer runs through a client::Session (uopd), InterpRealizer through
-// the reference interpreter, LocalRealizer (local_realizer.h, which links LLVM) through an
+// the reference interpreter, LocalRealizer (local/local_realizer.h, which links LLVM) through an
 // in-process LocalRunner.
 #pragma once
 

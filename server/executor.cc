@@ -9,29 +9,23 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
+#include "compiler/support/status_macros.h"
 #include "compiler/support/strings.h"
-#include "server/cluster_auth.h"
+#include "compiler/support/timing.h"
 #include "proto/worker.grpc.pb.h"
-#include "worker/lane_messages.h"
+#include "transport/cluster_auth.h"
+#include "transport/grpc_absl.h"
+#include "transport/lane_messages.h"
 
 namespace uop::server {
 namespace {
 
 namespace wpb = ::uopd::worker::v1;
 
-absl::Status from_grpc(const grpc::Status& s) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-}
-
-void set_deadline(grpc::ClientContext& ctx, absl::Time deadline) {
-  ctx.set_deadline(absl::ToChronoTime(deadline));
-}
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
+using transport::from_grpc;
+using transport::set_deadline;
 
 // The wire names of worker.proto's CollectiveRequest.op.
 const char* reduce_op_wire(ReduceOp op) {
@@ -70,12 +64,6 @@ bool nccl_has(Scalar t) {
   }
 }
 
-// Codes that mean the worker, not the request, failed.
-bool worker_gone(absl::StatusCode c) {
-  return c == absl::StatusCode::kUnavailable || c == absl::StatusCode::kCancelled ||
-         c == absl::StatusCode::kUnknown || c == absl::StatusCode::kAborted || c == absl::StatusCode::kInternal;
-}
-
 // An Execute through the worker's execute lane. nullopt when it does not go that way (the
 // request or the reply it may bring would not fit a slot, or every slot is busy): the
 // caller sends it over gRPC. `reply_bytes` bounds the outputs read back.
@@ -99,211 +87,14 @@ std::optional<absl::Status> execute_on_lane(ExecLane& lane, const wpb::ExecuteRe
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<Executor::Stub>> Executor::stub(const Worker& w) {
-  auto s = w->stub();
-  if (!s) return absl::UnavailableError(cat(w->describe(), " is not up (", w->state(), "): ", w->last_error()));
-  return s;
-}
-
-absl::Status Executor::failed(const Worker& w, const absl::Status& s, std::string_view what,
-                              std::optional<uint64_t> generation) {
-  if (worker_gone(s.code())) return pool_->on_failure(w, s, generation);
-  return absl::Status(s.code(), cat(what, " on worker ", w->id(), ": ", s.message()));
-}
-
-absl::Status Executor::alloc(const Worker& w, uint64_t id, uint64_t bytes, absl::Time deadline) {
-  grpc::ClientContext ctx;
-  set_deadline(ctx, deadline);
-  wpb::AllocBufferRequest req;
-  req.set_buffer_id(id);
-  req.set_bytes(bytes);
-  wpb::AllocBufferResponse resp;
-  const uint64_t generation = w->generation();
-  auto st = stub(w);
-  absl::Status s = st.ok() ? from_grpc((*st)->AllocBuffer(&ctx, req, &resp)) : st.status();
-  if (s.ok()) return s;
-  const uint64_t ids[] = {id};
-  w->release_buffer_ids(ids, generation);
-  return st.ok() ? failed(w, s, "allocating a buffer") : s;
-}
-
-namespace {
-
-// A writer that sends each piece through the lane while a slot is free, and what is left
-// over one gRPC WriteBuffer stream, opened when first needed.
-class LaneOrStreamWriter final : public Executor::BufferWriter {
- public:
-  LaneOrStreamWriter(Executor* ex, Executor::Worker w, uint64_t id, absl::Time deadline)
-      : ex_(ex), w_(std::move(w)), id_(id), deadline_(deadline), generation_(w_->generation()), lane_(w_->lane()) {}
-  ~LaneOrStreamWriter() override { (void)finish(); }
-
-  absl::Status write(uint64_t offset, std::string& data) override {
-    if (!status_.ok()) return status_;
-    if (broken_) return absl::AbortedError("writing a buffer: the stream to the worker closed");
-    std::string_view rest = data;
-    if (lane_) {
-      const size_t room = lane_->capacity() - lane::kWriteHeader;
-      while (!rest.empty()) {
-        std::optional<ExecLane::Call> call = lane_->claim();
-        if (!call) break;  // every slot busy: the rest goes over gRPC
-        const size_t n = std::min(room, rest.size());
-        std::span<char> req = call->request();
-        lane::encode_write_header(req, id_, offset);
-        std::memcpy(req.data() + lane::kWriteHeader, rest.data(), n);
-        absl::StatusOr<std::string_view> reply = call->call(lane::kWriteHeader + n, deadline_);
-        if (!reply.ok()) return status_ = ex_->failed(w_, reply.status(), "writing a buffer", generation_);
-        rest.remove_prefix(n);
-        offset += n;
-      }
-      if (rest.empty()) return absl::OkStatus();
-    }
-    if (!stream_) {
-      auto st = Executor::stub(w_);
-      if (!st.ok()) return status_ = st.status();
-      stub_ = *st;
-      set_deadline(ctx_, deadline_);
-      stream_ = stub_->WriteBuffer(&ctx_, &resp_);
-      chunk_.set_buffer_id(id_);
-    }
-    chunk_.set_offset(offset);
-    // The whole string: trade buffers with the chunk (they are reused chunk after chunk).
-    if (rest.size() == data.size()) chunk_.mutable_data()->swap(data);
-    else chunk_.mutable_data()->assign(rest.data(), rest.size());
-    if (stream_->Write(chunk_)) return absl::OkStatus();
-    broken_ = true;  // finish() says why
-    return absl::AbortedError("writing a buffer: the stream to the worker closed");
-  }
-
-  absl::Status finish() override {
-    if (stream_) {
-      stream_->WritesDone();
-      absl::Status s = from_grpc(stream_->Finish());
-      stream_.reset();
-      if (!s.ok() && status_.ok()) status_ = ex_->failed(w_, s, "writing a buffer", generation_);
-      else if (broken_ && status_.ok()) status_ = absl::InternalError("writing a buffer: the stream broke");
-    }
-    return status_;
-  }
-
- private:
-  Executor* ex_;
-  Executor::Worker w_;
-  uint64_t id_;
-  absl::Time deadline_;
-  uint64_t generation_;
-  std::shared_ptr<ExecLane> lane_;
-  absl::Status status_;
-  std::shared_ptr<Executor::Stub> stub_;
-  grpc::ClientContext ctx_;
-  wpb::WriteBufferResponse resp_;
-  std::unique_ptr<grpc::ClientWriter<wpb::WriteChunk>> stream_;
-  wpb::WriteChunk chunk_;
-  bool broken_ = false;
-};
-
-}  // namespace
-
-std::unique_ptr<Executor::BufferWriter> Executor::open_writer(const Worker& w, uint64_t id, absl::Time deadline) {
-  return std::make_unique<LaneOrStreamWriter>(this, w, id, deadline);
-}
-
-absl::Status Executor::write(const Worker& w, uint64_t id, uint64_t offset, std::string_view data, absl::Time deadline) {
-  LaneOrStreamWriter writer(this, w, id, deadline);
-  std::string piece;
-  for (uint64_t at = 0; at < data.size(); at += kChunk) {
-    std::string_view part = data.substr(at, kChunk);
-    piece.assign(part.data(), part.size());
-    if (!writer.write(offset + at, piece).ok()) break;
-  }
-  return writer.finish();
-}
-
-absl::Status Executor::read_into(const Worker& w, uint64_t id, uint64_t offset, uint64_t length, absl::Time deadline,
-                                 const std::function<bool(uint64_t, std::string&)>& sink) {
-  const uint64_t end = offset + length;
-  if (std::shared_ptr<ExecLane> lane = w->lane(); lane && length > 0) {
-    const uint64_t generation = w->generation();
-    const uint64_t most = std::min<uint64_t>(kChunk, lane->capacity());
-    std::string piece;
-    while (offset < end) {
-      const uint64_t n = std::min(most, end - offset);
-      {
-        std::optional<ExecLane::Call> call = lane->claim();
-        if (!call) break;  // every slot busy: the rest comes over gRPC
-        lane::encode_read(call->request(), {id, offset, n});
-        absl::StatusOr<std::string_view> reply = call->call(lane::kReadRequest, deadline);
-        if (!reply.ok()) return failed(w, reply.status(), "reading a buffer", generation);
-        if (reply->size() != n)
-          return absl::InternalError(cat("worker ", w->id(), " returned ", reply->size(), " of ", n, " bytes"));
-        piece.assign(reply->data(), reply->size());
-      }  // the slot is free again before the sink (a client's pace) runs
-      if (!sink(offset, piece)) return absl::OkStatus();
-      offset += n;
-    }
-    if (offset == end) return absl::OkStatus();
-    length = end - offset;
-  }
-  grpc::ClientContext ctx;
-  set_deadline(ctx, deadline);
-  wpb::ReadBufferRequest req;
-  req.set_buffer_id(id);
-  req.set_offset(offset);
-  req.set_length(length);
-  req.set_chunk_bytes(kChunk);
-  auto st = stub(w);
-  if (!st.ok()) return st.status();
-  auto stream = (*st)->ReadBuffer(&ctx, req);
-  wpb::ReadChunk chunk;
-  bool stopped = false;  // the sink had enough (its client went away)
-  while (stream->Read(&chunk)) {
-    if (!sink(chunk.offset(), *chunk.mutable_data())) {
-      stopped = true;
-      ctx.TryCancel();
-      break;
-    }
-  }
-  absl::Status s = from_grpc(stream->Finish());
-  if (stopped) return absl::OkStatus();
-  return s.ok() ? s : failed(w, s, "reading a buffer");
-}
-
-absl::StatusOr<std::string> Executor::read(const Worker& w, uint64_t id, uint64_t offset, uint64_t length,
-                                           absl::Time deadline) {
-  std::string out;
-  out.reserve(length);
-  absl::Status s = read_into(w, id, offset, length, deadline, [&](uint64_t at, std::string& data) {
-    if (at != offset + out.size()) return false;  // chunks arrive in order; anything else is a bug
-    out.append(data);
-    return true;
-  });
-  if (!s.ok()) return s;
-  if (out.size() != length)
-    return absl::InternalError(cat("worker ", w->id(), " returned ", out.size(), " of ", length, " bytes"));
-  return out;
-}
-
-absl::Status Executor::free(const Worker& w, const std::vector<uint64_t>& ids) {
-  if (ids.empty()) return absl::OkStatus();
-  grpc::ClientContext ctx;
-  set_deadline(ctx, absl::Now() + absl::Seconds(10));
-  wpb::FreeBuffersRequest req;
-  for (uint64_t id : ids) req.add_buffer_ids(id);
-  wpb::FreeBuffersResponse resp;
-  auto st = stub(w);
-  if (!st.ok()) return st.status();
-  const uint64_t generation = w->generation();
-  absl::Status s = from_grpc((*st)->FreeBuffers(&ctx, req, &resp));
-  if (!s.ok()) return failed(w, s, "freeing buffers");
-  w->release_buffer_ids(ids, generation);
-  return s;
-}
-
 // What one run holds while its steps go: the worker of each device it uses, the worker
 // buffer of each plan buffer, the launches not sent yet.
 struct Executor::RunState {
   const Plan* plan = nullptr;
   const std::vector<CompiledKernel>* kernels = nullptr;
   absl::Time deadline;
+  std::string session_device;  // where a single-device plan runs
+  std::string tenant;          // whose workers (WorkerPool::worker_for)
   struct Device {
     std::string name;
     Worker w;
@@ -322,6 +113,7 @@ struct Executor::RunState {
   std::vector<Device> devices;  // in first-use order
   std::vector<size_t> device_of;  // per plan buffer: index into devices
   std::vector<uint64_t> ids;      // per plan buffer: the worker buffer
+  std::vector<size_t> kernel_device;  // per plan kernel: index into devices
   RunOutcome out;
 };
 
@@ -517,84 +309,64 @@ uint64_t Executor::run_bytes(const Plan& plan, const absl::flat_hash_map<int, Bo
   return total;
 }
 
-absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const std::string& tenant, const Plan& plan,
-                                         const std::vector<CompiledKernel>& kernels,
-                                         const absl::flat_hash_map<int, BoundInput>& inputs, const std::vector<bool>& keep,
-                                         absl::Time deadline) {
-  if (keep.size() != plan.outputs.size())
-    return absl::InternalError(cat("run: ", keep.size(), " keep flags for ", plan.outputs.size(), " outputs"));
-  RunState rs;
-  rs.plan = &plan;
-  rs.kernels = &kernels;
-  rs.deadline = deadline;
-  // The device a plan buffer or kernel runs on: its own in a multi-device plan, else the
-  // session's.
-  auto device_index = [&](const std::string& named) -> absl::StatusOr<size_t> {
-    const std::string& d = plan.multi_device() && !named.empty() ? named : device;
-    for (size_t i = 0; i < rs.devices.size(); ++i)
-      if (rs.devices[i].name == d) return i;
-    auto w = pool_->worker_for(d, absl::Seconds(10), tenant);
-    if (!w.ok()) return w.status();
-    RunState::Device dev;
-    dev.name = d;
-    dev.w = *w;
-    dev.generation = (*w)->generation();
-    rs.devices.push_back(std::move(dev));
-    return rs.devices.size() - 1;
-  };
-  // The run's temporaries are freed without waiting for the worker's answer: the reply
-  // carries nothing the run needs, and waiting would add a round trip to every Run. A
-  // worker that is gone has nothing to free.
-  auto cleanup = [&] {
-    for (auto& d : rs.devices) {
-      if (d.temps.empty()) continue;
-      auto st = stub(d.w);
-      if (!st.ok()) continue;
-      struct Call {
-        std::shared_ptr<Stub> stub;  // keeps the channel up until the answer
-        Worker w;
-        uint64_t generation;
-        grpc::ClientContext ctx;
-        wpb::FreeBuffersRequest req;
-        wpb::FreeBuffersResponse resp;
-      };
-      auto* c = new Call{*st, d.w, d.generation};
-      set_deadline(c->ctx, absl::Now() + absl::Seconds(10));
-      for (uint64_t id : d.temps) c->req.add_buffer_ids(id);
-      // An id is handed out again only once its buffer is surely gone.
-      c->stub->async()->FreeBuffers(&c->ctx, &c->req, &c->resp, [c](grpc::Status s) {
-        if (s.ok()) c->w->release_buffer_ids({c->req.buffer_ids().data(), static_cast<size_t>(c->req.buffer_ids_size())}, c->generation);
-        delete c;
-      });
-    }
-  };
-  RunOutcome& out = rs.out;
-  out.outputs.resize(plan.outputs.size());
-  out.kept.resize(plan.outputs.size());
+absl::StatusOr<size_t> Executor::device_index(RunState& rs, const std::string& named) {
+  const std::string& d = rs.plan->multi_device() && !named.empty() ? named : rs.session_device;
+  for (size_t i = 0; i < rs.devices.size(); ++i)
+    if (rs.devices[i].name == d) return i;
+  auto w = pool_->worker_for(d, absl::Seconds(10), rs.tenant);
+  if (!w.ok()) return w.status();
+  RunState::Device dev;
+  dev.name = d;
+  dev.w = *w;
+  dev.generation = (*w)->generation();
+  rs.devices.push_back(std::move(dev));
+  return rs.devices.size() - 1;
+}
 
-  // Every plan buffer as a worker buffer on its device: a session buffer as it is (on
-  // that worker, of this generation), everything else allocated for the run.
+// The run's temporaries are freed without waiting for the worker's answer: the reply
+// carries nothing the run needs, and waiting would add a round trip to every Run. A
+// worker that is gone has nothing to free.
+void Executor::free_temporaries(RunState& rs) {
+  for (auto& d : rs.devices) {
+    if (d.temps.empty()) continue;
+    auto st = stub(d.w);
+    if (!st.ok()) continue;
+    struct Call {
+      std::shared_ptr<Stub> stub;  // keeps the channel up until the answer
+      Worker w;
+      uint64_t generation;
+      grpc::ClientContext ctx;
+      wpb::FreeBuffersRequest req;
+      wpb::FreeBuffersResponse resp;
+    };
+    auto* c = new Call{*st, d.w, d.generation};
+    set_deadline(c->ctx, absl::Now() + absl::Seconds(10));
+    for (uint64_t id : d.temps) c->req.add_buffer_ids(id);
+    // An id is handed out again only once its buffer is surely gone.
+    c->stub->async()->FreeBuffers(&c->ctx, &c->req, &c->resp, [c](grpc::Status s) {
+      if (s.ok()) c->w->release_buffer_ids({c->req.buffer_ids().data(), static_cast<size_t>(c->req.buffer_ids_size())}, c->generation);
+      delete c;
+    });
+  }
+}
+
+absl::StatusOr<std::vector<Executor::StreamedInput>> Executor::bind_buffers(
+    RunState& rs, const absl::flat_hash_map<int, BoundInput>& inputs) {
+  const Plan& plan = *rs.plan;
   rs.ids.assign(plan.buffers.size(), 0);
   rs.device_of.assign(plan.buffers.size(), 0);
-  // Inline inputs too large to travel in the first Execute: plan buffer and data.
-  std::vector<std::pair<size_t, std::string_view>> streamed_inputs;
+  std::vector<StreamedInput> streamed;
   for (size_t i = 0; i < plan.buffers.size(); ++i) {
     const PlannedBuffer& pb = plan.buffers[i];
-    auto di = device_index(pb.device);
-    if (!di.ok()) {
-      cleanup();
-      return di.status();
-    }
-    rs.device_of[i] = *di;
-    RunState::Device& d = rs.devices[*di];
+    ASSIGN_OR_RETURN(const size_t di, device_index(rs, pb.device));
+    rs.device_of[i] = di;
+    RunState::Device& d = rs.devices[di];
     auto in = inputs.find(static_cast<int>(i));
     if (in != inputs.end() && in->second.session_buffer) {
       const BufferInfo& b = *in->second.session_buffer;
-      if (b.worker_id != d.w->id() || b.worker_generation != d.generation) {
-        cleanup();
+      if (b.worker_id != d.w->id() || b.worker_generation != d.generation)
         return absl::UnavailableError(cat("buffer ", b.id, " was held by worker ", b.worker_id,
                                           ", which restarted since; its contents are lost"));
-      }
       rs.ids[i] = b.worker_buffer;
       continue;
     }
@@ -611,142 +383,143 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const std::s
       a->set_bytes(static_cast<uint64_t>(pb.elements) * scalar_bytes(pb.dtype));
       a->set_data(data.data(), data.size());
       d.pending_inline += data.size();
-      out.bytes_in += data.size();
+      rs.out.bytes_in += data.size();
       continue;
     }
-    streamed_inputs.emplace_back(i, data);
+    streamed.push_back({i, data});
   }
-  // Larger inline inputs are allocated and streamed in chunks before the first Execute,
-  // all at once: each write starts as soon as its allocation is answered (from gRPC's
-  // callback), so the Run waits once for allocations and writes together.
+  return streamed;
+}
+
+// All at once: each write starts as soon as its allocation is answered (from gRPC's
+// callback), so the Run waits once for allocations and writes together.
+absl::Status Executor::stream_inputs(RunState& rs, const std::vector<StreamedInput>& streamed_inputs) {
+  const Plan& plan = *rs.plan;
+  const absl::Time deadline = rs.deadline;
+  struct Pending {
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t left = 0;
+    void add() {
+      std::lock_guard<std::mutex> l(mu);
+      ++left;
+    }
+    void done() {
+      std::lock_guard<std::mutex> l(mu);
+      if (--left == 0) cv.notify_all();
+    }
+  } pending;
+  // One client stream per inline input: its chunks back to back, the last with
+  // WritesDone.
+  class Writer final : public grpc::ClientWriteReactor<wpb::WriteChunk> {
+   public:
+    Writer(Pending* p, uint64_t id, std::string_view data) : p_(p), id_(id), data_(data) {}
+    grpc::ClientContext ctx;
+    wpb::WriteBufferResponse resp;
+    absl::Status status;
+    void start() {
+      StartCall();
+      next();
+    }
+    void OnWriteDone(bool ok) override {
+      if (ok) next();  // else the call failed: OnDone says why
+    }
+    void OnDone(const grpc::Status& s) override {
+      status = from_grpc(s);
+      p_->done();
+    }
+
+   private:
+    void next() {
+      if (sent_ && at_ >= data_.size()) return;
+      chunk_.set_buffer_id(id_);
+      chunk_.set_offset(at_);
+      std::string_view part = data_.substr(at_, kChunk);
+      chunk_.mutable_data()->assign(part.data(), part.size());
+      at_ += part.size();
+      sent_ = true;
+      if (at_ >= data_.size()) StartWriteLast(&chunk_, grpc::WriteOptions());
+      else StartWrite(&chunk_);
+    }
+    Pending* p_;
+    uint64_t id_;
+    std::string_view data_;
+    uint64_t at_ = 0;
+    bool sent_ = false;
+    wpb::WriteChunk chunk_;
+  };
+  struct Call {
+    grpc::ClientContext ctx;
+    wpb::AllocBufferRequest req;
+    wpb::AllocBufferResponse resp;
+    absl::Status status;
+    std::shared_ptr<Stub> stub;
+    std::string_view data;           // the input's bytes, written once allocated
+    std::unique_ptr<Writer> writer;  // set (by the callback) when the write started
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  for (const auto& [i, data] : streamed_inputs) {
+    const PlannedBuffer& pb = plan.buffers[i];
+    auto call = std::make_unique<Call>();
+    set_deadline(call->ctx, deadline);
+    call->req.set_buffer_id(rs.ids[i]);
+    call->req.set_bytes(static_cast<uint64_t>(pb.elements) * scalar_bytes(pb.dtype));
+    call->data = data;
+    Call* c = call.get();
+    calls.push_back(std::move(call));
+    auto st = stub(rs.devices[rs.device_of[i]].w);
+    if (!st.ok()) {
+      c->status = st.status();
+      continue;
+    }
+    c->stub = *st;
+    pending.add();
+    c->stub->async()->AllocBuffer(&c->ctx, &c->req, &c->resp, [c, &pending, deadline](grpc::Status g) {
+      c->status = from_grpc(g);
+      if (c->status.ok()) {
+        c->writer = std::make_unique<Writer>(&pending, c->req.buffer_id(), c->data);
+        set_deadline(c->writer->ctx, deadline);
+        pending.add();  // before this call's own done(): the count never passes 0 early
+        c->stub->async()->WriteBuffer(&c->writer->ctx, &c->writer->resp, c->writer.get());
+        c->writer->start();
+      }
+      pending.done();
+    });
+  }
   {
-    struct Pending {
-      std::mutex mu;
-      std::condition_variable cv;
-      size_t left = 0;
-      void add() {
-        std::lock_guard<std::mutex> l(mu);
-        ++left;
-      }
-      void done() {
-        std::lock_guard<std::mutex> l(mu);
-        if (--left == 0) cv.notify_all();
-      }
-    } pending;
-    // One client stream per inline input: its chunks back to back, the last with
-    // WritesDone.
-    class Writer final : public grpc::ClientWriteReactor<wpb::WriteChunk> {
-     public:
-      Writer(Pending* p, uint64_t id, std::string_view data) : p_(p), id_(id), data_(data) {}
-      grpc::ClientContext ctx;
-      wpb::WriteBufferResponse resp;
-      absl::Status status;
-      void start() {
-        StartCall();
-        next();
-      }
-      void OnWriteDone(bool ok) override {
-        if (ok) next();  // else the call failed: OnDone says why
-      }
-      void OnDone(const grpc::Status& s) override {
-        status = from_grpc(s);
-        p_->done();
-      }
-
-     private:
-      void next() {
-        if (sent_ && at_ >= data_.size()) return;
-        chunk_.set_buffer_id(id_);
-        chunk_.set_offset(at_);
-        std::string_view part = data_.substr(at_, kChunk);
-        chunk_.mutable_data()->assign(part.data(), part.size());
-        at_ += part.size();
-        sent_ = true;
-        if (at_ >= data_.size()) StartWriteLast(&chunk_, grpc::WriteOptions());
-        else StartWrite(&chunk_);
-      }
-      Pending* p_;
-      uint64_t id_;
-      std::string_view data_;
-      uint64_t at_ = 0;
-      bool sent_ = false;
-      wpb::WriteChunk chunk_;
-    };
-    struct Call {
-      grpc::ClientContext ctx;
-      wpb::AllocBufferRequest req;
-      wpb::AllocBufferResponse resp;
-      absl::Status status;
-      std::shared_ptr<Stub> stub;
-      std::string_view data;           // the input's bytes, written once allocated
-      std::unique_ptr<Writer> writer;  // set (by the callback) when the write started
-    };
-    std::vector<std::unique_ptr<Call>> calls;
-    for (const auto& [i, data] : streamed_inputs) {
-      const PlannedBuffer& pb = plan.buffers[i];
-      auto call = std::make_unique<Call>();
-      set_deadline(call->ctx, deadline);
-      call->req.set_buffer_id(rs.ids[i]);
-      call->req.set_bytes(static_cast<uint64_t>(pb.elements) * scalar_bytes(pb.dtype));
-      call->data = data;
-      Call* c = call.get();
-      calls.push_back(std::move(call));
-      auto st = stub(rs.devices[rs.device_of[i]].w);
-      if (!st.ok()) {
-        c->status = st.status();
-        continue;
-      }
-      c->stub = *st;
-      pending.add();
-      c->stub->async()->AllocBuffer(&c->ctx, &c->req, &c->resp, [c, &pending, deadline](grpc::Status g) {
-        c->status = from_grpc(g);
-        if (c->status.ok()) {
-          c->writer = std::make_unique<Writer>(&pending, c->req.buffer_id(), c->data);
-          set_deadline(c->writer->ctx, deadline);
-          pending.add();  // before this call's own done(): the count never passes 0 early
-          c->stub->async()->WriteBuffer(&c->writer->ctx, &c->writer->resp, c->writer.get());
-          c->writer->start();
-        }
-        pending.done();
-      });
-    }
-    {
-      std::unique_lock<std::mutex> l(pending.mu);
-      pending.cv.wait(l, [&] { return pending.left == 0; });
-    }
-    for (size_t k = 0; k < streamed_inputs.size(); ++k) {
-      const RunState::Device& d = rs.devices[rs.device_of[streamed_inputs[k].first]];
-      absl::Status s = calls[k]->status;
-      const char* what = "allocating a buffer";
-      if (s.ok() && calls[k]->writer) {
-        s = calls[k]->writer->status;
-        what = "writing a buffer";
-      }
-      if (s.ok()) {
-        out.bytes_in += calls[k]->data.size();
-        continue;
-      }
-      s = failed(d.w, s, what, d.generation);
-      cleanup();
-      return s;
-    }
+    std::unique_lock<std::mutex> l(pending.mu);
+    pending.cv.wait(l, [&] { return pending.left == 0; });
   }
+  for (size_t k = 0; k < streamed_inputs.size(); ++k) {
+    const RunState::Device& d = rs.devices[rs.device_of[streamed_inputs[k].buffer]];
+    absl::Status s = calls[k]->status;
+    const char* what = "allocating a buffer";
+    if (s.ok() && calls[k]->writer) {
+      s = calls[k]->writer->status;
+      what = "writing a buffer";
+    }
+    if (s.ok()) {
+      rs.out.bytes_in += calls[k]->data.size();
+      continue;
+    }
+    return failed(d.w, s, what, d.generation);
+  }
+  return absl::OkStatus();
+}
 
-  // Each kernel's device, and the programs its worker does not have yet.
-  std::vector<size_t> kernel_device(plan.kernels.size(), 0);
+absl::Status Executor::load_programs(RunState& rs) {
+  const Plan& plan = *rs.plan;
+  rs.kernel_device.assign(plan.kernels.size(), 0);
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
     const PlannedKernel& pk = plan.kernels[i];
-    auto di = pk.buffers.empty() ? device_index(pk.device) : absl::StatusOr<size_t>(rs.device_of[pk.buffers[0]]);
-    if (!di.ok()) {
-      cleanup();
-      return di.status();
-    }
-    kernel_device[i] = *di;
-    const RunState::Device& d = rs.devices[*di];
-    const CompiledKernel& k = kernels[i];
+    ASSIGN_OR_RETURN(const size_t di, pk.buffers.empty() ? device_index(rs, pk.device)
+                                                          : absl::StatusOr<size_t>(rs.device_of[pk.buffers[0]]));
+    rs.kernel_device[i] = di;
+    const RunState::Device& d = rs.devices[di];
+    const CompiledKernel& k = (*rs.kernels)[i];
     if (d.w->has_program(k.key)) continue;
     grpc::ClientContext ctx;
-    set_deadline(ctx, deadline);
+    set_deadline(ctx, rs.deadline);
     wpb::LoadProgramRequest req;
     req.set_key(k.key);
     req.set_object(k.object);
@@ -754,59 +527,64 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const std::s
     wpb::LoadProgramResponse resp;
     auto st = stub(d.w);
     absl::Status s = st.ok() ? from_grpc((*st)->LoadProgram(&ctx, req, &resp)) : st.status();
-    if (!s.ok()) {
-      cleanup();
-      return failed(d.w, s, cat("loading kernel ", k.name), d.generation);
-    }
+    if (!s.ok()) return failed(d.w, s, cat("loading kernel ", k.name), d.generation);
     d.w->note_program(k.key, d.generation);
   }
+  return absl::OkStatus();
+}
 
-  // The steps in order: launches gather per device until a collective or copy needs
-  // their results.
+absl::Status Executor::add_launch(RunState& rs, size_t kernel) {
+  const Plan& plan = *rs.plan;
+  const PlannedKernel& pk = plan.kernels[kernel];
+  const CompiledKernel& ck = (*rs.kernels)[kernel];
+  wpb::Launch* l = rs.devices[rs.kernel_device[kernel]].pending.add_launches();
+  l->set_key(ck.key);
+  std::vector<uint64_t> slots(ck.abi.num_buffers(), 0);
+  for (const KernelParam& p : ck.abi.params) slots[p.slot] = rs.ids.at(pk.buffers.at(p.slot));
+  for (uint64_t id : slots) l->add_buffer_ids(id);
+  for (const KernelVar& v : ck.abi.vars) {
+    auto it = plan.vars.find(v.name);
+    if (it == plan.vars.end())
+      return absl::InvalidArgumentError(cat("kernel ", pk.name, " needs variable ", v.name, ", which the graph does not bind"));
+    l->add_vars(it->second);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::run_copy(RunState& rs, const PlannedCopy& c) {
+  const Plan& plan = *rs.plan;
+  auto t0 = std::chrono::steady_clock::now();
+  const PlannedBuffer& src = plan.buffers[c.src];
+  const PlannedBuffer& dst = plan.buffers[c.dst];
+  uint64_t bytes = static_cast<uint64_t>(std::min(src.elements, dst.elements)) * scalar_bytes(src.dtype);
+  auto data = read(rs.devices[rs.device_of[c.src]].w, rs.ids[c.src], 0, bytes, rs.deadline);
+  absl::Status s = data.ok() ? write(rs.devices[rs.device_of[c.dst]].w, rs.ids[c.dst], 0, *data, rs.deadline) : data.status();
+  if (!s.ok()) s = absl::Status(s.code(), cat("copying ", rs.devices[rs.device_of[c.src]].name, " -> ",
+                                             rs.devices[rs.device_of[c.dst]].name, ": ", s.message()));
+  rs.out.run_ms += ms_since(t0);
+  return s;
+}
+
+absl::Status Executor::run_steps(RunState& rs) {
+  const Plan& plan = *rs.plan;
   for (const PlannedStep& st : plan.steps) {
-    absl::Status s;
     if (st.kind == PlannedStep::Kind::Kernel) {
-      const PlannedKernel& pk = plan.kernels[st.index];
-      const CompiledKernel& ck = kernels[st.index];
-      wpb::Launch* l = rs.devices[kernel_device[st.index]].pending.add_launches();
-      l->set_key(ck.key);
-      std::vector<uint64_t> slots(ck.abi.num_buffers(), 0);
-      for (const KernelParam& p : ck.abi.params) slots[p.slot] = rs.ids.at(pk.buffers.at(p.slot));
-      for (uint64_t id : slots) l->add_buffer_ids(id);
-      for (const KernelVar& v : ck.abi.vars) {
-        auto it = plan.vars.find(v.name);
-        if (it == plan.vars.end()) {
-          cleanup();
-          return absl::InvalidArgumentError(cat("kernel ", pk.name, " needs variable ", v.name, ", which the graph does not bind"));
-        }
-        l->add_vars(it->second);
-      }
+      RETURN_IF_ERROR(add_launch(rs, st.index));
       continue;
     }
-    s = flush_launches(rs);
-    if (s.ok() && st.kind == PlannedStep::Kind::Collective) {
-      s = run_collective(rs, plan.collectives[st.index], st.index);
-    } else if (s.ok()) {
-      const PlannedCopy& c = plan.copies[st.index];
-      auto t0 = std::chrono::steady_clock::now();
-      const PlannedBuffer& src = plan.buffers[c.src];
-      const PlannedBuffer& dst = plan.buffers[c.dst];
-      uint64_t bytes = static_cast<uint64_t>(std::min(src.elements, dst.elements)) * scalar_bytes(src.dtype);
-      auto data = read(rs.devices[rs.device_of[c.src]].w, rs.ids[c.src], 0, bytes, deadline);
-      s = data.ok() ? write(rs.devices[rs.device_of[c.dst]].w, rs.ids[c.dst], 0, *data, deadline) : data.status();
-      if (!s.ok()) s = absl::Status(s.code(), cat("copying ", rs.devices[rs.device_of[c.src]].name, " -> ",
-                                                 rs.devices[rs.device_of[c.dst]].name, ": ", s.message()));
-      out.run_ms += ms_since(t0);
-    }
-    if (!s.ok()) {
-      cleanup();
-      return s;
+    RETURN_IF_ERROR(flush_launches(rs));
+    if (st.kind == PlannedStep::Kind::Collective) {
+      RETURN_IF_ERROR(run_collective(rs, plan.collectives[st.index], st.index));
+    } else {
+      RETURN_IF_ERROR(run_copy(rs, plan.copies[st.index]));
     }
   }
+  return absl::OkStatus();
+}
 
-  // The outputs: handed over to the session (then not freed here), or read back. Those
-  // that fit come back with each device's last Execute, which also frees the run's
-  // temporaries; larger ones are streamed after it (and freed by cleanup).
+absl::Status Executor::read_outputs(RunState& rs, const std::vector<bool>& keep) {
+  const Plan& plan = *rs.plan;
+  RunOutcome& out = rs.out;
   struct Reading {
     size_t device;
     int slot = -1;  // index into the device's read_back; -1: streamed
@@ -846,45 +624,56 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const std::s
   }
   for (RunState::Device& d : rs.devices) {
     const wpb::ExecuteRequest& p = d.pending;
-    if (p.launches_size() == 0 && p.allocs_size() == 0 && p.read_back_size() == 0) continue;  // cleanup frees
+    if (p.launches_size() == 0 && p.allocs_size() == 0 && p.read_back_size() == 0) continue;  // freed after the run
     for (uint64_t id : d.temps)
       if (!streamed.contains(id)) d.pending.add_free_after(id);
   }
-  if (absl::Status s = flush_launches(rs); !s.ok()) {
-    cleanup();
-    return s;
-  }
-  {
-    for (size_t k = 0; k < plan.outputs.size(); ++k) {
-      if (keep[k]) continue;
-      const PlannedOutput& o = plan.outputs[k];
-      RunState::Device& d = rs.devices[reading[k].device];
-      HostTensor t;
-      t.dtype = o.dtype;
-      t.shape = o.shape;
-      const uint64_t bytes = static_cast<uint64_t>(t.numel()) * scalar_bytes(o.dtype);
-      if (reading[k].slot >= 0) {
-        if (reading[k].slot >= d.answer.outputs_size() || d.answer.outputs(reading[k].slot).size() < bytes) {
-          cleanup();
-          return absl::InternalError(cat("worker ", d.w->id(), " returned ", d.answer.outputs_size(), " outputs, not output ",
-                                         reading[k].slot, " of ", bytes, " bytes"));
-        }
-        // Each output has its own slot (one buffer read back twice comes back twice): take it.
-        t.data = std::move(*d.answer.mutable_outputs(reading[k].slot));
-        t.data.resize(bytes);
-      } else {
-        auto data = read(d.w, rs.ids[o.buffer], 0, bytes, deadline);
-        if (!data.ok()) {
-          cleanup();
-          return data.status();
-        }
-        t.data = std::move(*data);
-      }
-      out.bytes_out += t.data.size();
-      out.outputs[k] = std::move(t);
+  RETURN_IF_ERROR(flush_launches(rs));
+  for (size_t k = 0; k < plan.outputs.size(); ++k) {
+    if (keep[k]) continue;
+    const PlannedOutput& o = plan.outputs[k];
+    RunState::Device& d = rs.devices[reading[k].device];
+    HostTensor t;
+    t.dtype = o.dtype;
+    t.shape = o.shape;
+    const uint64_t bytes = static_cast<uint64_t>(t.numel()) * scalar_bytes(o.dtype);
+    if (reading[k].slot >= 0) {
+      if (reading[k].slot >= d.answer.outputs_size() || d.answer.outputs(reading[k].slot).size() < bytes)
+        return absl::InternalError(cat("worker ", d.w->id(), " returned ", d.answer.outputs_size(), " outputs, not output ",
+                                       reading[k].slot, " of ", bytes, " bytes"));
+      // Each output has its own slot (one buffer read back twice comes back twice): take it.
+      t.data = std::move(*d.answer.mutable_outputs(reading[k].slot));
+      t.data.resize(bytes);
+    } else {
+      ASSIGN_OR_RETURN(t.data, read(d.w, rs.ids[o.buffer], 0, bytes, rs.deadline));
     }
+    out.bytes_out += t.data.size();
+    out.outputs[k] = std::move(t);
   }
-  cleanup();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const std::string& tenant, const Plan& plan,
+                                         const std::vector<CompiledKernel>& kernels,
+                                         const absl::flat_hash_map<int, BoundInput>& inputs, const std::vector<bool>& keep,
+                                         absl::Time deadline) {
+  if (keep.size() != plan.outputs.size())
+    return absl::InternalError(cat("run: ", keep.size(), " keep flags for ", plan.outputs.size(), " outputs"));
+  RunState rs;
+  rs.plan = &plan;
+  rs.kernels = &kernels;
+  rs.deadline = deadline;
+  rs.session_device = device;
+  rs.tenant = tenant;
+  rs.out.outputs.resize(plan.outputs.size());
+  rs.out.kept.resize(plan.outputs.size());
+  // Whatever happens from here, the run's temporaries go (kept outputs are none).
+  absl::Cleanup free_temps = [&] { free_temporaries(rs); };
+  ASSIGN_OR_RETURN(std::vector<StreamedInput> streamed, bind_buffers(rs, inputs));
+  RETURN_IF_ERROR(stream_inputs(rs, streamed));
+  RETURN_IF_ERROR(load_programs(rs));
+  RETURN_IF_ERROR(run_steps(rs));
+  RETURN_IF_ERROR(read_outputs(rs, keep));
   return std::move(rs.out);
 }
 

@@ -5,7 +5,7 @@
 // A cached single-device Run with small tensors is one Execute round trip to the worker:
 // the allocations, the inline inputs, the launches, the outputs read back and the frees
 // all travel in it (worker.proto's ExecuteRequest). To a worker this uopd started, that
-// Execute goes through the worker's execute lane (shared memory, worker/exec_lane.h) when
+// Execute goes through the worker's execute lane (shared memory, transport/exec_lane.h) when
 // it fits a slot and one is free, else over gRPC like every other call.
 // A worker that fails mid-run is reported to the WorkerPool, and the client gets the
 // pool's UNAVAILABLE status saying which worker and why.
@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -87,7 +88,7 @@ class Executor {
   static uint64_t run_bytes(const Plan& plan, const absl::flat_hash_map<int, BoundInput>& inputs);
 
   // Buffer traffic for the buffer RPCs (and the run), in chunks of kChunk bytes: through
-  // the worker's execute lane (worker/lane_messages.h) while it has one with a slot free,
+  // the worker's execute lane (transport/lane_messages.h) while it has one with a slot free,
   // else over gRPC. Failures come back as failed() says.
   using Worker = std::shared_ptr<WorkerHandle>;
   // `id` from new_buffer_id(w); released again when the allocation fails.
@@ -140,6 +141,34 @@ class Executor {
 
  private:
   struct RunState;
+  // run()'s steps, in order. What they allocate on the workers is listed in the run's
+  // temporaries, which run() frees once whatever happens (free_temporaries).
+  // The device a plan buffer or kernel names (its own in a multi-device plan, else the
+  // session's): its index in the run's devices, its worker taken on first use.
+  absl::StatusOr<size_t> device_index(RunState& rs, const std::string& named);
+  // An inline input too large to travel in a device's first Execute: its plan buffer and data.
+  struct StreamedInput {
+    size_t buffer;
+    std::string_view data;
+  };
+  // Every plan buffer as a worker buffer on its device: a session buffer as it is (on that
+  // worker, of this generation), everything else a new id, allocated by the device's first
+  // Execute with its inline data where that fits; the inputs that do not are returned.
+  absl::StatusOr<std::vector<StreamedInput>> bind_buffers(RunState& rs, const absl::flat_hash_map<int, BoundInput>& inputs);
+  // Allocates and writes those, in chunks, before the first Execute.
+  absl::Status stream_inputs(RunState& rs, const std::vector<StreamedInput>& streamed);
+  // Each kernel's device, and the programs its worker does not have yet, loaded.
+  absl::Status load_programs(RunState& rs);
+  // The plan's steps in order: launches gather per device (add_launch) until a collective
+  // or a copy needs their results.
+  absl::Status run_steps(RunState& rs);
+  absl::Status add_launch(RunState& rs, size_t kernel);
+  absl::Status run_copy(RunState& rs, const PlannedCopy& c);
+  // The outputs: handed over to the session (keep[i]; then not freed), or read back. Those
+  // that fit come back with each device's last Execute, which also frees the run's
+  // temporaries; larger ones are streamed after it.
+  absl::Status read_outputs(RunState& rs, const std::vector<bool>& keep);
+  void free_temporaries(RunState& rs);
   absl::Status flush_launches(RunState& rs);
   absl::Status run_collective(RunState& rs, const PlannedCollective& c, size_t index);
   // Picks what to tell the client from the failures of calls made side by side: a worker

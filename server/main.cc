@@ -23,6 +23,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "compiler/codegen/cuda.h"
 #include "compiler/ir/codec.h"
 #include "compiler/support/flags.h"
@@ -30,19 +31,18 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "absl/strings/numbers.h"
-#include "server/cache/cluster_key.h"
 #include "grpcpp/resource_quota.h"
+#include "server/auth.h"
+#include "server/cache/cluster_key.h"
 #include "server/cache/disk_tier.h"
 #include "server/cache/memory_tier.h"
 #include "server/cache/redis_tier.h"
-#include "server/auth.h"
-#include "server/cluster_auth.h"
 #include "server/inflight.h"
 #include "server/registry_service.h"
 #include "server/rendezvous_service.h"
 #include "server/service.h"
-#include "server/tls.h"
+#include "transport/cluster_auth.h"
+#include "transport/tls.h"
 
 namespace uop::server {
 namespace {
@@ -365,7 +365,7 @@ bool loopback(const std::string& host) {
   return host.rfind("127.", 0) == 0 || host == "localhost" || host == "[::1]" || host == "::1";
 }
 
-// How the internal services and the workers authenticate (server/cluster_auth.h): the
+// How the internal services and the workers authenticate (transport/cluster_auth.h): the
 // cluster secret (--cluster-secret-file, or one made now that only the embedded workers
 // learn), mutual TLS (--worker-tls-*), both, or, with --insecure-internal, nothing.
 // Where remote workers are expected (no embedded ones, or an internal listener others can

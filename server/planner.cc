@@ -8,14 +8,11 @@
 #include "compiler/ir/digest.h"
 #include "compiler/pipeline.h"
 #include "compiler/support/strings.h"
+#include "compiler/support/timing.h"
 #include "proto/artifact.pb.h"
 
 namespace uop::server {
 namespace {
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // A compile that stopped because nobody waits for it any more.
 bool is_stop(const absl::Status& s) {

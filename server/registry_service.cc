@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "transport/grpc_absl.h"
+
 namespace uop {
 
 grpc::Status RegistryService::Register(grpc::ServerContext*, const uopd::worker::v1::RegisterRequest* req,
@@ -16,8 +18,7 @@ grpc::Status RegistryService::Register(grpc::ServerContext*, const uopd::worker:
   r.instance = req->instance();
   r.previous_name = req->previous_name();
   auto got = pool_->register_remote(r);
-  if (!got.ok())
-    return grpc::Status(static_cast<grpc::StatusCode>(got.status().code()), std::string(got.status().message()));
+  if (!got.ok()) return transport::to_grpc(got.status());
   resp->set_worker_id(got->worker_id);
   resp->set_name(got->name);
   return grpc::Status::OK;

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "compiler/support/strings.h"
+#include "transport/grpc_absl.h"
 
 namespace uop {
 
@@ -200,23 +201,18 @@ uint64_t RendezvousStore::bytes() const {
   return n;
 }
 
-namespace {
-grpc::Status to_grpc_status(const absl::Status& st) {
-  if (st.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(st.code()), std::string(st.message()));
-}
-}  // namespace
+using transport::to_grpc;
 
 grpc::Status RendezvousService::Set(grpc::ServerContext*, const wv1::RendezvousSetRequest* req,
                                     wv1::RendezvousSetResponse*) {
-  return to_grpc_status(store_.set(req->key(), req->value()));
+  return to_grpc(store_.set(req->key(), req->value()));
 }
 
 grpc::Status RendezvousService::Get(grpc::ServerContext* ctx, const wv1::RendezvousGetRequest* req,
                                     wv1::RendezvousGetResponse* resp) {
   std::vector<std::string> keys(req->keys().begin(), req->keys().end());
   auto values = store_.get(keys, absl::Milliseconds(req->timeout_ms()), [ctx] { return ctx->IsCancelled(); });
-  if (!values.ok()) return to_grpc_status(values.status());
+  if (!values.ok()) return to_grpc(values.status());
   for (std::string& v : *values) resp->add_values(std::move(v));
   return grpc::Status::OK;
 }

@@ -1,7 +1,7 @@
 // The scheduler's Rendezvous service (proto/worker.proto): the key-value store through
 // which the members of a Gloo collective on different hosts (and NCCL's members, for
 // their unique id) find each other. It listens on the internal listener only, behind the
-// cluster's credentials (server/cluster_auth.h).
+// cluster's credentials (transport/cluster_auth.h).
 //
 // Keys live in groups, one per collective: "<group>/<rest>". The scheduler opens a group
 // (RendezvousStore::open_group, in process: no RPC does it) before it sends the members

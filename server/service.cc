@@ -7,8 +7,11 @@
 
 #include "compiler/codegen/cuda.h"
 #include "compiler/pipeline.h"
+#include "compiler/support/status_macros.h"
 #include "compiler/support/strings.h"
+#include "compiler/support/timing.h"
 #include "proto/worker.grpc.pb.h"
+#include "transport/grpc_absl.h"
 
 namespace uop::server {
 namespace {
@@ -27,14 +30,7 @@ namespace pb = ::uopd::v1;
   return true;
 }();
 
-grpc::Status to_grpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
+using transport::to_grpc;
 
 pb::CacheStatus status_of(CacheOutcome o) {
   switch (o) {
@@ -136,6 +132,96 @@ class InFlight {
  private:
   std::atomic<uint64_t>& n_;
 };
+
+// A Run's bindings: each names a BUFFER (or PARAM) node of the request's graph, which the
+// plan knows by digest, and binds it to a session buffer on the right device or to an
+// inline tensor of the right size (whose bytes move out of the request). Every input of a
+// tensor-level graph must be bound.
+struct RunInputs {
+  absl::flat_hash_map<int, BoundInput> inputs;  // by plan buffer; points into the two below
+  std::vector<BufferInfo> session_buffers;
+  std::vector<HostTensor> tensors;
+  uint64_t inline_bytes = 0;
+};
+
+absl::Status bind_run_inputs(SessionManager& sessions, uint64_t max_inline_bytes, const Plan& p, const DecodedGraph& g,
+                             const std::string& device, const std::string& who, pb::RunRequest* req, RunInputs& in) {
+  // No more bindings than the graph has buffers (what is kept per binding below is then
+  // bounded by the graph, not by the request's count).
+  if (static_cast<size_t>(req->inputs_size()) > p.buffers.size())
+    return absl::InvalidArgumentError(cat(req->inputs_size(), " bindings for a graph with ", p.buffers.size(),
+                                          " buffers; each binds one input"));
+  in.session_buffers.resize(req->inputs_size());
+  in.tensors.resize(req->inputs_size());
+  for (int i = 0; i < req->inputs_size(); ++i) {
+    const pb::Binding& bind = req->inputs(i);
+    const UOp* node = nullptr;
+    std::string label;
+    if (bind.node_case() == pb::Binding::kName) {
+      label = cat("'", bind.name(), "'");
+      for (auto& [n, u] : g.names)
+        if (n == bind.name()) node = u;
+    } else if (bind.node_case() == pb::Binding::kIndex && bind.index() < g.nodes.size()) {
+      label = cat("node ", bind.index());
+      node = g.nodes[bind.index()];
+    }
+    if (!node) return absl::InvalidArgumentError(cat("binding ", i, ": the graph has no node ", label.empty() ? "named by it" : label));
+    int buf = -1;
+    for (size_t j = 0; j < p.buffers.size(); ++j)
+      if (p.buffers[j].role != PlannedBuffer::Role::Intermediate && p.buffers[j].node == node->digest()) buf = static_cast<int>(j);
+    if (buf < 0 || (!p.kernel_level && p.buffers[buf].role != PlannedBuffer::Role::Input))
+      return absl::InvalidArgumentError(cat("binding ", i, ": ", label, " is not an input of the graph (a BUFFER it reads)"));
+    const PlannedBuffer& pb_ = p.buffers[buf];
+    if (bind.value_case() == pb::Binding::kBufferId) {
+      auto b = sessions.buffer(req->session_id(), bind.buffer_id(), who);
+      if (!b.ok()) return b.status();
+      // A multi-device graph names each buffer's device; one device means the session's.
+      const std::string& want = p.multi_device() && !pb_.device.empty() ? pb_.device : device;
+      if (b->dtype != pb_.dtype || b->elements != static_cast<uint64_t>(pb_.elements) || b->device != want)
+        return absl::InvalidArgumentError(cat("binding ", label, ": buffer ", b->id, " holds ", b->elements, " x ", scalar_name(b->dtype), " on ", b->device, "; the graph wants ", pb_.elements, " x ", scalar_name(pb_.dtype), " on ", want));
+      in.session_buffers[i] = *b;
+      in.inputs[buf].session_buffer = &in.session_buffers[i];
+    } else if (bind.value_case() == pb::Binding::kTensor) {
+      const pb::Tensor& t = bind.tensor();
+      HostTensor& h = in.tensors[i];
+      h.dtype = static_cast<Scalar>(t.dtype());
+      h.shape = {static_cast<int64_t>(pb_.elements)};
+      uint64_t want = static_cast<uint64_t>(pb_.elements) * scalar_bytes(pb_.dtype);
+      if (h.dtype != pb_.dtype || t.data().size() != want)
+        return absl::InvalidArgumentError(cat("binding ", label, ": an inline tensor of ", t.data().size(), " bytes of ", scalar_name(h.dtype), "; the graph wants ", pb_.elements, " x ", scalar_name(pb_.dtype), " (", want, " bytes)"));
+      in.inline_bytes += want;
+      if (in.inline_bytes > max_inline_bytes)
+        return absl::ResourceExhaustedError(cat("inline tensors of one run: over the limit of ", max_inline_bytes, " bytes; upload buffers instead"));
+      // The request's bytes move over: an inline input is held once.
+      h.data.swap(*req->mutable_inputs(i)->mutable_tensor()->mutable_data());
+      in.inputs[buf].tensor = &h;
+    } else {
+      return absl::InvalidArgumentError(cat("binding ", label, ": neither a buffer id nor a tensor"));
+    }
+  }
+  if (!p.kernel_level)
+    for (size_t j = 0; j < p.buffers.size(); ++j)
+      if (p.buffers[j].role == PlannedBuffer::Role::Input && !in.inputs.contains(static_cast<int>(j)))
+        return absl::InvalidArgumentError(cat("input ", j, " of the graph (", p.buffers[j].elements, " x ", scalar_name(p.buffers[j].dtype), ") is not bound"));
+  return absl::OkStatus();
+}
+
+// The name of plan output `i` in a Run's answer: the graph's name of the output (SINK
+// sources; PARAMs at kernel level), "out<i>" for an unnamed one, and "<name>@<device>"
+// for each shard of a multi-device output.
+std::string run_output_name(const Plan& p, const DecodedGraph& g, const std::vector<const UOp*>& out_nodes, size_t i) {
+  size_t owner = i;
+  std::string shard;
+  for (size_t j = 0; j < p.output_parts.size(); ++j)
+    for (size_t part : p.output_parts[j].parts)
+      if (part == i) {
+        owner = j;
+        if (p.output_parts[j].parts.size() > 1) shard = cat("@", p.buffers[p.outputs[i].buffer].device);
+      }
+  std::string n = owner < out_nodes.size() ? name_of(g, out_nodes[owner]) : "";
+  if (!shard.empty()) n = cat(n.empty() ? cat("out", owner) : n, shard);
+  return n.empty() ? cat("out", i) : n;
+}
 
 }  // namespace
 
@@ -390,87 +476,35 @@ grpc::Status UopdService::Run(grpc::ServerContextBase* ctx, pb::RunRequest* req,
   InFlight in_flight(in_flight_);
   auto tenant = admit(ctx);
   if (!tenant.ok()) return finish("Run", tenant.status());
-  const std::string& who = (*tenant)->name();
-  auto devices = d_.sessions->devices(req->session_id(), who);
+  auto devices = d_.sessions->devices(req->session_id(), (*tenant)->name());
   if (!devices.ok()) return finish("Run", devices.status());
   auto decoded = decode_proto(req->graph(), d_.limits.decode);
   if (!decoded.ok()) return finish("Run", decoded.status());
   auto g = std::make_shared<const DecodedGraph>(std::move(*decoded));
+  return finish("Run", run_graph(ctx, **tenant, *devices, g, req, resp, held));
+}
+
+absl::Status UopdService::run_graph(grpc::ServerContextBase* ctx, Tenant& tenant, const std::vector<std::string>& devices,
+                                    std::shared_ptr<const DecodedGraph> g, pb::RunRequest* req, pb::RunResponse* resp,
+                                    ByteBudget::Hold& held) {
+  const std::string& who = tenant.name();
   // Held while planning and compiling, not while running.
   std::optional<Tenant::CompileSlot> compiling;
   {
-    auto slot = (*tenant)->begin_compile();
-    if (!slot.ok()) return finish("Run", slot.status());
+    auto slot = tenant.begin_compile();
+    if (!slot.ok()) return slot.status();
     compiling.emplace(std::move(*slot));
   }
-  const Requester whom = requester(ctx, **tenant, d_.tenants->enabled(), deadline(ctx));
+  const Requester whom = requester(ctx, tenant, d_.tenants->enabled(), deadline(ctx));
   auto t0 = std::chrono::steady_clock::now();
   bool cached = false;
-  auto plan = d_.planner->plan(g, &cached, (*tenant)->cache_namespace(), whom);
-  if (!plan.ok()) return finish("Run", plan.status());
+  auto plan = d_.planner->plan(g, &cached, tenant.cache_namespace(), whom);
+  if (!plan.ok()) return plan.status();
   const Plan& p = **plan;
   resp->set_plan_ms(ms_since(t0));
 
-  // Bindings: each names a BUFFER (or PARAM) node of this request's graph, which the
-  // plan knows by digest. No more of them than the graph has buffers (what is kept per
-  // binding below is then bounded by the graph, not by the request's count).
-  if (static_cast<size_t>(req->inputs_size()) > p.buffers.size())
-    return finish("Run", absl::InvalidArgumentError(cat(req->inputs_size(), " bindings for a graph with ", p.buffers.size(),
-                                                        " buffers; each binds one input")));
-  absl::flat_hash_map<int, BoundInput> inputs;
-  std::vector<BufferInfo> session_buffers(req->inputs_size());
-  std::vector<HostTensor> tensors(req->inputs_size());
-  uint64_t inline_bytes = 0;
-  for (int i = 0; i < req->inputs_size(); ++i) {
-    const pb::Binding& bind = req->inputs(i);
-    const UOp* node = nullptr;
-    std::string label;
-    if (bind.node_case() == pb::Binding::kName) {
-      label = cat("'", bind.name(), "'");
-      for (auto& [n, u] : g->names)
-        if (n == bind.name()) node = u;
-    } else if (bind.node_case() == pb::Binding::kIndex && bind.index() < g->nodes.size()) {
-      label = cat("node ", bind.index());
-      node = g->nodes[bind.index()];
-    }
-    if (!node) return finish("Run", absl::InvalidArgumentError(cat("binding ", i, ": the graph has no node ", label.empty() ? "named by it" : label)));
-    int buf = -1;
-    for (size_t j = 0; j < p.buffers.size(); ++j)
-      if (p.buffers[j].role != PlannedBuffer::Role::Intermediate && p.buffers[j].node == node->digest()) buf = static_cast<int>(j);
-    if (buf < 0 || (!p.kernel_level && p.buffers[buf].role != PlannedBuffer::Role::Input))
-      return finish("Run", absl::InvalidArgumentError(cat("binding ", i, ": ", label, " is not an input of the graph (a BUFFER it reads)")));
-    const PlannedBuffer& pb_ = p.buffers[buf];
-    if (bind.value_case() == pb::Binding::kBufferId) {
-      auto b = d_.sessions->buffer(req->session_id(), bind.buffer_id(), who);
-      if (!b.ok()) return finish("Run", b.status());
-      // A multi-device graph names each buffer's device; one device means the session's.
-      const std::string& want = p.multi_device() && !pb_.device.empty() ? pb_.device : devices->front();
-      if (b->dtype != pb_.dtype || b->elements != static_cast<uint64_t>(pb_.elements) || b->device != want)
-        return finish("Run", absl::InvalidArgumentError(cat("binding ", label, ": buffer ", b->id, " holds ", b->elements, " x ", scalar_name(b->dtype), " on ", b->device, "; the graph wants ", pb_.elements, " x ", scalar_name(pb_.dtype), " on ", want)));
-      session_buffers[i] = *b;
-      inputs[buf].session_buffer = &session_buffers[i];
-    } else if (bind.value_case() == pb::Binding::kTensor) {
-      const pb::Tensor& t = bind.tensor();
-      HostTensor& h = tensors[i];
-      h.dtype = static_cast<Scalar>(t.dtype());
-      h.shape = {static_cast<int64_t>(pb_.elements)};
-      uint64_t want = static_cast<uint64_t>(pb_.elements) * scalar_bytes(pb_.dtype);
-      if (h.dtype != pb_.dtype || t.data().size() != want)
-        return finish("Run", absl::InvalidArgumentError(cat("binding ", label, ": an inline tensor of ", t.data().size(), " bytes of ", scalar_name(h.dtype), "; the graph wants ", pb_.elements, " x ", scalar_name(pb_.dtype), " (", want, " bytes)")));
-      inline_bytes += want;
-      if (inline_bytes > d_.limits.max_inline_bytes)
-        return finish("Run", absl::ResourceExhaustedError(cat("inline tensors of one run: over the limit of ", d_.limits.max_inline_bytes, " bytes; upload buffers instead")));
-      // The request's bytes move over: an inline input is held once.
-      h.data.swap(*req->mutable_inputs(i)->mutable_tensor()->mutable_data());
-      inputs[buf].tensor = &h;
-    } else {
-      return finish("Run", absl::InvalidArgumentError(cat("binding ", label, ": neither a buffer id nor a tensor")));
-    }
-  }
-  if (!p.kernel_level)
-    for (size_t j = 0; j < p.buffers.size(); ++j)
-      if (p.buffers[j].role == PlannedBuffer::Role::Input && !inputs.contains(static_cast<int>(j)))
-        return finish("Run", absl::InvalidArgumentError(cat("input ", j, " of the graph (", p.buffers[j].elements, " x ", scalar_name(p.buffers[j].dtype), ") is not bound")));
+  RunInputs in;
+  RETURN_IF_ERROR(bind_run_inputs(*d_.sessions, d_.limits.max_inline_bytes, p, *g, devices.front(), who, req, in));
 
   // Outputs come back inline up to --max-inline-output-bytes, in order; the others stay
   // in the session as buffers (the client downloads and frees them), so the answer, held
@@ -482,20 +516,21 @@ grpc::Status UopdService::Run(grpc::ServerContextBase* ctx, pb::RunRequest* req,
     if (bytes > d_.limits.max_inline_output_bytes - inline_out) keep[i] = true;
     else inline_out += bytes;
   }
-  if (absl::Status s = held.grow(inline_out, "Run: its inline outputs"); !s.ok()) return finish("Run", s);
+  RETURN_IF_ERROR(held.grow(inline_out, "Run: its inline outputs"));
   // A copy between devices passes through the scheduler, one at a time.
   uint64_t copy_bytes = 0;
   for (const PlannedCopy& c : p.copies)
     copy_bytes = std::max(copy_bytes, bytes_of(std::min(p.buffers[c.src].elements, p.buffers[c.dst].elements), p.buffers[c.src].dtype));
-  if (absl::Status s = held.grow(copy_bytes, "Run: a copy between devices"); !s.ok()) return finish("Run", s);
+  RETURN_IF_ERROR(held.grow(copy_bytes, "Run: a copy between devices"));
   // What the run allocates on the workers counts against the session's and the tenant's
   // byte quotas while it runs; kept outputs stay counted as the session's buffers.
-  auto reserved = d_.sessions->reserve(req->session_id(), Executor::run_bytes(p, inputs),
-                                       "for the run's intermediates, inline inputs and outputs", who);
-  if (!reserved.ok()) {
-    if (reserved.status().code() == absl::StatusCode::kResourceExhausted) (*tenant)->count_rejection("bytes");
-    return finish("Run", reserved.status());
+  auto reserving = d_.sessions->reserve(req->session_id(), Executor::run_bytes(p, in.inputs),
+                                        "for the run's intermediates, inline inputs and outputs", who);
+  if (!reserving.ok()) {
+    if (reserving.status().code() == absl::StatusCode::kResourceExhausted) tenant.count_rejection("bytes");
+    return reserving.status();
   }
+  SessionManager::Reservation& reserved = *reserving;
 
   // Where each kernel runs (as the executor places it) and so what it is compiled for: a
   // kernel on a CUDA device for that GPU's arch, the others for the CPU.
@@ -505,7 +540,7 @@ grpc::Status UopdService::Run(grpc::ServerContextBase* ctx, pb::RunRequest* req,
     absl::flat_hash_map<std::string, std::string> arch_of_device;
     for (size_t i = 0; i < p.kernels.size(); ++i) {
       const PlannedKernel& pk = p.kernels[i];
-      std::string dev = devices->front();
+      std::string dev = devices.front();
       if (p.multi_device()) {
         const std::string& named = pk.buffers.empty() ? pk.device : p.buffers[pk.buffers[0]].device;
         if (!named.empty()) dev = named;
@@ -515,31 +550,31 @@ grpc::Status UopdService::Run(grpc::ServerContextBase* ctx, pb::RunRequest* req,
       auto it = arch_of_device.find(dev);
       if (it == arch_of_device.end()) {
         auto arch = worker_cuda_arch(*d_.workers, dev, d_.planner->default_cuda_arch(), deadline(ctx));
-        if (!arch.ok()) return finish("Run", arch.status());
+        if (!arch.ok()) return arch.status();
         it = arch_of_device.emplace(dev, *arch).first;
       }
       arch_per_kernel[i] = it->second;
     }
   }
   t0 = std::chrono::steady_clock::now();
-  auto kernels = any_cuda ? d_.planner->compile_per_kernel(p, arch_per_kernel, (*tenant)->cache_namespace(), whom)
-                          : d_.planner->compile(p, (*tenant)->cache_namespace(), whom);
+  auto kernels = any_cuda ? d_.planner->compile_per_kernel(p, arch_per_kernel, tenant.cache_namespace(), whom)
+                          : d_.planner->compile(p, tenant.cache_namespace(), whom);
   compiling.reset();
-  if (!kernels.ok()) return finish("Run", kernels.status());
+  if (!kernels.ok()) return kernels.status();
   resp->set_compile_ms(ms_since(t0));
   for (const CompiledKernel& k : *kernels) {
     if (k.outcome == CacheOutcome::Miss) d_.metrics->compile_seconds(k.compile_ms / 1000);
     fill_kernel(k, false, false, resp->add_kernels());
   }
 
-  auto outcome = d_.executor->run(devices->front(), who, p, *kernels, inputs, keep, deadline(ctx));
-  if (!outcome.ok()) return finish("Run", outcome.status());
+  auto outcome = d_.executor->run(devices.front(), who, p, *kernels, in.inputs, keep, deadline(ctx));
+  if (!outcome.ok()) return outcome.status();
   d_.metrics->kernels_run(outcome->kernels_run);
   kernels_run_ += outcome->kernels_run;
-  d_.metrics->bytes_in(inline_bytes);
+  d_.metrics->bytes_in(in.inline_bytes);
   resp->set_run_ms(outcome->run_ms);
   resp->set_collective_ms(outcome->collective_ms);
-  resp->set_device(devices->front());
+  resp->set_device(devices.front());
 
   // Output names: the graph's names of the outputs (SINK sources; PARAMs at kernel level).
   std::vector<const UOp*> out_nodes;
@@ -552,28 +587,17 @@ grpc::Status UopdService::Run(grpc::ServerContextBase* ctx, pb::RunRequest* req,
   }
   for (size_t i = 0; i < p.outputs.size(); ++i) {
     pb::Output* o = resp->add_outputs();
-    // A multi-device output gives one output per shard: "<name>@<device>".
-    size_t owner = i;
-    std::string shard;
-    for (size_t j = 0; j < p.output_parts.size(); ++j)
-      for (size_t part : p.output_parts[j].parts)
-        if (part == i) {
-          owner = j;
-          if (p.output_parts[j].parts.size() > 1) shard = cat("@", p.buffers[p.outputs[i].buffer].device);
-        }
-    std::string n = owner < out_nodes.size() ? name_of(*g, out_nodes[owner]) : "";
-    if (!shard.empty()) n = cat(n.empty() ? cat("out", owner) : n, shard);
-    o->set_name(n.empty() ? cat("out", i) : n);
+    o->set_name(run_output_name(p, *g, out_nodes, i));
     o->set_dtype(static_cast<::uop::v1::DType::Scalar>(p.outputs[i].dtype));
     for (int64_t d : p.outputs[i].shape) o->add_shape(d);
     if (keep[i]) {
-      auto id = d_.sessions->add_buffer(req->session_id(), outcome->kept[i], who, &*reserved);
+      auto id = d_.sessions->add_buffer(req->session_id(), outcome->kept[i], who, &reserved);
       if (!id.ok()) {
         std::vector<BufferInfo> rest;
         for (size_t j = i; j < p.outputs.size(); ++j)
           if (keep[j]) rest.push_back(outcome->kept[j]);
         free_buffers(rest);
-        return finish("Run", id.status());
+        return id.status();
       }
       o->set_buffer_id(*id);
     } else {
@@ -581,7 +605,7 @@ grpc::Status UopdService::Run(grpc::ServerContextBase* ctx, pb::RunRequest* req,
       o->set_data(std::move(outcome->outputs[i].data));
     }
   }
-  return finish("Run", absl::OkStatus());
+  return absl::OkStatus();
 }
 
 grpc::Status UopdService::Explain(grpc::ServerContextBase* ctx, const pb::ExplainRequest* req, pb::ExplainResponse* resp) {

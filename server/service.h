@@ -22,6 +22,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "compiler/ir/codec.h"
@@ -104,6 +105,12 @@ class UopdService final : public UopdServiceBase {
   // of the budget for bytes in flight.
   grpc::Status Compile(grpc::ServerContextBase* ctx, const ::uopd::v1::CompileRequest* req, ::uopd::v1::CompileResponse* resp);
   grpc::Status Run(grpc::ServerContextBase* ctx, ::uopd::v1::RunRequest* req, ::uopd::v1::RunResponse* resp, ByteBudget::Hold& held);
+  // What Run does once the request is admitted and its graph decoded: plan, bind the
+  // inputs, compile for the devices the kernels run on, run, and answer with the outputs
+  // (inline, or left in the session as buffers).
+  absl::Status run_graph(grpc::ServerContextBase* ctx, Tenant& tenant, const std::vector<std::string>& devices,
+                         std::shared_ptr<const DecodedGraph> g, ::uopd::v1::RunRequest* req,
+                         ::uopd::v1::RunResponse* resp, ByteBudget::Hold& held);
   grpc::Status Explain(grpc::ServerContextBase* ctx, const ::uopd::v1::ExplainRequest* req, ::uopd::v1::ExplainResponse* resp);
 
   // A raw unary call: checked as bytes, parsed, handled by `body` on a handler thread,

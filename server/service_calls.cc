@@ -11,6 +11,7 @@
 #include "proto/uop.pb.h"
 #include "server/service.h"
 #include "server/wire_scan.h"
+#include "transport/grpc_absl.h"
 
 namespace uop::server {
 namespace {
@@ -94,10 +95,6 @@ absl::Status encode_response<pb::RunResponse>(pb::RunResponse& resp, grpc::ByteB
   if (absl::Status s = held.grow(meta, "the response"); !s.ok()) return s;
   encode_run_response(resp, out);
   return absl::OkStatus();
-}
-
-grpc::Status to_grpc_status(const absl::Status& s) {
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
 }  // namespace
@@ -187,7 +184,7 @@ grpc::ServerUnaryReactor* UopdService::serve_raw(std::string_view method, grpc::
       // The request is done with: its memory goes back before the answer takes its own.
       arena.Reset();
       call->held_.shrink(parsed);
-      if (absl::Status s = encode_response(resp, call->response_, call->held_); !s.ok()) return to_grpc_status(s);
+      if (absl::Status s = encode_response(resp, call->response_, call->held_); !s.ok()) return transport::to_grpc(s);
       return st;
     };
     grpc::Status st = answer();

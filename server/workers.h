@@ -14,7 +14,7 @@
 // for one ("auto": the lowest free name of its kind, kept for the same instance). Remote
 // workers register again every few seconds (a heartbeat); a registration of the process
 // that already serves the slot changes nothing.
-// Every call to a worker is authenticated (server/cluster_auth.h): an embedded worker
+// Every call to a worker is authenticated (transport/cluster_auth.h): an embedded worker
 // checks a random secret made for its process and handed to it at start through an
 // inherited pipe (never argv or the environment), a remote one the cluster secret (or
 // mutual TLS). Buffer ids on a worker are 64 random bits, so that knowing one id tells
@@ -49,8 +49,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/worker.grpc.pb.h"
-#include "server/cluster_auth.h"
-#include "worker/exec_lane.h"
+#include "transport/cluster_auth.h"
+#include "transport/exec_lane.h"
 
 namespace uop {
 
@@ -61,7 +61,7 @@ struct WorkerOptions {
   int threads_per_worker = 0;  // 0: the worker's default (hardware threads)
   std::vector<std::string> extra_args;  // passed to every embedded worker, e.g. --max-buffer-bytes=N
   // Execute and buffer traffic to embedded workers through shared memory
-  // (worker/exec_lane.h) rather than gRPC.
+  // (transport/exec_lane.h) rather than gRPC.
   bool exec_lane = true;
   absl::Duration start_timeout = absl::Seconds(15);  // until the LISTENING line
   absl::Duration restart_backoff_min = absl::Milliseconds(100);

@@ -16,13 +16,16 @@
 
 #include "compiler/codegen/abi.h"
 #include "compiler/support/strings.h"
+#include "compiler/support/timing.h"
+#include "transport/grpc_absl.h"
+#include "transport/lane_messages.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/cuda/cuda_device.h"
-#include "worker/lane_messages.h"
 
 namespace uop {
 
 namespace wv1 = uopd::worker::v1;
+using transport::to_grpc;
 
 namespace {
 
@@ -46,11 +49,6 @@ absl::Status out_of_range(uint64_t id, uint64_t offset, uint64_t size, uint64_t 
 bool inside(uint64_t offset, uint64_t size, uint64_t have) { return offset <= have && size <= have - offset; }
 
 }  // namespace
-
-grpc::Status to_grpc(const absl::Status& st) {
-  if (st.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(st.code()), std::string(st.message()));
-}
 
 WorkerRuntime::WorkerRuntime(WorkerRuntimeOptions options)
     : WorkerRuntime(options, std::make_unique<CpuBackend>(options.target, options.threads)) {}
@@ -210,7 +208,7 @@ absl::StatusOr<double> WorkerRuntime::execute(std::span<const LaunchSpec> launch
       return absl::DeadlineExceededError(cat("the deadline passed before launch ", i, " of ", launches.size()));
     if (absl::Status st = run_launch(i, launches[i], cancelled, deadline); !st.ok()) return st;
   }
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return ms_since(start);
 }
 
 absl::StatusOr<ExecuteResult> WorkerRuntime::execute(const ExecuteBatch& batch, const std::function<bool()>& cancelled,
@@ -264,7 +262,7 @@ absl::StatusOr<double> WorkerRuntime::collective(const CollectiveSpec& spec, uin
     if (st.ok()) st = backend_->write(**mem, 0, host);
   }
   if (!st.ok()) return with_buffer(st);
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return ms_since(start);
 }
 
 WorkerInfo WorkerRuntime::info() const {

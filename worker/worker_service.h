@@ -22,9 +22,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/worker.grpc.pb.h"
+#include "transport/exec_lane.h"
 #include "worker/collectives/collective.h"
 #include "worker/device_backend.h"
-#include "worker/exec_lane.h"
 #include "worker/launch_watchdog.h"
 
 namespace uop {
@@ -187,14 +187,11 @@ absl::Status run_execute(WorkerRuntime& rt, const uopd::worker::v1::ExecuteReque
                          uopd::worker::v1::ExecuteResponse* resp, const std::function<bool()>& cancelled,
                          absl::Time deadline);
 
-// The execute lane's handler (worker/exec_lane.h, messages in worker/lane_messages.h):
+// The execute lane's handler (transport/exec_lane.h, messages in transport/lane_messages.h):
 // Execute as run_execute, Write and Read as write_buffer and read_buffer. INVALID_ARGUMENT
 // for a request that is none of them; RESOURCE_EXHAUSTED for a reply that does not fit
 // the slot (uopd asks only for what fits).
 ExecLane::Handler lane_handler(WorkerRuntime* rt);
-
-// absl::Status -> grpc::Status (the codes are the same numbers).
-grpc::Status to_grpc(const absl::Status& st);
 
 // Default and bounds for ReadBuffer's chunk_bytes: gRPC clients refuse messages over
 // 4 MiB unless told otherwise.

@@ -9,15 +9,12 @@
 
 #include "client/autograd.h"
 #include "compiler/support/strings.h"
+#include "compiler/support/timing.h"
 
 namespace uop::demo {
 namespace {
 
 using client::Tensor;
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 float at(const HostTensor& t, int64_t i) { return static_cast<float>(t.get(i).to_double()); }
 

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "compiler/support/strings.h"
+#include "compiler/support/timing.h"
 
 #if UOPD_CUDA
 #include <nvrtc.h>
@@ -20,10 +21,6 @@ namespace {
 
 // Bump on any change to the code this backend generates: it is in every cache key.
 constexpr int kBackendVersion = 1;
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 #if UOPD_CUDA
 // The NVRTC entry points this backend calls, resolved once per process.

@@ -39,6 +39,7 @@
 #include "compiler/codegen/llvm_cpu_alu.h"
 #include "compiler/codegen/stop_checks.h"
 #include "compiler/support/strings.h"
+#include "compiler/support/timing.h"
 
 namespace uop {
 namespace {
@@ -49,10 +50,6 @@ using llvm::Value;
 constexpr int kBackendVersion = 2;  // 2: the stop word
 // DEFINE_REG lives on the task's stack; keep it well under a pool thread's 8 MiB.
 constexpr int64_t kMaxRegBytes = 1 << 20;
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 void init_llvm_targets() {
   static std::once_flag once;

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "compiler/codegen/llvm_cpu.h"
-#include "compiler/driver/local_runner.h"
 #include "compiler/interp/interp.h"
 #include "compiler/interp/npy.h"
 #include "compiler/ir/codec.h"
@@ -25,6 +24,7 @@
 #include "compiler/pipeline.h"
 #include "compiler/support/flags.h"
 #include "compiler/support/strings.h"
+#include "local/local_runner.h"
 
 namespace uop {
 namespace {

@@ -33,10 +33,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "compiler/codegen/llvm_cpu.h"
-#include "compiler/driver/local_runner.h"
 #include "compiler/ir/tensor_builder.h"
 #include "compiler/pipeline.h"
 #include "compiler/support/strings.h"
+#include "local/local_runner.h"
 #include "tests/bench/kernel_corpus.h"
 #include "worker/cpu/cpu_program.h"
 

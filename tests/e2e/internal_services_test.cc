@@ -23,10 +23,10 @@
 #include "client/embedded_server.h"
 #include "compiler/support/strings.h"
 #include "proto/worker.grpc.pb.h"
-#include "server/cluster_auth.h"
 #include "tests/e2e/scheduler_proc.h"
 #include "tests/e2e/softmax_model.h"
 #include "tests/e2e/worker_proc.h"
+#include "transport/cluster_auth.h"
 
 namespace uop {
 namespace {

@@ -26,9 +26,9 @@
 #include "compiler/interp/interp.h"
 #include "compiler/ir/tensor_builder.h"
 #include "compiler/support/strings.h"
-#include "server/cluster_auth.h"
 #include "tests/e2e/scheduler_proc.h"
 #include "tests/e2e/worker_proc.h"
+#include "transport/cluster_auth.h"
 #include "worker/worker_service.h"
 
 namespace uop {

@@ -1,4 +1,4 @@
-// TLS end to end (server/tls.h): certificates made for the test with the openssl command,
+// TLS end to end (transport/tls.h): certificates made for the test with the openssl command,
 // a real uopd serving its client API over TLS with client certificates required, and its
 // workers (embedded, and one started apart that registers by address) spoken to over
 // mutual TLS. Whoever lacks a certificate from the right CA gets nowhere: not the client

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "compiler/driver/local_runner.h"
 #include "compiler/interp/interp.h"
 #include "compiler/pipeline.h"
+#include "local/local_runner.h"
 #include "tests/unit/compiler/differential.h"
 #include "tests/unit/multi_graph.h"
 

@@ -32,7 +32,7 @@ struct CollectiveSpec {
   uint64_t elements = 0;
   std::string transport;  // "shm", "gloo", "nccl"
   std::string rendezvous; // gloo, nccl: host:port of the scheduler's Rendezvous service
-  // How to reach it (server/cluster_auth.h: the cluster's credentials); null: plaintext,
+  // How to reach it (transport/cluster_auth.h: the cluster's credentials); null: plaintext,
   // no secret.
   std::shared_ptr<const cluster_auth::Dialer> rendezvous_dial;
   uint32_t timeout_ms = 0;  // 0: kDefaultCollectiveTimeoutMs

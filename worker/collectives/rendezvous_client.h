@@ -16,7 +16,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/worker.grpc.pb.h"
-#include "server/cluster_auth.h"
+#include "transport/cluster_auth.h"
+#include "transport/grpc_absl.h"
 
 namespace uop {
 
@@ -35,7 +36,7 @@ class RendezvousClient {
     req.set_key(key);
     req.set_value(value);
     uopd::worker::v1::RendezvousSetResponse resp;
-    return from_grpc(stub_->Set(&ctx, req, &resp));
+    return transport::from_grpc(stub_->Set(&ctx, req, &resp));
   }
 
   // The values of `keys` in order, once all exist; DEADLINE_EXCEEDED (from the store,
@@ -47,15 +48,11 @@ class RendezvousClient {
     for (const std::string& k : keys) req.add_keys(k);
     req.set_timeout_ms(static_cast<uint32_t>(std::max<int64_t>(0, wait.count())));
     uopd::worker::v1::RendezvousGetResponse resp;
-    if (absl::Status st = from_grpc(stub_->Get(&ctx, req, &resp)); !st.ok()) return st;
+    if (absl::Status st = transport::from_grpc(stub_->Get(&ctx, req, &resp)); !st.ok()) return st;
     return std::vector<std::string>(resp.values().begin(), resp.values().end());
   }
 
  private:
-  static absl::Status from_grpc(const grpc::Status& st) {
-    return st.ok() ? absl::OkStatus()
-                   : absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
-  }
   std::unique_ptr<uopd::worker::v1::Rendezvous::Stub> stub_;
 };
 

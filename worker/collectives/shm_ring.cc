@@ -31,8 +31,8 @@
 #include <thread>
 
 #include "compiler/support/strings.h"
+#include "transport/shm_sync.h"
 #include "worker/collectives/reduce.h"
-#include "worker/shm_sync.h"
 
 namespace uop {
 namespace {

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "client/autograd.h"
-#include "client/local_realizer.h"
 #include "client/realize.h"
 #include "client/tensor.h"
 #include "compiler/support/strings.h"
+#include "local/local_realizer.h"
 
 namespace uop::client {
 namespace {

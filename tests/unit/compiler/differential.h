@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "compiler/driver/local_runner.h"
 #include "compiler/interp/interp.h"
 #include "compiler/ir/eval.h"
 #include "compiler/ir/tensor_builder.h"
 #include "compiler/support/strings.h"
+#include "local/local_runner.h"
 
 namespace uop::difftest {
 

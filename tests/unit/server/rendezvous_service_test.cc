@@ -13,7 +13,7 @@
 
 #include "absl/time/clock.h"
 #include "compiler/support/strings.h"
-#include "server/cluster_auth.h"
+#include "transport/cluster_auth.h"
 
 namespace uop {
 namespace {

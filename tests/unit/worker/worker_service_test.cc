@@ -17,7 +17,7 @@
 #include "absl/strings/escaping.h"
 #include "compiler/support/strings.h"
 #include "tests/unit/compiler/codegen/linear_builder.h"
-#include "worker/lane_messages.h"
+#include "transport/lane_messages.h"
 
 namespace uop {
 namespace {

@@ -1,4 +1,4 @@
-// The execute lane (worker/exec_lane.h) between real processes: uopd's end in the test
+// The execute lane (transport/exec_lane.h) between real processes: uopd's end in the test
 // process (create, set_peer, claim, call), the worker's end in a forked child that
 // attaches to the inherited descriptor and serves it. What the tests guard: replies match
 // their requests at every size up to a slot, also with many callers on few slots; the
@@ -14,7 +14,7 @@
 // A few tests write the segment directly, as a lying peer would: they mirror the layout
 // of exec_lane.cc (MirrorHeader, MirrorSlot), and LayoutMirrorMatchesCreate checks that
 // mirror against a lane create() made, so a layout change fails there first.
-#include "worker/exec_lane.h"
+#include "transport/exec_lane.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -39,7 +39,7 @@
 #include <utility>
 #include <vector>
 
-#include "worker/shm_sync.h"
+#include "transport/shm_sync.h"
 
 namespace uop {
 namespace {

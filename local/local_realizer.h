@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "client/realize.h"
-#include "compiler/driver/local_runner.h"
+#include "local/local_runner.h"
 
 namespace uop::client {
 

@@ -1,4 +1,4 @@
-#include "compiler/driver/local_runner.h"
+#include "local/local_runner.h"
 
 #include <chrono>
 #include <thread>
@@ -7,13 +7,10 @@
 #include "absl/container/node_hash_map.h"
 #include "compiler/ir/eval.h"
 #include "compiler/support/strings.h"
+#include "compiler/support/timing.h"
 
 namespace uop {
 namespace {
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 int default_threads(int n) { return n > 0 ? n : std::max(1u, std::thread::hardware_concurrency()); }
 

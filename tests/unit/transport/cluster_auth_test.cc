@@ -2,7 +2,7 @@
 // that never carry the secret), and a Gate and a Dialer on a real gRPC server on an
 // ephemeral port: calls without the secret or with another are refused UNAUTHENTICATED
 // before any handler runs, the open method needs none, and the right secret gets through.
-#include "server/cluster_auth.h"
+#include "transport/cluster_auth.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

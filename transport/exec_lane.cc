@@ -1,7 +1,7 @@
 // The segment: a header page (layout, the serving pid), then the slots, each a 64-byte
 // control block and its data, on a page boundary of their own. A request and its reply
 // share the data: the worker has read the request before it writes the reply.
-#include "worker/exec_lane.h"
+#include "transport/exec_lane.h"
 
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -13,7 +13,7 @@
 #include <utility>
 
 #include "compiler/support/strings.h"
-#include "worker/shm_sync.h"
+#include "transport/shm_sync.h"
 
 namespace uop {
 namespace {

@@ -6,7 +6,7 @@
 //    constant time by the server before any handler runs: the cluster secret
 //    (--cluster-secret-file) between a scheduler and the workers started elsewhere, or
 //    the random secret uopd hands each embedded worker at start; and
-//  - mutual TLS: the peer's certificate must chain to the cluster's CA (server/tls.h).
+//  - mutual TLS: the peer's certificate must chain to the cluster's CA (transport/tls.h).
 // A secret over plaintext proves the caller to the server only, and anyone who can watch
 // the traffic learns it; where the network between scheduler and workers is not trusted,
 // use mutual TLS (alone or with the secret), which authenticates both ends and hides it.
@@ -49,7 +49,7 @@ inline std::string random_secret() { return random_hex(32); }
 
 // The server side of an internal listener.
 struct Gate {
-  // TLS server credentials (server/tls.h; with client certificates required for mutual
+  // TLS server credentials (transport/tls.h; with client certificates required for mutual
   // TLS); null: plaintext.
   std::shared_ptr<grpc::ServerCredentials> tls;
   // Required of every call but those to `open_methods`; empty: none.

@@ -1,5 +1,5 @@
 // Waiting across processes on words of a MAP_SHARED mapping, and telling whether a peer
-// process is still there: what the shared-memory collectives (collectives/shm_ring.cc)
+// process is still there: what the shared-memory collectives (worker/collectives/shm_ring.cc)
 // and the execute lane (exec_lane.cc) both synchronize with.
 #pragma once
 

@@ -8,7 +8,7 @@
 // Host names are checked as usual (a worker at 127.0.0.1:port needs IP:127.0.0.1 among
 // its certificate's subject alternative names), unless a name to expect is given
 // (cluster_auth::Dialer::tls_server_name). What these credentials are used for, and with
-// which secret, is server/cluster_auth.h's business.
+// which secret, is transport/cluster_auth.h's business.
 #pragma once
 
 #include <memory>

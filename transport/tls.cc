@@ -1,4 +1,4 @@
-#include "server/tls.h"
+#include "transport/tls.h"
 
 #include <fstream>
 #include <sstream>

@@ -4,7 +4,7 @@
 // PlaintextCredentials does what InsecureServerCredentials does through gRPC's C API,
 // with the processor attached there. On the client, an interceptor adds the secret to
 // every call of a channel (call credentials would be dropped on a plaintext channel).
-#include "server/cluster_auth.h"
+#include "transport/cluster_auth.h"
 
 #include <fcntl.h>
 #include <sys/random.h>

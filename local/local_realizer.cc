@@ -1,4 +1,4 @@
-#include "client/local_realizer.h"
+#include "local/local_realizer.h"
 
 namespace uop::client {
 
