@@ -23,7 +23,7 @@
 #include <string>
 #include <thread>
 
-#include "compiler/codegen/cuda.h"
+#include "compiler/backend.h"
 #include "compiler/ir/codec.h"
 #include "compiler/support/strings.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -537,12 +537,12 @@ int run(int argc, char** argv) {
   po.max_plan_nodes = f.num("max-plan-nodes");
   po.allow_custom = f.v["allow-custom"] == "true";
   po.keep_source = true;
-  if (auto arch = CudaTarget::parse(f.v["cuda-arch"]); !arch.ok()) {
+  if (auto arch = make_backend("cuda", f.v["cuda-arch"]); !arch.ok()) {
     std::cerr << "uopd: --cuda-arch: " << arch.status().message() << "\n";
     pool.shutdown();
     return 2;
   }
-  po.cuda_arch = f.v["cuda-arch"];
+  po.default_arch["cuda"] = f.v["cuda-arch"];
   Planner planner(po, &cache, CpuTarget::host());
   // Limits that hold without a tokens file too. One session may not take a worker's
   // whole buffer budget (by default 3/4 of its machine's memory: uop-worker).
