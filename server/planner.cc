@@ -48,8 +48,8 @@ absl::StatusOr<std::shared_ptr<const Backend>> Planner::backend(std::string_view
     chosen = it != opts_.default_arch.end() ? it->second : std::string(kind->default_arch);
   }
   if (kind->name == host_->name()) {
-    // The CPU is this machine's, which the workers share: "host" or its own name.
-    if (chosen == "host" || chosen == host_->arch()) return host_;
+    // The CPU is this machine's, which the workers share; the kind refuses any other arch.
+    if (chosen == kind->default_arch) return host_;
     return kind->make(chosen);
   }
   std::lock_guard<std::mutex> l(mu_);
