@@ -4,6 +4,7 @@
 #include <deque>
 #include <mutex>
 
+#include "compiler/support/status_macros.h"
 #include "compiler/support/strings.h"
 
 namespace uop {
@@ -68,9 +69,8 @@ absl::StatusOr<const BackendKind*> find_backend(std::string_view name) {
 }
 
 absl::StatusOr<std::shared_ptr<const Backend>> make_backend(std::string_view name, std::string_view arch) {
-  auto kind = find_backend(name);
-  if (!kind.ok()) return kind.status();
-  return (*kind)->make(arch.empty() ? (*kind)->default_arch : arch);
+  ASSIGN_OR_RETURN(const BackendKind* kind, find_backend(name));
+  return kind->make(arch.empty() ? kind->default_arch : arch);
 }
 
 const BackendKind& backend_for_device(std::string_view device) {

@@ -87,10 +87,9 @@ absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan(std::shared_ptr<const 
   auto planned = to_pool<std::shared_ptr<const Plan>>(
       who, "planning", [this, g, digest, key](const std::function<absl::Status()>& keep_going)
                            -> absl::StatusOr<std::shared_ptr<const Plan>> {
-        auto plan = plan_now(*g, digest, keep_going);
-        if (!plan.ok()) return plan.status();
+        ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, plan_now(*g, digest, keep_going));
         std::lock_guard<std::mutex> l(mu_);
-        lru_.emplace_back(key, *plan);
+        lru_.emplace_back(key, plan);
         while (lru_.size() > opts_.plan_cache_entries) lru_.erase(lru_.begin());
         return plan;
       });
@@ -221,16 +220,15 @@ absl::StatusOr<CompiledKernel> Planner::kernel_from_entry(const PlannedKernel& k
                                                           const std::string& target_id, const CacheResult& entry,
                                                           std::optional<double> compile_ms) {
   uopd::v1::Artifact a;
-  if (absl::Status s = parse_artifact(k, key, target_id, entry.value, &a); !s.ok()) return s;
-  auto abi = parse_abi(a.abi());
-  if (!abi.ok()) return abi.status();
+  RETURN_IF_ERROR(parse_artifact(k, key, target_id, entry.value, &a));
+  ASSIGN_OR_RETURN(KernelAbi abi, parse_abi(a.abi()));
   CompiledKernel ck;
   ck.key = key;
   ck.name = k.name;
   ck.digest = k.digest;
   ck.object = a.object();
   ck.source = a.source();
-  ck.abi = std::move(*abi);
+  ck.abi = std::move(abi);
   ck.outcome = entry.outcome;
   ck.tier = entry.tier;
   ck.compile_ms = compile_ms.value_or(a.compile_ms());

@@ -91,21 +91,19 @@ absl::StatusOr<std::vector<HostTensor>> LocalRunner::run(Graph& g, const UOp* ro
 
   auto run_kernel = [&](const KernelPlan& k) -> absl::Status {
     KernelReport rep;
-    auto prog = program(g, k, &rep);
-    if (!prog.ok()) return prog.status();
-    std::vector<void*> ptrs((*prog)->abi().num_buffers(), nullptr);
-    for (const KernelParam& p : (*prog)->abi().params) {
-      auto buf = buffer_for(k.buffers.at(p.slot));
-      if (!buf.ok()) return buf.status();
-      ptrs[p.slot] = (*buf)->data.data();
+    ASSIGN_OR_RETURN(const CpuProgram* prog, program(g, k, &rep));
+    std::vector<void*> ptrs(prog->abi().num_buffers(), nullptr);
+    for (const KernelParam& p : prog->abi().params) {
+      ASSIGN_OR_RETURN(HostTensor* buf, buffer_for(k.buffers.at(p.slot)));
+      ptrs[p.slot] = buf->data.data();
     }
     std::vector<int64_t> vars;
-    for (const KernelVar& v : (*prog)->abi().vars) {
+    for (const KernelVar& v : prog->abi().vars) {
       auto it = var_by_name.find(v.name);
       if (it == var_by_name.end()) return absl::InvalidArgumentError(cat("variable ", v.name, " is not bound"));
       vars.push_back(it->second);
     }
-    if (absl::Status s = (*prog)->run(ptrs, vars, &pool_); !s.ok()) return s;
+    RETURN_IF_ERROR(prog->run(ptrs, vars, &pool_));
     if (report) report->push_back(std::move(rep));
     return absl::OkStatus();
   };
@@ -114,9 +112,8 @@ absl::StatusOr<std::vector<HostTensor>> LocalRunner::run(Graph& g, const UOp* ro
   auto run_collective = [&](const CollectiveStep& c) -> absl::Status {
     std::vector<HostTensor*> bufs;
     for (const UOp* b : c.buffers) {
-      auto t = buffer_for(b);
-      if (!t.ok()) return t.status();
-      bufs.push_back(*t);
+      ASSIGN_OR_RETURN(HostTensor* t, buffer_for(b));
+      bufs.push_back(t);
     }
     Op combine = reduce_combine_op(c.op);
     for (int64_t i = 0; i < bufs[0]->numel(); ++i) {
@@ -130,35 +127,29 @@ absl::StatusOr<std::vector<HostTensor>> LocalRunner::run(Graph& g, const UOp* ro
     return absl::OkStatus();
   };
   for (const ScheduleStep& st : plan.steps) {
-    absl::Status s;
     if (st.kind == ScheduleStep::Kind::Kernel) {
-      s = run_kernel(plan.kernels[st.index]);
+      RETURN_IF_ERROR(run_kernel(plan.kernels[st.index]));
     } else if (st.kind == ScheduleStep::Kind::Collective) {
-      s = run_collective(plan.collectives[st.index]);
+      RETURN_IF_ERROR(run_collective(plan.collectives[st.index]));
     } else {
-      auto src = buffer_for(plan.copies[st.index].src);
-      auto dst = buffer_for(plan.copies[st.index].dst);
-      if (!src.ok()) return src.status();
-      if (!dst.ok()) return dst.status();
-      (*dst)->data = (*src)->data;
+      ASSIGN_OR_RETURN(HostTensor* src, buffer_for(plan.copies[st.index].src));
+      ASSIGN_OR_RETURN(HostTensor* dst, buffer_for(plan.copies[st.index].dst));
+      dst->data = src->data;
     }
-    if (!s.ok()) return s;
   }
 
   std::vector<HostTensor> out;
   if (plan.kernel_level) {
     for (const UOp* p : plan.kernels[0].buffers) {
-      auto buf = buffer_for(p);
-      if (!buf.ok()) return buf.status();
-      out.push_back(**buf);
+      ASSIGN_OR_RETURN(HostTensor* buf, buffer_for(p));
+      out.push_back(*buf);
     }
     return out;
   }
   std::vector<HostTensor> parts;
   for (size_t i = 0; i < plan.outputs.size(); ++i) {
-    auto buf = buffer_for(plan.outputs[i]);
-    if (!buf.ok()) return buf.status();
-    HostTensor t = **buf;
+    ASSIGN_OR_RETURN(HostTensor* buf, buffer_for(plan.outputs[i]));
+    HostTensor t = *buf;
     t.shape = plan.output_shapes[i];
     t.data.resize(static_cast<size_t>(t.numel()) * t.itemsize());
     parts.push_back(std::move(t));
