@@ -7,42 +7,18 @@
 #include "compiler/ir/verifier.h"
 #include "compiler/passes/bounds.h"
 #include "compiler/passes/expand.h"
-#include "compiler/passes/gpu_dims.h"
-#include "compiler/passes/group_reduce.h"
 #include "compiler/passes/linearize.h"
 #include "compiler/passes/lower_reduce.h"
 #include "compiler/passes/multi.h"
 #include "compiler/passes/normalize.h"
-#include "compiler/passes/optimize.h"
-#include "compiler/passes/optimize_gpu.h"
 #include "compiler/passes/rangeify.h"
 #include "compiler/passes/split_kernels.h"
 #include "compiler/passes/symbolic.h"
 #include "compiler/passes/unit_ranges.h"
+#include "compiler/support/status_macros.h"
 #include "compiler/support/strings.h"
 
 namespace uop {
-
-const std::vector<StageInfo>& pipeline_stages() {
-  static const std::vector<StageInfo> kStages = {
-      {"verify", "the graph as decoded and checked against its stage's rules"},
-      {"multi", "multi-device tensors -> per-device tensors; reductions across shards -> ALLREDUCE"},
-      {"rangeify", "movement ops -> index arithmetic over RANGEs; REDUCE_AXIS -> REDUCE; BUFFERIZE where values are materialized"},
-      {"split_kernels", "one kernel per BUFFERIZE: SINK(CALL(kernel, buffers...)...) in execution order"},
-      {"symbolic", "per kernel: constant folding, identities, index arithmetic"},
-      {"normalize", "per kernel: BUFFER -> PARAM in slot order, ranges renumbered; the digest is the kernel's identity"},
-      {"optimize", "per kernel: axis types for the target (Thread, Upcast)"},
-      {"expand", "per kernel: Upcast ranges -> vector lanes (vector loads / stores, vector accumulators)"},
-      {"lower_reduce", "per kernel: REDUCE -> accumulator (DEFINE_REG); closed ranges -> ENDs"},
-      {"gpu_dims", "per kernel, GPU: Global / Local ranges -> SPECIAL blockIdx / threadIdx (launch dims)"},
-      {"bounds", "per kernel: every INDEX of the IR that is rendered proven inside its buffer, or the kernel is refused"},
-      {"linearize", "per kernel: LINEAR, the flat op list in execution order"},
-      {"render", "per kernel: LLVM IR (CPU) or CUDA C (GPU)"},
-      {"compile", "per kernel: relocatable ELF object (CPU) or cubin (GPU)"},
-  };
-  return kStages;
-}
-
 namespace {
 
 // What happens after every stage: its output traced, then the checks a caller asked for
@@ -50,8 +26,7 @@ namespace {
 // (`kernel` named), the kernel's.
 absl::Status after(Graph& g, const PipelineOptions& o, std::string_view stage, std::string_view kernel, const UOp* ir) {
   if (o.trace) o.trace(stage, kernel, ir);
-  if (o.keep_going)
-    if (absl::Status s = o.keep_going(); !s.ok()) return s;
+  if (o.keep_going) RETURN_IF_ERROR(o.keep_going());
   if (o.limits.graph_nodes != 0 && g.size() > o.limits.graph_nodes)
     return absl::ResourceExhaustedError(cat("stage ", stage, " grew the graph to ", g.size(), " nodes, over the limit of ",
                                             o.limits.graph_nodes, " (", o.limits.graph_nodes_name, ")"));
@@ -69,46 +44,115 @@ absl::Status bound_graph(Graph& g, const PipelineOptions& o) {
   return absl::OkStatus();
 }
 
-// The stages every backend runs after its own optimizer: upcasts expanded, reductions
-// lowered to accumulators.
-absl::StatusOr<const UOp*> expand_and_reduce(Graph& g, const UOp* kernel, const PipelineOptions& opts,
-                                             std::string_view name) {
-  auto k = expand_upcasts(g, kernel);
-  if (!k.ok()) return k.status();
-  if (absl::Status s = after(g, opts, "expand", name, *k); !s.ok()) return s;
-  k = lower_reduce(g, *k);
-  if (k.ok()) k = simplify(g, *k);
-  if (!k.ok()) return k.status();
-  if (absl::Status s = after(g, opts, "lower_reduce", name, *k); !s.ok()) return s;
-  return k;
+// What the planning stages hand on, one to the next.
+struct Planning {
+  Planning(Graph& g, const UOp* root, const PipelineOptions& opts) : g(g), root(root), opts(opts), shapes(g) {}
+  Graph& g;
+  const UOp* root;
+  const PipelineOptions& opts;
+  ShapeInference shapes;
+  MultiLowered lowered;  // multi
+  Rangeified ranged;     // rangeify
+  Schedule schedule;     // split_kernels
+  GraphPlan plan;        // split_kernels on (kernel bodies: symbolic, normalize)
+};
+// A planning stage gives each output (the graph's, or one per kernel, named) to `emit`,
+// which traces and checks it under the stage's name from the table.
+using Emit = std::function<absl::Status(std::string_view kernel, const UOp* ir)>;
+struct PlanningStage {
+  StageInfo info;
+  absl::Status (*run)(Planning& p, const Emit& emit);
+};
+
+absl::Status verify_stage(Planning& p, const Emit& emit) {
+  VerifyOptions vo;
+  vo.allow_custom = p.opts.allow_custom;
+  vo.index = p.opts.index;
+  vo.stage = detect_stage(p.root);
+  RETURN_IF_ERROR(verify(p.g, p.root, vo));
+  if (vo.stage != Stage::Tensor && vo.stage != Stage::Kernel)
+    return absl::InvalidArgumentError("plan: a graph must be tensor level (a SINK of outputs) or one kernel");
+  p.plan.kernel_level = vo.stage == Stage::Kernel;
+  return emit("", p.root);
 }
 
-// The last stages of every backend: every memory access of the kernel proven inside its
-// buffer, then the same IR linearized. Nothing runs between the proof and linearize
-// (which only orders; the checks after the bounds stage only look), so what is rendered
-// is what was proven.
-absl::StatusOr<const UOp*> check_and_linearize(Graph& g, const UOp* kernel, const PipelineOptions& opts,
-                                               std::string_view name) {
-  if (absl::Status s = check_bounds(g, kernel); !s.ok()) return s;
-  if (absl::Status s = after(g, opts, "bounds", name, kernel); !s.ok()) return s;
-  auto k = linearize(g, kernel);
-  if (!k.ok()) return k.status();
-  if (absl::Status s = after(g, opts, "linearize", name, *k); !s.ok()) return s;
-  return k;
+// The stages up to symbolic are over tensor-level graphs; a graph that is one kernel
+// already starts at normalize.
+absl::Status multi_stage(Planning& p, const Emit& emit) {
+  if (p.plan.kernel_level) return absl::OkStatus();
+  ASSIGN_OR_RETURN(p.lowered, lower_multi(p.g, p.root, p.shapes));
+  return emit("", p.lowered.sink);
+}
+
+absl::Status rangeify_stage(Planning& p, const Emit& emit) {
+  if (p.plan.kernel_level) return absl::OkStatus();
+  ASSIGN_OR_RETURN(p.ranged, rangeify(p.g, p.lowered.sink, p.shapes));
+  return emit("", p.ranged.sink);
+}
+
+absl::Status split_kernels_stage(Planning& p, const Emit& emit) {
+  if (p.plan.kernel_level) return absl::OkStatus();
+  ASSIGN_OR_RETURN(p.schedule, split_kernels(p.g, p.ranged, p.opts.device));
+  RETURN_IF_ERROR(emit("", p.schedule.root));
+  GraphPlan& plan = p.plan;
+  for (const UOp* out : p.lowered.sink->src()) {
+    ASSIGN_OR_RETURN(const Shape* shape, p.shapes.shape(out));
+    std::vector<int64_t> dims;
+    for (const UOp* d : *shape) {
+      ASSIGN_OR_RETURN(int64_t v, eval_dim(d, p.schedule.var_values));
+      dims.push_back(v);
+    }
+    plan.output_shapes.push_back(std::move(dims));
+  }
+  for (const MultiLowered::Output& o : p.lowered.outputs) plan.output_parts.push_back({o.parts, o.axis});
+  plan.outputs = p.schedule.outputs;
+  plan.intermediates = p.schedule.intermediates;
+  plan.var_values = p.schedule.var_values;
+  plan.schedule = p.schedule.root;
+  plan.collectives = p.schedule.collectives;
+  plan.copies = p.schedule.copies;
+  return absl::OkStatus();
+}
+
+// Each kernel's body simplified; a kernel every loop of which is empty is dropped (nothing
+// to run), which is why the plan's steps are made here.
+absl::Status planned_symbolic_stage(Planning& p, const Emit& emit) {
+  if (p.plan.kernel_level) return absl::OkStatus();
+  GraphPlan& plan = p.plan;
+  for (const ScheduleStep& st : p.schedule.steps) {
+    if (st.kind != ScheduleStep::Kind::Kernel) {
+      plan.steps.push_back(st);
+      continue;
+    }
+    const KernelCall& kc = p.schedule.calls[st.index];
+    KernelPlan kp;
+    kp.name = kc.body->arg_as<KernelInfoArg>().name;
+    kp.device = kc.buffers.empty() ? p.opts.device : kc.buffers[0]->src(1)->arg_as<DeviceArg>().devices.at(0);
+    ASSIGN_OR_RETURN(const UOp* body, drop_unit_ranges(p.g, kc.body));
+    ASSIGN_OR_RETURN(body, simplify(p.g, body));
+    RETURN_IF_ERROR(emit(kp.name, body));
+    if (body->num_src() == 0) continue;
+    // normalize numbers buffers by first use in this body (simplification may have
+    // dropped one the split kernel named): bind the slots the same way.
+    for (const UOp* u : toposort(body))
+      if (u->op() == Op::BUFFER) kp.buffers.push_back(u);
+    kp.kernel = body;
+    plan.steps.push_back({ScheduleStep::Kind::Kernel, plan.kernels.size()});
+    plan.kernels.push_back(std::move(kp));
+  }
+  return absl::OkStatus();
 }
 
 // A graph that is one kernel already: its PARAMs are its buffers, by slot.
-absl::StatusOr<Plan> plan_kernel(Graph& g, const UOp* root, const PipelineOptions& opts) {
-  Plan plan;
-  plan.kernel_level = true;
-  auto body = normalize(g, root);
-  if (!body.ok()) return body.status();
+absl::Status normalize_kernel_graph(Planning& p, const Emit& emit) {
+  GraphPlan& plan = p.plan;
+  ASSIGN_OR_RETURN(const UOp* body, normalize(p.g, p.root));
   KernelPlan kp;
-  const auto* info = root->arg_if<KernelInfoArg>();
+  const auto* info = p.root->arg_if<KernelInfoArg>();
   kp.name = info && !info->name.empty() ? info->name : "kernel";
-  if (absl::Status s = after(g, opts, "normalize", kp.name, *body); !s.ok()) return s;
-  kp.kernel = *body;
-  for (const UOp* u : toposort(*body))
+  RETURN_IF_ERROR(emit(kp.name, body));
+  kp.kernel = body;
+  for (const UOp* u : toposort(body))
     if (u->op() == Op::PARAM) kp.buffers.push_back(u);
   std::sort(kp.buffers.begin(), kp.buffers.end(),
             [](const UOp* a, const UOp* b) { return a->arg_as<ParamArg>().slot < b->arg_as<ParamArg>().slot; });
@@ -116,17 +160,76 @@ absl::StatusOr<Plan> plan_kernel(Graph& g, const UOp* root, const PipelineOption
     if (kp.buffers[i]->arg_as<ParamArg>().slot != static_cast<int64_t>(i))
       return absl::InvalidArgumentError(cat("kernel: PARAM slots must be 0..", kp.buffers.size() - 1,
                                             " with none repeated; slot ", i, " is missing or taken twice [plan.slots]"));
-  for (const UOp* p : kp.buffers) {
+  for (const UOp* p2 : kp.buffers) {
     plan.output_parts.push_back({{plan.output_shapes.size()}, -1});
-    plan.output_shapes.push_back({p->arg_as<ParamArg>().size});
+    plan.output_shapes.push_back({p2->arg_as<ParamArg>().size});
   }
-  plan.steps.push_back({PlanStep::Kind::Kernel, 0});
+  plan.steps.push_back({ScheduleStep::Kind::Kernel, 0});
   plan.kernels.push_back(std::move(kp));
-  plan.schedule = *body;
-  return plan;
+  plan.schedule = body;
+  return absl::OkStatus();
+}
+
+absl::Status normalize_stage(Planning& p, const Emit& emit) {
+  if (p.plan.kernel_level) return normalize_kernel_graph(p, emit);
+  for (KernelPlan& kp : p.plan.kernels) {
+    ASSIGN_OR_RETURN(kp.kernel, normalize(p.g, kp.kernel));
+    RETURN_IF_ERROR(emit(kp.name, kp.kernel));
+  }
+  return absl::OkStatus();
+}
+
+const PlanningStage kPlanning[] = {
+    {{"verify", "the graph as decoded and checked against its stage's rules"}, verify_stage},
+    {{"multi", "multi-device tensors -> per-device tensors; reductions across shards -> ALLREDUCE"}, multi_stage},
+    {{"rangeify", "movement ops -> index arithmetic over RANGEs; REDUCE_AXIS -> REDUCE; BUFFERIZE where values are materialized"},
+     rangeify_stage},
+    {{"split_kernels", "one kernel per BUFFERIZE: SINK(CALL(kernel, buffers...)...) in execution order"}, split_kernels_stage},
+    {{"symbolic", "per kernel: unit ranges dropped, constant folding, identities, index arithmetic"}, planned_symbolic_stage},
+    {{"normalize", "per kernel: BUFFER -> PARAM in slot order, ranges renumbered; the digest is the kernel's identity"},
+     normalize_stage},
+};
+
+absl::StatusOr<const UOp*> run_bounds(Graph& g, const UOp* kernel) {
+  RETURN_IF_ERROR(check_bounds(g, kernel));
+  return kernel;
 }
 
 }  // namespace
+
+std::span<const StageInfo> planning_stages() {
+  static const std::vector<StageInfo> kInfo = [] {
+    std::vector<StageInfo> v;
+    for (const PlanningStage& st : kPlanning) v.push_back(st.info);
+    return v;
+  }();
+  return kInfo;
+}
+
+const KernelStage& symbolic_stage() {
+  static const KernelStage k{"symbolic", "per kernel: constant folding, identities, index arithmetic",
+                             [](Graph& g, const UOp* k) { return simplify(g, k); }};
+  return k;
+}
+const KernelStage& expand_stage() {
+  static const KernelStage k{"expand", "per kernel: Upcast ranges -> vector lanes (vector loads / stores, vector accumulators)",
+                             expand_upcasts};
+  return k;
+}
+const KernelStage& lower_reduce_stage() {
+  static const KernelStage k{"lower_reduce", "per kernel: REDUCE -> accumulator (DEFINE_REG); closed ranges -> ENDs",
+                             lower_reduce};
+  return k;
+}
+const KernelStage& bounds_stage() {
+  static const KernelStage k{"bounds", "per kernel: every INDEX of the IR that is rendered proven inside its buffer, or the kernel is refused",
+                             run_bounds};
+  return k;
+}
+const KernelStage& linearize_stage() {
+  static const KernelStage k{"linearize", "per kernel: LINEAR, the flat op list in execution order", linearize};
+  return k;
+}
 
 size_t kernel_ops(const UOp* kernel) {
   size_t ops = 0;
@@ -143,116 +246,28 @@ absl::Status check_kernel_ops(const UOp* kernel, const PipelineLimits& limits, s
                                           limits.kernel_ops, " (", limits.kernel_ops_name, "): split the graph (CONTIGUOUS) into smaller kernels"));
 }
 
-absl::StatusOr<Plan> plan_graph(Graph& g, const UOp* root, const PipelineOptions& opts) {
-  VerifyOptions vo;
-  vo.allow_custom = opts.allow_custom;
-  vo.index = opts.index;
-  Stage stage = detect_stage(root);
-  vo.stage = stage;
-  if (absl::Status s = bound_graph(g, opts); !s.ok()) return s;
-  if (absl::Status s = verify(g, root, vo); !s.ok()) return s;
-  if (absl::Status s = after(g, opts, "verify", "", root); !s.ok()) return s;
-  if (stage == Stage::Kernel) return plan_kernel(g, root, opts);
-  if (stage != Stage::Tensor)
-    return absl::InvalidArgumentError("plan: a graph must be tensor level (a SINK of outputs) or one kernel");
-
-  ShapeInference shapes(g);
-  auto lowered = lower_multi(g, root, shapes);
-  if (!lowered.ok()) return lowered.status();
-  if (lowered->sink != root)
-    if (absl::Status s = after(g, opts, "multi", "", lowered->sink); !s.ok()) return s;
-  const UOp* sink = lowered->sink;
-  auto r = rangeify(g, sink, shapes);
-  if (!r.ok()) return r.status();
-  if (absl::Status s = after(g, opts, "rangeify", "", r->sink); !s.ok()) return s;
-  auto sched = split_kernels(g, *r, opts.device);
-  if (!sched.ok()) return sched.status();
-  if (absl::Status s = after(g, opts, "split_kernels", "", sched->root); !s.ok()) return s;
-
-  Plan plan;
-  for (const UOp* out : sink->src()) {
-    auto shape = shapes.shape(out);
-    if (!shape.ok()) return shape.status();
-    std::vector<int64_t> dims;
-    for (const UOp* d : **shape) {
-      auto v = eval_dim(d, sched->var_values);
-      if (!v.ok()) return v.status();
-      dims.push_back(*v);
-    }
-    plan.output_shapes.push_back(std::move(dims));
+absl::StatusOr<GraphPlan> plan_graph(Graph& g, const UOp* root, const PipelineOptions& opts) {
+  RETURN_IF_ERROR(bound_graph(g, opts));
+  Planning p(g, root, opts);
+  for (const PlanningStage& st : kPlanning) {
+    Emit emit = [&](std::string_view kernel, const UOp* ir) { return after(g, opts, st.info.name, kernel, ir); };
+    RETURN_IF_ERROR(st.run(p, emit));
   }
-  for (const MultiLowered::Output& o : lowered->outputs) plan.output_parts.push_back({o.parts, o.axis});
-  plan.outputs = sched->outputs;
-  plan.intermediates = sched->intermediates;
-  plan.var_values = sched->var_values;
-  plan.schedule = sched->root;
-  for (const CollectiveStep& c : sched->collectives) plan.collectives.push_back({c.op, c.dtype, c.buffers});
-  for (const CopyStep& c : sched->copies) plan.copies.push_back({c.src, c.dst});
-  for (const ScheduleStep& st : sched->steps) {
-    if (st.kind == ScheduleStep::Kind::Collective) {
-      plan.steps.push_back({PlanStep::Kind::Collective, st.index});
-      continue;
-    }
-    if (st.kind == ScheduleStep::Kind::Copy) {
-      plan.steps.push_back({PlanStep::Kind::Copy, st.index});
-      continue;
-    }
-    const KernelCall& kc = sched->calls[st.index];
-    KernelPlan kp;
-    kp.name = kc.body->arg_as<KernelInfoArg>().name;
-    kp.device = kc.buffers.empty() ? opts.device : kc.buffers[0]->src(1)->arg_as<DeviceArg>().devices.at(0);
-    auto body = drop_unit_ranges(g, kc.body);
-    if (body.ok()) body = simplify(g, *body);
-    if (!body.ok()) return body.status();
-    if (absl::Status s = after(g, opts, "symbolic", kp.name, *body); !s.ok()) return s;
-    if ((*body)->num_src() == 0) continue;  // every loop of it is empty: nothing to run
-    // normalize numbers buffers by first use in this body (simplification may have
-    // dropped one the split kernel named): bind the slots the same way.
-    for (const UOp* u : toposort(*body))
-      if (u->op() == Op::BUFFER) kp.buffers.push_back(u);
-    body = normalize(g, *body);
-    if (!body.ok()) return body.status();
-    if (absl::Status s = after(g, opts, "normalize", kp.name, *body); !s.ok()) return s;
-    kp.kernel = *body;
-    plan.steps.push_back({PlanStep::Kind::Kernel, plan.kernels.size()});
-    plan.kernels.push_back(std::move(kp));
-  }
-  return plan;
+  return std::move(p.plan);
 }
 
-absl::StatusOr<const UOp*> lower_for_cpu(Graph& g, const UOp* kernel, const PipelineOptions& opts,
-                                         std::string_view name) {
-  if (absl::Status s = bound_graph(g, opts); !s.ok()) return s;
-  if (absl::Status s = check_kernel_ops(kernel, opts.limits, name, "normalize"); !s.ok()) return s;
-  OptimizeOptions oo;
-  oo.vector_bits = opts.vector_bits;
-  auto k = optimize_cpu(g, kernel, oo);
-  if (!k.ok()) return k.status();
-  if (absl::Status s = after(g, opts, "optimize", name, *k); !s.ok()) return s;
-  k = expand_and_reduce(g, *k, opts, name);
-  if (!k.ok()) return k.status();
-  return check_and_linearize(g, *k, opts, name);
-}
-
-absl::StatusOr<const UOp*> lower_for_cuda(Graph& g, const UOp* kernel, const PipelineOptions& opts,
-                                          std::string_view name, const GpuLowerOptions& gpu) {
-  if (absl::Status s = bound_graph(g, opts); !s.ok()) return s;
-  if (absl::Status s = check_kernel_ops(kernel, opts.limits, name, "normalize"); !s.ok()) return s;
-  GpuOptimizeOptions oo;
-  oo.sm = gpu.sm;
-  oo.tensor_cores = gpu.tensor_cores;
-  oo.max_threads = gpu.max_threads;
-  auto k = optimize_gpu(g, kernel, oo);
-  if (!k.ok()) return k.status();
-  if (absl::Status s = after(g, opts, "optimize", name, *k); !s.ok()) return s;
-  k = group_reduce(g, *k);
-  if (k.ok()) k = expand_and_reduce(g, *k, opts, name);
-  if (!k.ok()) return k.status();
-  k = map_gpu_dims(g, *k, gpu.max_threads);
-  if (k.ok()) k = simplify(g, *k);
-  if (!k.ok()) return k.status();
-  if (absl::Status s = after(g, opts, "gpu_dims", name, *k); !s.ok()) return s;
-  return check_and_linearize(g, *k, opts, name);
+absl::StatusOr<const UOp*> run_kernel_stages(Graph& g, const UOp* kernel, std::span<const KernelStage> schedule,
+                                             const PipelineOptions& opts, std::string_view name) {
+  const size_t n = schedule.size();
+  if (n < 2 || schedule[n - 2].name != bounds_stage().name || schedule[n - 1].name != linearize_stage().name)
+    return absl::InternalError("pipeline: a schedule must end with bounds then linearize, so that what is rendered is what was proven");
+  RETURN_IF_ERROR(bound_graph(g, opts));
+  RETURN_IF_ERROR(check_kernel_ops(kernel, opts.limits, name, "normalize"));
+  for (const KernelStage& st : schedule) {
+    ASSIGN_OR_RETURN(kernel, st.run(g, kernel));
+    RETURN_IF_ERROR(after(g, opts, st.name, name, kernel));
+  }
+  return kernel;
 }
 
 }  // namespace uop

@@ -1,11 +1,14 @@
-// The pipeline: the named list of stages, in order (docs/ARCHITECTURE.md, The pipeline; compiler/PIPELINE.md).
-// plan_graph takes a verified graph from the wire to normalized kernels in execution
-// order (what the scheduler plans and caches by digest); lower_for_cpu takes one
-// normalized kernel to LINEAR for the CPU backend. Every stage's output can be traced by
-// name, which is what `uopc explain` prints.
+// The pipeline: the named stages of docs/ARCHITECTURE.md's pipeline, in order
+// (compiler/PIPELINE.md). The stages are data: plan_graph runs the planning table (verify
+// .. normalize) over a verified graph from the wire and gives normalized kernels in
+// execution order (what the scheduler plans and caches by digest); a backend's lowering is
+// its schedule, a list of kernel stages (optimize .. linearize) that run_kernel_stages runs
+// on one normalized kernel. One loop runs each table and traces each stage's output by the
+// name in the table, so the list, `uopc explain --stage` and the code cannot disagree.
 #pragma once
 
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -13,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "compiler/ir/uop.h"
+#include "compiler/passes/split_kernels.h"
 
 namespace uop {
 
@@ -20,8 +24,10 @@ struct StageInfo {
   std::string_view name;
   std::string_view what;
 };
-// Every stage, in order.
-const std::vector<StageInfo>& pipeline_stages();
+// Every stage, in order: the planning stages, then every registered backend's schedule
+// merged in order (a stage several backends share is listed once), then render and
+// compile (compiler/backend.h, which defines it, since it needs the backends).
+std::vector<StageInfo> pipeline_stages();
 
 // Bounds for graphs from the network; 0 is none. A refusal is RESOURCE_EXHAUSTED naming
 // the kernel and the limit, as the names here spell it (the scheduler's flags).
@@ -41,7 +47,6 @@ struct PipelineOptions {
   std::string device = "CPU:0";
   bool allow_custom = false;   // CUSTOM / CUSTOMI / CUSTOM_FUNCTION
   const NodeIndex* index = nullptr;  // wire indices, for the verifier's messages
-  int vector_bits = 256;             // the CPU target's vector registers (optimize's upcasts)
   // Each stage's output. `kernel` names the kernel for per-kernel stages, empty for
   // stages over the whole graph.
   std::function<void(std::string_view stage, std::string_view kernel, const UOp* ir)> trace;
@@ -69,28 +74,14 @@ struct KernelPlan {
                                     // PARAM itself when the graph came in at kernel level
 };
 
-// A collective between kernels: every buffer (one per device) ends holding the
-// reduction of all of them (split_kernels.h). A copy moves a buffer to another device.
-struct CollectivePlan {
-  ReduceOp op = ReduceOp::Add;
-  Scalar dtype = Scalar::Float32;
-  std::vector<const UOp*> buffers;
-};
-struct CopyPlan {
-  const UOp* src = nullptr;
-  const UOp* dst = nullptr;
-};
-struct PlanStep {
-  enum class Kind { Kernel, Collective, Copy };
-  Kind kind = Kind::Kernel;
-  size_t index = 0;  // into kernels, collectives or copies
-};
-
-struct Plan {
+// What planning made of a graph, as IR in its Graph: the kernels, collectives and copies
+// (split_kernels.h's steps; a Kernel step indexes `kernels`) in execution order. The
+// scheduler turns it into a server::Plan, which holds no UOp pointers and is cached.
+struct GraphPlan {
   std::vector<KernelPlan> kernels;            // in execution order
-  std::vector<CollectivePlan> collectives;
-  std::vector<CopyPlan> copies;
-  std::vector<PlanStep> steps;                // kernels, collectives and copies, in order
+  std::vector<CollectiveStep> collectives;
+  std::vector<CopyStep> copies;
+  std::vector<ScheduleStep> steps;            // kernels, collectives and copies, in order
   // The BUFFER of each output part (tensor level): one part per output, or one per shard
   // of a multi-device output (output_parts says which).
   std::vector<const UOp*> outputs;
@@ -108,23 +99,33 @@ struct Plan {
   bool kernel_level = false;                  // the graph was one kernel already
 };
 
-// Stages verify .. normalize.
-absl::StatusOr<Plan> plan_graph(Graph& g, const UOp* root, const PipelineOptions& opts = {});
-// Stages optimize .. linearize, for one normalized kernel: a LINEAR for the CPU backend.
-absl::StatusOr<const UOp*> lower_for_cpu(Graph& g, const UOp* kernel, const PipelineOptions& opts = {},
-                                         std::string_view name = {});
+// The planning stages, in order (verify .. normalize).
+std::span<const StageInfo> planning_stages();
+// Runs them: a verified graph in, its plan out.
+absl::StatusOr<GraphPlan> plan_graph(Graph& g, const UOp* root, const PipelineOptions& opts = {});
 
-// Stages optimize .. linearize for a GPU: optimize_gpu (tensor cores, group reduce,
-// upcast, grid), group_reduce (shared memory), expand, lower_reduce, gpu_dims (parallel
-// ranges -> SPECIAL blockIdx / threadIdx), bounds (on the IR gpu_dims made, which is
-// what is rendered), linearize: a LINEAR for the CUDA backend (codegen/cuda.h). `sm` is the compute capability (80 for sm_80): tensor cores
-// from 80 on.
-struct GpuLowerOptions {
-  int sm = 80;
-  bool tensor_cores = true;
-  int max_threads = 256;
+// A stage over one kernel: its IR in, its IR out. A backend's lowering is a list of them,
+// its schedule (compiler/backend.h), from a normalized kernel to LINEAR; a stage may
+// appear more than once in a schedule (symbolic runs after each stage that leaves
+// arithmetic to fold).
+struct KernelStage {
+  std::string_view name;
+  std::string_view what;
+  std::function<absl::StatusOr<const UOp*>(Graph& g, const UOp* kernel)> run;
 };
-absl::StatusOr<const UOp*> lower_for_cuda(Graph& g, const UOp* kernel, const PipelineOptions& opts = {},
-                                          std::string_view name = {}, const GpuLowerOptions& gpu = {});
+
+// The kernel stages every backend's schedule can use. bounds then linearize end every
+// schedule (run_kernel_stages checks it): nothing runs between the proof and linearize,
+// which only orders, so what is rendered is what was proven.
+const KernelStage& symbolic_stage();
+const KernelStage& expand_stage();
+const KernelStage& lower_reduce_stage();
+const KernelStage& bounds_stage();
+const KernelStage& linearize_stage();
+
+// Runs `schedule` on one normalized kernel, tracing and checking (keep_going, the limits)
+// after every stage; INTERNAL for a schedule that does not end with bounds, linearize.
+absl::StatusOr<const UOp*> run_kernel_stages(Graph& g, const UOp* kernel, std::span<const KernelStage> schedule,
+                                             const PipelineOptions& opts = {}, std::string_view name = {});
 
 }  // namespace uop

@@ -6,6 +6,7 @@
 
 #include "absl/container/node_hash_map.h"
 #include "compiler/ir/eval.h"
+#include "compiler/support/status_macros.h"
 #include "compiler/support/strings.h"
 #include "compiler/support/timing.h"
 
@@ -35,7 +36,7 @@ HostTensor concat(const std::vector<const HostTensor*>& shards, int64_t axis) {
 }
 
 LocalRunner::LocalRunner(int threads, CpuTarget target)
-    : target_(std::move(target)), pool_(default_threads(threads)), vector_bits_(target_.vector_bits()) {}
+    : backend_(std::move(target)), pool_(default_threads(threads)) {}
 
 absl::StatusOr<const CpuProgram*> LocalRunner::program(Graph& g, const KernelPlan& k, KernelReport* report) {
   report->name = k.name;
@@ -45,21 +46,16 @@ absl::StatusOr<const CpuProgram*> LocalRunner::program(Graph& g, const KernelPla
     return it->second.get();
   }
   auto t0 = std::chrono::steady_clock::now();
-  PipelineOptions po;
-  po.vector_bits = vector_bits_;
-  auto linear = lower_for_cpu(g, k.kernel, po, k.name);
-  if (!linear.ok()) return linear.status();
+  ASSIGN_OR_RETURN(const UOp* linear, backend_.lower(g, k.kernel, {}, k.name));
   report->lower_ms = ms_since(t0);
   t0 = std::chrono::steady_clock::now();
-  auto art = compile_cpu(*linear, target_);
-  if (!art.ok()) return art.status();
-  auto prog = CpuProgram::load(art->object, art->abi);
-  if (!prog.ok()) return prog.status();
+  ASSIGN_OR_RETURN(CodeArtifact art, backend_.compile(linear));
+  ASSIGN_OR_RETURN(std::unique_ptr<CpuProgram> prog, CpuProgram::load(art.object, art.abi));
   report->compile_ms = ms_since(t0);
   report->compiled = true;
-  report->abi = art->abi;
-  const CpuProgram* p = prog->get();
-  programs_.emplace(report->digest, std::move(*prog));
+  report->abi = art.abi;
+  const CpuProgram* p = prog.get();
+  programs_.emplace(report->digest, std::move(prog));
   return p;
 }
 
@@ -67,8 +63,7 @@ absl::StatusOr<std::vector<HostTensor>> LocalRunner::run(Graph& g, const UOp* ro
                                                          const absl::flat_hash_map<const UOp*, HostTensor>& inputs,
                                                          std::vector<KernelReport>* report,
                                                          const PipelineOptions& opts) {
-  auto plan = plan_graph(g, root, opts);
-  if (!plan.ok()) return plan.status();
+  ASSIGN_OR_RETURN(GraphPlan plan, plan_graph(g, root, opts));
 
   // Every buffer a kernel binds, with its contents.
   // node_hash_map: kernels get pointers into these tensors while more are added, and a
@@ -87,38 +82,35 @@ absl::StatusOr<std::vector<HostTensor>> LocalRunner::run(Graph& g, const UOp* ro
     return &mem.emplace(b, HostTensor::zeros(dt.scalar, {size})).first->second;
   };
   absl::flat_hash_map<std::string, int64_t> var_by_name;
-  for (auto& [v, value] : plan->var_values) {
+  for (auto& [v, value] : plan.var_values) {
     var_by_name[v->arg_as<DefineVarArg>().name] = value;
   }
 
   auto run_kernel = [&](const KernelPlan& k) -> absl::Status {
     KernelReport rep;
-    auto prog = program(g, k, &rep);
-    if (!prog.ok()) return prog.status();
-    std::vector<void*> ptrs((*prog)->abi().num_buffers(), nullptr);
-    for (const KernelParam& p : (*prog)->abi().params) {
-      auto buf = buffer_for(k.buffers.at(p.slot));
-      if (!buf.ok()) return buf.status();
-      ptrs[p.slot] = (*buf)->data.data();
+    ASSIGN_OR_RETURN(const CpuProgram* prog, program(g, k, &rep));
+    std::vector<void*> ptrs(prog->abi().num_buffers(), nullptr);
+    for (const KernelParam& p : prog->abi().params) {
+      ASSIGN_OR_RETURN(HostTensor* buf, buffer_for(k.buffers.at(p.slot)));
+      ptrs[p.slot] = buf->data.data();
     }
     std::vector<int64_t> vars;
-    for (const KernelVar& v : (*prog)->abi().vars) {
+    for (const KernelVar& v : prog->abi().vars) {
       auto it = var_by_name.find(v.name);
       if (it == var_by_name.end()) return absl::InvalidArgumentError(cat("variable ", v.name, " is not bound"));
       vars.push_back(it->second);
     }
-    if (absl::Status s = (*prog)->run(ptrs, vars, &pool_); !s.ok()) return s;
+    RETURN_IF_ERROR(prog->run(ptrs, vars, &pool_));
     if (report) report->push_back(std::move(rep));
     return absl::OkStatus();
   };
   // In one process every device is this memory: a collective folds the members' buffers
   // in member order (as eval.h defines each op) into all of them; a copy copies.
-  auto run_collective = [&](const CollectivePlan& c) -> absl::Status {
+  auto run_collective = [&](const CollectiveStep& c) -> absl::Status {
     std::vector<HostTensor*> bufs;
     for (const UOp* b : c.buffers) {
-      auto t = buffer_for(b);
-      if (!t.ok()) return t.status();
-      bufs.push_back(*t);
+      ASSIGN_OR_RETURN(HostTensor* t, buffer_for(b));
+      bufs.push_back(t);
     }
     Op combine = reduce_combine_op(c.op);
     for (int64_t i = 0; i < bufs[0]->numel(); ++i) {
@@ -131,42 +123,36 @@ absl::StatusOr<std::vector<HostTensor>> LocalRunner::run(Graph& g, const UOp* ro
     }
     return absl::OkStatus();
   };
-  for (const PlanStep& st : plan->steps) {
-    absl::Status s;
-    if (st.kind == PlanStep::Kind::Kernel) {
-      s = run_kernel(plan->kernels[st.index]);
-    } else if (st.kind == PlanStep::Kind::Collective) {
-      s = run_collective(plan->collectives[st.index]);
+  for (const ScheduleStep& st : plan.steps) {
+    if (st.kind == ScheduleStep::Kind::Kernel) {
+      RETURN_IF_ERROR(run_kernel(plan.kernels[st.index]));
+    } else if (st.kind == ScheduleStep::Kind::Collective) {
+      RETURN_IF_ERROR(run_collective(plan.collectives[st.index]));
     } else {
-      auto src = buffer_for(plan->copies[st.index].src);
-      auto dst = buffer_for(plan->copies[st.index].dst);
-      if (!src.ok()) return src.status();
-      if (!dst.ok()) return dst.status();
-      (*dst)->data = (*src)->data;
+      ASSIGN_OR_RETURN(HostTensor* src, buffer_for(plan.copies[st.index].src));
+      ASSIGN_OR_RETURN(HostTensor* dst, buffer_for(plan.copies[st.index].dst));
+      dst->data = src->data;
     }
-    if (!s.ok()) return s;
   }
 
   std::vector<HostTensor> out;
-  if (plan->kernel_level) {
-    for (const UOp* p : plan->kernels[0].buffers) {
-      auto buf = buffer_for(p);
-      if (!buf.ok()) return buf.status();
-      out.push_back(**buf);
+  if (plan.kernel_level) {
+    for (const UOp* p : plan.kernels[0].buffers) {
+      ASSIGN_OR_RETURN(HostTensor* buf, buffer_for(p));
+      out.push_back(*buf);
     }
     return out;
   }
   std::vector<HostTensor> parts;
-  for (size_t i = 0; i < plan->outputs.size(); ++i) {
-    auto buf = buffer_for(plan->outputs[i]);
-    if (!buf.ok()) return buf.status();
-    HostTensor t = **buf;
-    t.shape = plan->output_shapes[i];
+  for (size_t i = 0; i < plan.outputs.size(); ++i) {
+    ASSIGN_OR_RETURN(HostTensor* buf, buffer_for(plan.outputs[i]));
+    HostTensor t = *buf;
+    t.shape = plan.output_shapes[i];
     t.data.resize(static_cast<size_t>(t.numel()) * t.itemsize());
     parts.push_back(std::move(t));
   }
   // A multi-device output is its shards put together (a replicated one, any shard).
-  for (const Plan::OutputParts& o : plan->output_parts) {
+  for (const GraphPlan::OutputParts& o : plan.output_parts) {
     if (o.parts.size() == 1 || o.axis < 0) {
       out.push_back(parts[o.parts[0]]);
       continue;

@@ -9,7 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "compiler/codegen/llvm_cpu.h"
+#include "compiler/backends/cpu/cpu_backend.h"
 #include "compiler/interp/host_tensor.h"
 #include "compiler/ir/uop.h"
 #include "compiler/pipeline.h"
@@ -47,12 +47,12 @@ class LocalRunner {
   absl::StatusOr<const CpuProgram*> program(Graph& g, const KernelPlan& k, KernelReport* report);
 
   ThreadPool& pool() { return pool_; }
-  const CpuTarget& target() const { return target_; }
+  const CpuTarget& target() const { return backend_.target(); }
+  const CpuBackend& backend() const { return backend_; }
 
  private:
-  CpuTarget target_;
+  CpuBackend backend_;
   ThreadPool pool_;
-  int vector_bits_;
   absl::flat_hash_map<Digest, std::unique_ptr<CpuProgram>> programs_;
 };
 

@@ -11,6 +11,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
+#include "compiler/backend.h"
 #include "compiler/support/status_macros.h"
 #include "compiler/support/strings.h"
 #include "compiler/support/timing.h"
@@ -44,11 +45,6 @@ std::string host_of(const std::string& address) {
   if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
   if (h == "localhost" || h == "::1" || h.rfind("127.", 0) == 0) return "loopback";
   return h;
-}
-
-// "CUDA:0", "cuda:1": a worker whose buffers are in GPU memory.
-bool is_cuda_device(const std::string& device) {
-  return device.size() > 5 && (device.compare(0, 5, "CUDA:") == 0 || device.compare(0, 5, "cuda:") == 0);
 }
 
 // The dtypes NCCL reduces (worker/collectives/nccl_allreduce.h); the others go through
@@ -197,20 +193,23 @@ absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, 
   const Plan& plan = *rs.plan;
   const size_t n = c.buffers.size();
   std::vector<std::string> names;
-  bool one_host = true, all_cuda = true;
+  bool one_host = true;
+  // The transport that reduces in the members' device memory, when they all have the same
+  // one (NCCL between GPUs; compiler/backend.h).
+  std::string_view in_device = backend_for_device(rs.devices[rs.device_of[c.buffers[0]]].w->device()).device_collectives;
   for (int b : c.buffers) {
     const RunState::Device& d = rs.devices[rs.device_of[b]];
     names.push_back(d.name);
     one_host &= host_of(d.w->address()) == host_of(rs.devices[rs.device_of[c.buffers[0]]].w->address());
-    all_cuda &= is_cuda_device(d.w->device());
+    if (backend_for_device(d.w->device()).device_collectives != in_device) in_device = "";
   }
   const std::string what = cat("allreduce ", index, " (", reduce_op_wire(c.op), " of ", scalar_name(c.dtype), " over ",
                                join(names, ", "), ")");
-  // CUDA workers reduce in GPU memory with NCCL (its unique id through the rendezvous),
+  // GPU workers reduce in GPU memory with NCCL (its unique id through the rendezvous),
   // where NCCL has the dtype; the rest by where the members are. A forced transport wins.
   std::string transport = collectives_.transport;
   if (transport.empty())
-    transport = all_cuda && nccl_has(c.dtype) && !collectives_.rendezvous.empty() ? "nccl" : one_host ? "shm" : "gloo";
+    transport = in_device == "nccl" && nccl_has(c.dtype) && !collectives_.rendezvous.empty() ? "nccl" : one_host ? "shm" : "gloo";
   if (transport != "shm" && (collectives_.rendezvous.empty() || !collectives_.groups))
     return absl::FailedPreconditionError(cat(what, transport == "nccl"
                                                        ? ": nccl needs the rendezvous and this scheduler serves none"
@@ -567,13 +566,13 @@ absl::Status Executor::run_copy(RunState& rs, const PlannedCopy& c) {
 
 absl::Status Executor::run_steps(RunState& rs) {
   const Plan& plan = *rs.plan;
-  for (const PlannedStep& st : plan.steps) {
-    if (st.kind == PlannedStep::Kind::Kernel) {
+  for (const ScheduleStep& st : plan.steps) {
+    if (st.kind == ScheduleStep::Kind::Kernel) {
       RETURN_IF_ERROR(add_launch(rs, st.index));
       continue;
     }
     RETURN_IF_ERROR(flush_launches(rs));
-    if (st.kind == PlannedStep::Kind::Collective) {
+    if (st.kind == ScheduleStep::Kind::Collective) {
       RETURN_IF_ERROR(run_collective(rs, plan.collectives[st.index], st.index));
     } else {
       RETURN_IF_ERROR(run_copy(rs, plan.copies[st.index]));

@@ -24,7 +24,7 @@
 #include <thread>
 
 #include "absl/strings/numbers.h"
-#include "compiler/codegen/cuda.h"
+#include "compiler/backend.h"
 #include "compiler/ir/codec.h"
 #include "compiler/support/flags.h"
 #include "compiler/support/strings.h"
@@ -477,12 +477,12 @@ int run(int argc, char** argv) {
   po.max_plan_nodes = f.integer("max-plan-nodes");
   po.allow_custom = f.on("allow-custom");
   po.keep_source = true;
-  if (auto arch = CudaTarget::parse(f.get("cuda-arch")); !arch.ok()) {
+  if (auto arch = make_backend("cuda", f.get("cuda-arch")); !arch.ok()) {
     std::cerr << "uopd: --cuda-arch: " << arch.status().message() << "\n";
     pool.shutdown();
     return 2;
   }
-  po.cuda_arch = f.get("cuda-arch");
+  po.default_arch["cuda"] = f.get("cuda-arch");
   Planner planner(po, &cache, CpuTarget::host());
   // Limits that hold without a tokens file too. One session may not take a worker's
   // whole buffer budget (by default 3/4 of its machine's memory: uop-worker).

@@ -4,9 +4,9 @@
 #include <chrono>
 #include <future>
 
-#include "compiler/codegen/cuda.h"
 #include "compiler/ir/digest.h"
 #include "compiler/pipeline.h"
+#include "compiler/support/status_macros.h"
 #include "compiler/support/strings.h"
 #include "compiler/support/timing.h"
 #include "proto/artifact.pb.h"
@@ -24,7 +24,6 @@ bool is_stop(const absl::Status& s) {
 PipelineOptions Planner::pipeline_options() const {
   PipelineOptions po;
   po.allow_custom = opts_.allow_custom;
-  po.vector_bits = vector_bits_;
   po.limits.kernel_ops = opts_.max_kernel_ops;
   po.limits.kernel_ops_name = "--max-kernel-ops";
   po.limits.graph_nodes = opts_.max_plan_nodes;
@@ -35,18 +34,33 @@ PipelineOptions Planner::pipeline_options() const {
 Planner::Planner(PlannerOptions opts, CompileCache* cache, CpuTarget target)
     : opts_(std::move(opts)),
       cache_(cache),
-      target_(std::move(target)),
-      vector_bits_(target_.vector_bits()),
+      host_(target == CpuTarget::host() ? host_cpu_backend() : std::make_shared<CpuBackend>(std::move(target))),
       compiles_(opts_.compile_threads) {}
 
-std::string Planner::cache_key(const Digest& kernel, std::string_view cache_namespace) const {
+absl::StatusOr<std::shared_ptr<const Backend>> Planner::backend(std::string_view name, std::string_view arch) const {
+  ASSIGN_OR_RETURN(const BackendKind* kind, find_backend(name));
+  std::string chosen(arch);
+  if (chosen.empty()) {
+    auto it = opts_.default_arch.find(std::string(kind->name));
+    chosen = it != opts_.default_arch.end() ? it->second : std::string(kind->default_arch);
+  }
+  if (kind->name == host_->name()) {
+    // The CPU is this machine's, which the workers share; the kind refuses any other arch.
+    if (chosen == kind->default_arch) return host_;
+    return kind->make(chosen);
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  auto key = std::make_pair(std::string(kind->name), chosen);
+  if (auto it = backends_.find(key); it != backends_.end()) return it->second;
+  ASSIGN_OR_RETURN(std::shared_ptr<const Backend> made, kind->make(chosen));
+  backends_.emplace(std::move(key), made);
+  return made;
+}
+
+std::string Planner::cache_key(const Digest& kernel, const Backend& backend, std::string_view cache_namespace) const {
   // Everything that decides the bytes of the artifact: the computation, the machine, the
   // compiler that made it and its options.
-  std::string material = cat("uopd-kernel-key/1\n", kernel.hex(), "\n", target_.id(), "\n", compiler_build_id(),
-                             "\nvector_bits=", vector_bits_, " keep_source=", opts_.keep_source);
-  // A private namespace only moves the key; the shared cache's keys stay what they were.
-  if (!cache_namespace.empty()) material = cat(material, "\nnamespace=", cache_namespace);
-  return sha256(material).hex();
+  return backend.cache_key(kernel, opts_.keep_source, cache_namespace);
 }
 
 absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan(std::shared_ptr<const DecodedGraph> g, bool* cached,
@@ -70,10 +84,9 @@ absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan(std::shared_ptr<const 
   auto planned = to_pool<std::shared_ptr<const Plan>>(
       who, "planning", [this, g, digest, key](const std::function<absl::Status()>& keep_going)
                            -> absl::StatusOr<std::shared_ptr<const Plan>> {
-        auto plan = plan_now(*g, digest, keep_going);
-        if (!plan.ok()) return plan.status();
+        ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, plan_now(*g, digest, keep_going));
         std::lock_guard<std::mutex> l(mu_);
-        lru_.emplace_back(key, *plan);
+        lru_.emplace_back(key, plan);
         while (lru_.size() > opts_.plan_cache_entries) lru_.erase(lru_.begin());
         return plan;
       });
@@ -86,13 +99,12 @@ absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan_now(const DecodedGraph
   PipelineOptions po = pipeline_options();
   po.index = &g.index;
   po.keep_going = keep_going;
-  auto p = plan_graph(*g.graph, g.root, po);
-  if (!p.ok()) return p.status();
+  ASSIGN_OR_RETURN(GraphPlan p, plan_graph(*g.graph, g.root, po));
 
   auto plan = std::make_shared<Plan>();
   plan->graph = digest;
-  plan->kernel_level = p->kernel_level;
-  for (auto& [var, value] : p->var_values) plan->vars[var->arg_as<DefineVarArg>().name] = value;
+  plan->kernel_level = p.kernel_level;
+  for (auto& [var, value] : p.var_values) plan->vars[var->arg_as<DefineVarArg>().name] = value;
 
   absl::flat_hash_map<const UOp*, int> index_of;
   auto buffer = [&](const UOp* b, PlannedBuffer::Role role) {
@@ -110,14 +122,14 @@ absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan_now(const DecodedGraph
     }
     return it->second;
   };
-  absl::flat_hash_set<const UOp*> outputs(p->outputs.begin(), p->outputs.end());
-  absl::flat_hash_set<const UOp*> intermediates(p->intermediates.begin(), p->intermediates.end());
+  absl::flat_hash_set<const UOp*> outputs(p.outputs.begin(), p.outputs.end());
+  absl::flat_hash_set<const UOp*> intermediates(p.intermediates.begin(), p.intermediates.end());
   auto role_of = [&](const UOp* b) {
     return outputs.contains(b) ? PlannedBuffer::Role::Output
            : intermediates.contains(b) ? PlannedBuffer::Role::Intermediate
                                        : PlannedBuffer::Role::Input;
   };
-  for (const KernelPlan& k : p->kernels) {
+  for (const KernelPlan& k : p.kernels) {
     PlannedKernel pk;
     pk.name = k.name;
     pk.digest = k.kernel->digest();
@@ -127,27 +139,22 @@ absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan_now(const DecodedGraph
     plan->kernels.push_back(std::move(pk));
   }
   // Multi-device steps: collectives and copies between the kernels.
-  for (const CollectivePlan& c : p->collectives) {
+  for (const CollectiveStep& c : p.collectives) {
     PlannedCollective pc;
     pc.op = c.op;
     pc.dtype = c.dtype;
     for (const UOp* b : c.buffers) pc.buffers.push_back(buffer(b, role_of(b)));
     plan->collectives.push_back(std::move(pc));
   }
-  for (const CopyPlan& c : p->copies) plan->copies.push_back({buffer(c.src, role_of(c.src)), buffer(c.dst, role_of(c.dst))});
-  for (const PlanStep& st : p->steps) {
-    auto kind = st.kind == PlanStep::Kind::Kernel       ? PlannedStep::Kind::Kernel
-                : st.kind == PlanStep::Kind::Collective ? PlannedStep::Kind::Collective
-                                                        : PlannedStep::Kind::Copy;
-    plan->steps.push_back({kind, st.index});
-  }
-  for (const auto& o : p->output_parts) plan->output_parts.push_back({o.parts, o.axis});
-  if (p->kernel_level) {
+  for (const CopyStep& c : p.copies) plan->copies.push_back({buffer(c.src, role_of(c.src)), buffer(c.dst, role_of(c.dst))});
+  plan->steps = p.steps;
+  for (const auto& o : p.output_parts) plan->output_parts.push_back({o.parts, o.axis});
+  if (p.kernel_level) {
     for (size_t i = 0; i < plan->buffers.size(); ++i)
-      plan->outputs.push_back({plan->buffers[i].dtype, p->output_shapes[i], static_cast<int>(i)});
+      plan->outputs.push_back({plan->buffers[i].dtype, p.output_shapes[i], static_cast<int>(i)});
   } else {
-    for (size_t i = 0; i < p->outputs.size(); ++i)
-      plan->outputs.push_back({p->outputs[i]->dtype().scalar, p->output_shapes[i], buffer(p->outputs[i], PlannedBuffer::Role::Output)});
+    for (size_t i = 0; i < p.outputs.size(); ++i)
+      plan->outputs.push_back({p.outputs[i]->dtype().scalar, p.output_shapes[i], buffer(p.outputs[i], PlannedBuffer::Role::Output)});
   }
   plan->plan_ms = ms_since(t0);
   return std::shared_ptr<const Plan>(plan);
@@ -162,28 +169,27 @@ PipelineOptions Planner::compile_options(const PlannedKernel& k, const std::func
   return po;
 }
 
-absl::StatusOr<std::string> Planner::build_cpu(const PlannedKernel& k, const std::string& key,
-                                               const std::function<bool()>& wanted) {
+absl::StatusOr<std::string> Planner::build(const PlannedKernel& k, const Backend& backend, const std::string& key,
+                                           const std::function<bool()>& wanted) {
   auto t0 = std::chrono::steady_clock::now();
-  auto g = decode_binary(k.encoded);  // a private Graph: compiles run on several threads
-  if (!g.ok()) return absl::InternalError(cat("planner: cannot decode kernel ", k.name, ": ", g.status().message()));
+  // A private Graph: compiles run on several threads.
+  ASSIGN_OR_RETURN(DecodedGraph g, decode_binary(k.encoded), cat("planner: cannot decode kernel ", k.name, ": "));
   PipelineOptions po = compile_options(k, wanted);
-  auto linear = lower_for_cpu(*g->graph, g->root, po, k.name);
-  if (!linear.ok()) return linear.status();
-  // The last look before LLVM, which cannot be stopped once started: its time is bounded
-  // by the size of the LINEAR, which lower_for_cpu has just checked.
-  if (absl::Status s = po.keep_going(); !s.ok()) return s;
-  auto art = compile_cpu(*linear, target_, CpuCompileOptions{2, opts_.keep_source});
-  if (!art.ok()) return art.status();
+  ASSIGN_OR_RETURN(const UOp* linear, backend.lower(*g.graph, g.root, po, k.name));
+  // The last look before the code generator, which cannot be stopped once started
+  // (LLVM, NVRTC): its time is bounded by the size of the LINEAR, which lowering has
+  // just checked.
+  RETURN_IF_ERROR(po.keep_going());
+  ASSIGN_OR_RETURN(CodeArtifact art, backend.compile(linear, BackendCompileOptions{.keep_source = opts_.keep_source}));
   uopd::v1::Artifact a;
   a.set_key(key);
   a.set_kernel_digest(k.digest.hex());
   a.set_name(k.name);
-  a.set_target(target_.id());
-  a.set_build_id(compiler_build_id());
-  a.set_abi(art->abi.serialize());
-  a.set_object(art->object);
-  a.set_source(art->ir_text);
+  a.set_target(backend.target_id());
+  a.set_build_id(backend.build_id());
+  a.set_abi(art.abi.serialize());
+  a.set_object(art.object);
+  a.set_source(art.source);
   a.set_compile_ms(ms_since(t0));
   return a.SerializeAsString();
 }
@@ -211,33 +217,32 @@ absl::StatusOr<CompiledKernel> Planner::kernel_from_entry(const PlannedKernel& k
                                                           const std::string& target_id, const CacheResult& entry,
                                                           std::optional<double> compile_ms) {
   uopd::v1::Artifact a;
-  if (absl::Status s = parse_artifact(k, key, target_id, entry.value, &a); !s.ok()) return s;
-  auto abi = parse_abi(a.abi());
-  if (!abi.ok()) return abi.status();
+  RETURN_IF_ERROR(parse_artifact(k, key, target_id, entry.value, &a));
+  ASSIGN_OR_RETURN(KernelAbi abi, parse_abi(a.abi()));
   CompiledKernel ck;
   ck.key = key;
   ck.name = k.name;
   ck.digest = k.digest;
   ck.object = a.object();
   ck.source = a.source();
-  ck.abi = std::move(*abi);
+  ck.abi = std::move(abi);
   ck.outcome = entry.outcome;
   ck.tier = entry.tier;
   ck.compile_ms = compile_ms.value_or(a.compile_ms());
   return ck;
 }
 
-absl::StatusOr<std::vector<CompiledKernel>> Planner::compile(const Plan& plan, std::string_view cache_namespace,
-                                                             const Requester& who) {
-  return compile_per_kernel(plan, std::vector<std::string>(plan.kernels.size()), cache_namespace, who);
+absl::StatusOr<std::vector<CompiledKernel>> Planner::compile(const Plan& plan, std::shared_ptr<const Backend> backend,
+                                                             std::string_view cache_namespace, const Requester& who) {
+  return compile(plan, std::vector<std::shared_ptr<const Backend>>(plan.kernels.size(), std::move(backend)),
+                 cache_namespace, who);
 }
 
-absl::StatusOr<std::vector<CompiledKernel>> Planner::compile_per_kernel(const Plan& plan,
-                                                                        const std::vector<std::string>& arch_per_kernel,
-                                                                        std::string_view cache_namespace,
-                                                                        const Requester& who) {
-  if (arch_per_kernel.size() != plan.kernels.size())
-    return absl::InternalError(cat("planner: ", arch_per_kernel.size(), " targets for ", plan.kernels.size(), " kernels"));
+absl::StatusOr<std::vector<CompiledKernel>> Planner::compile(const Plan& plan,
+                                                             const std::vector<std::shared_ptr<const Backend>>& per_kernel,
+                                                             std::string_view cache_namespace, const Requester& who) {
+  if (per_kernel.size() != plan.kernels.size())
+    return absl::InternalError(cat("planner: ", per_kernel.size(), " targets for ", plan.kernels.size(), " kernels"));
   // One lookup per (kernel, target), all started before any is waited for: the misses
   // are compiled on the pool at once (in this requester's turns), hits are answered here.
   // A compile is the cache's compute for its key, so it is shared by every request that
@@ -245,30 +250,32 @@ absl::StatusOr<std::vector<CompiledKernel>> Planner::compile_per_kernel(const Pl
   CompileCache::Runner on_pool = [this, owner = who.owner](std::function<void()> work) {
     compiles_.submit(owner, std::move(work));
   };
-  absl::flat_hash_map<std::pair<Digest, std::string>, size_t> first;
+  struct Wanted {
+    size_t kernel;    // the first kernel of the lookup
+    std::string key;  // its cache key
+  };
+  absl::flat_hash_map<std::string, size_t> first;  // cache key -> lookup
   std::vector<size_t> which(plan.kernels.size());
   std::vector<CompileCache::Lookup> lookups;
-  std::vector<size_t> kernel_of;  // the first kernel of each lookup
+  std::vector<Wanted> wanted;
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
     const PlannedKernel& k = plan.kernels[i];
-    const std::string& arch = arch_per_kernel[i];
-    auto [it, fresh] = first.emplace(std::make_pair(k.digest, arch), lookups.size());
+    std::shared_ptr<const Backend> backend = per_kernel[i];
+    if (!backend) return absl::InternalError(cat("planner: no target for kernel ", k.name));
+    // The key names the kernel and everything about its target: equal keys, one compile.
+    std::string key = cache_key(k.digest, *backend, cache_namespace);
+    auto [it, fresh] = first.emplace(key, lookups.size());
     which[i] = it->second;
     if (!fresh) continue;
-    if (!arch.empty())
-      if (auto t = CudaTarget::parse(arch); !t.ok()) return t.status();
-    std::string key = arch.empty() ? cache_key(k.digest, cache_namespace) : cuda_cache_key(k.digest, arch, cache_namespace);
-    std::string target_id = arch.empty() ? target_.id() : CudaTarget::parse(arch)->id();
-    CompileCache::Compute compute = [this, k, arch, key](const std::function<bool()>& wanted) {
-      return arch.empty() ? build_cpu(k, key, wanted) : build_cuda(k, arch, key, wanted);
+    CompileCache::Compute compute = [this, k, backend, key](const std::function<bool()>& still_wanted) {
+      return build(k, *backend, key, still_wanted);
     };
-    lookups.push_back(cache_->start(key, std::move(compute), on_pool, who.deadline, entry_check(k, key, target_id)));
-    kernel_of.push_back(i);
+    lookups.push_back(cache_->start(key, std::move(compute), on_pool, who.deadline, entry_check(k, key, backend->target_id())));
+    wanted.push_back({i, key});
   }
   std::vector<CompiledKernel> done;
   for (size_t j = 0; j < lookups.size(); ++j) {
-    const PlannedKernel& k = plan.kernels[kernel_of[j]];
-    const std::string& arch = arch_per_kernel[kernel_of[j]];
+    const PlannedKernel& k = plan.kernels[wanted[j].kernel];
     auto entry = cache_->finish(lookups[j], who.gone);
     // Returning drops the other lookups: compiles that only this request wanted are
     // abandoned at their next stage.
@@ -276,11 +283,9 @@ absl::StatusOr<std::vector<CompiledKernel>> Planner::compile_per_kernel(const Pl
       if (is_stop(entry.status())) return absl::Status(entry.status().code(), cat("kernel ", k.name, ": ", entry.status().message()));
       return entry.status();
     }
-    std::string key = arch.empty() ? cache_key(k.digest, cache_namespace) : cuda_cache_key(k.digest, arch, cache_namespace);
-    std::string target_id = arch.empty() ? target_.id() : CudaTarget::parse(arch)->id();
-    auto ck = kernel_from_entry(k, key, target_id, *entry, std::nullopt);
-    if (!ck.ok()) return ck.status();
-    done.push_back(*std::move(ck));
+    ASSIGN_OR_RETURN(CompiledKernel ck,
+                     kernel_from_entry(k, wanted[j].key, per_kernel[wanted[j].kernel]->target_id(), *entry, std::nullopt));
+    done.push_back(std::move(ck));
   }
   std::vector<CompiledKernel> out;
   for (size_t i = 0; i < plan.kernels.size(); ++i) out.push_back(done[which[i]]);

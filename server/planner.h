@@ -30,8 +30,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "compiler/backend.h"
+#include "compiler/backends/cpu/cpu_backend.h"
 #include "compiler/codegen/abi.h"
-#include "compiler/codegen/llvm_cpu.h"
+#include "compiler/explain.h"
 #include "compiler/ir/codec.h"
 #include "compiler/pipeline.h"
 #include "server/cache/compile_cache.h"
@@ -67,11 +69,6 @@ struct PlannedCollective {
 struct PlannedCopy {
   int src = 0, dst = 0;  // into Plan::buffers
 };
-struct PlannedStep {
-  enum class Kind { Kernel, Collective, Copy };
-  Kind kind = Kind::Kernel;
-  size_t index = 0;  // into kernels, collectives or copies
-};
 // Which outputs make up one output of the graph: one, or one per shard of a
 // multi-device output (concatenated along `axis`; -1 replicated).
 struct PlannedOutputParts {
@@ -92,7 +89,7 @@ struct Plan {
   std::vector<PlannedOutput> outputs;  // one per output of the graph (per shard when multi-device)
   std::vector<PlannedCollective> collectives;
   std::vector<PlannedCopy> copies;
-  std::vector<PlannedStep> steps;      // kernels, collectives and copies in execution order
+  std::vector<ScheduleStep> steps;     // kernels, collectives and copies in execution order
   std::vector<PlannedOutputParts> output_parts;  // one per source of the graph's SINK
   std::vector<std::string> devices;    // every device the buffers name, in first-use order
   // More than one device: each runs on its own worker. A plan on one device runs on the
@@ -125,13 +122,9 @@ struct Requester {
   std::function<bool()> gone;
 };
 
-// One stage's output for Explain: the stage, the kernel (per-kernel stages) and the IR.
-struct ExplainedStage {
-  std::string name, kernel, text;
-};
 struct ExplainOptions {
-  std::string only;       // one stage's outputs only; empty: every stage
-  std::string cuda_arch;  // lower, render and compile for this GPU ("sm_90"); empty: the CPU
+  std::string only;                        // one stage's outputs only; empty: every stage
+  std::shared_ptr<const Backend> backend;  // lower, render and compile for it; null: the CPU
 };
 
 struct PlannerOptions {
@@ -145,9 +138,10 @@ struct PlannerOptions {
   size_t max_plan_nodes = 2'000'000;  // the graph while planning it, or one kernel while lowering it
   bool allow_custom = false;
   bool keep_source = false;  // store LLVM IR with each artifact (for `include_source`)
-  // The CUDA arch kernels are compiled for when a request names none (a Compile or Explain
-  // with target cuda and no arch) and for a CUDA worker that does not report its own.
-  std::string cuda_arch = "sm_90";
+  // The arch a backend compiles for when a request names none (a Compile or Explain with
+  // a target and no arch) and for a worker that does not report its own, by backend name
+  // ("cuda" -> "sm_90"); a backend not named here gets its registry default.
+  absl::flat_hash_map<std::string, std::string> default_arch;
 };
 
 class Planner {
@@ -166,33 +160,30 @@ class Planner {
   absl::StatusOr<std::shared_ptr<const Plan>> plan(std::shared_ptr<const DecodedGraph> g, bool* cached,
                                                    std::string_view cache_namespace = {}, const Requester& who = {});
 
-  // Every kernel of the plan, compiled or found in the cache. Concurrent requests for a
-  // kernel being compiled wait for that compile (singleflight in the cache), each until
-  // its own deadline; a compile nobody waits for any more is abandoned at its next stage.
-  // `cache_namespace` (a tenant's private cache, server/auth.h) salts every cache key:
-  // empty is the cache everyone shares.
-  absl::StatusOr<std::vector<CompiledKernel>> compile(const Plan& plan, std::string_view cache_namespace = {},
-                                                      const Requester& who = {});
+  // The backend a request's target names (compiler/backend.h): name "" is the CPU of
+  // this machine (the workers'), arch "" the default (PlannerOptions::default_arch).
+  // UNIMPLEMENTED for a backend this server does not know, INVALID_ARGUMENT for an arch
+  // its backend does not.
+  absl::StatusOr<std::shared_ptr<const Backend>> backend(std::string_view name, std::string_view arch = {}) const;
+  // The CPU of this machine.
+  const std::shared_ptr<const CpuBackend>& host() const { return host_; }
 
-  // The cache key of a kernel for this planner's target (and namespace).
-  std::string cache_key(const Digest& kernel, std::string_view cache_namespace = {}) const;
+  // Every kernel of the plan, compiled for `backend` or found in the cache. Concurrent
+  // requests for a kernel being compiled wait for that compile (singleflight in the
+  // cache), each until its own deadline; a compile nobody waits for any more is abandoned
+  // at its next stage. `cache_namespace` (a tenant's private cache, server/auth.h) salts
+  // every cache key: empty is the cache everyone shares.
+  absl::StatusOr<std::vector<CompiledKernel>> compile(const Plan& plan, std::shared_ptr<const Backend> backend,
+                                                      std::string_view cache_namespace = {}, const Requester& who = {});
+  // Each kernel compiled for its own backend (a Run whose devices mix targets):
+  // `per_kernel[i]` for plan.kernels[i]. One compile per distinct (kernel, target).
+  absl::StatusOr<std::vector<CompiledKernel>> compile(const Plan& plan,
+                                                      const std::vector<std::shared_ptr<const Backend>>& per_kernel,
+                                                      std::string_view cache_namespace = {}, const Requester& who = {});
 
-  // The same for a CUDA arch ("sm_80", "sm_90"; planner_cuda.cc): NVRTC on this
-  // machine, no GPU needed; each artifact's `object` is the cubin. The key names the arch
-  // and the NVRTC version (cuda_build_id), so another NVRTC never hits it.
-  absl::StatusOr<std::vector<CompiledKernel>> compile_cuda(const Plan& plan, const std::string& arch,
-                                                           std::string_view cache_namespace = {},
-                                                           const Requester& who = {});
-  std::string cuda_cache_key(const Digest& kernel, const std::string& arch, std::string_view cache_namespace = {}) const;
-
-  // Each kernel compiled for its own target (a Run whose devices mix CPU and CUDA):
-  // `arch_per_kernel[i]` is the CUDA arch for plan.kernels[i], or "" for the CPU. One
-  // compile per distinct (kernel, target).
-  absl::StatusOr<std::vector<CompiledKernel>> compile_per_kernel(const Plan& plan,
-                                                                 const std::vector<std::string>& arch_per_kernel,
-                                                                 std::string_view cache_namespace = {},
-                                                                 const Requester& who = {});
-  const std::string& default_cuda_arch() const { return opts_.cuda_arch; }
+  // The cache key of a kernel for `backend` (and namespace): Backend::cache_key with this
+  // planner's keep_source.
+  std::string cache_key(const Digest& kernel, const Backend& backend, std::string_view cache_namespace = {}) const;
 
   // The IR after each stage (`uop explain`), every kernel lowered, rendered and compiled
   // as a Compile would (the same bounds), on the compile pool: planning is one task and
@@ -200,7 +191,6 @@ class Planner {
   absl::StatusOr<std::vector<ExplainedStage>> explain(std::shared_ptr<const DecodedGraph> g, const ExplainOptions& opts,
                                                       const Requester& who = {});
 
-  const CpuTarget& target() const { return target_; }
   uint64_t plan_hits() const;
   uint64_t plan_misses() const;
   // Compile pool tasks waiting / running: all, or one group's (TaskOwner::group).
@@ -218,12 +208,10 @@ class Planner {
   PipelineOptions compile_options(const PlannedKernel& k, const std::function<bool()>& wanted) const;
   absl::StatusOr<std::shared_ptr<const Plan>> plan_now(const DecodedGraph& g, const Digest& digest,
                                                        const std::function<absl::Status()>& keep_going);
-  // Lowers and compiles one kernel (the compile cache's compute for its key); `wanted`
-  // says whether a request still waits for it.
-  absl::StatusOr<std::string> build_cpu(const PlannedKernel& k, const std::string& key,
-                                        const std::function<bool()>& wanted);
-  absl::StatusOr<std::string> build_cuda(const PlannedKernel& k, const std::string& arch, const std::string& key,
-                                         const std::function<bool()>& wanted);
+  // Lowers and compiles one kernel for `backend` (the compile cache's compute for its
+  // key); `wanted` says whether a request still waits for it.
+  absl::StatusOr<std::string> build(const PlannedKernel& k, const Backend& backend, const std::string& key,
+                                    const std::function<bool()>& wanted);
   // `fn` queued on the compile pool for `who` alone (task_queue.h Pending).
   template <typename T>
   Pending<T> to_pool(const Requester& who, std::string what,
@@ -245,9 +233,10 @@ class Planner {
 
   PlannerOptions opts_;
   CompileCache* cache_;
-  CpuTarget target_;
-  int vector_bits_;
+  std::shared_ptr<const CpuBackend> host_;
   mutable std::mutex mu_;
+  // Backends made for requests' targets, by (name, arch), kept for the planner's life.
+  mutable absl::flat_hash_map<std::pair<std::string, std::string>, std::shared_ptr<const Backend>> backends_;
   // (namespace, graph digest) -> plan, most recent last.
   std::vector<std::pair<std::pair<std::string, Digest>, std::shared_ptr<const Plan>>> lru_;
   uint64_t hits_ = 0, misses_ = 0;

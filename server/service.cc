@@ -5,7 +5,8 @@
 #include <chrono>
 #include <optional>
 
-#include "compiler/codegen/cuda.h"
+#include "compiler/backend.h"
+#include "compiler/explain.h"
 #include "compiler/pipeline.h"
 #include "compiler/support/status_macros.h"
 #include "compiler/support/strings.h"
@@ -53,29 +54,12 @@ void fill_kernel(const CompiledKernel& k, bool binary, bool source, pb::Kernel* 
   if (source) out->set_source(k.source);
 }
 
-absl::Status check_target(const pb::Target& t) {
-  if (t.backend().empty() || t.backend() == "cpu") {
-    if (!t.arch().empty() && t.arch() != "host")
-      return absl::InvalidArgumentError(cat("target cpu: arch '", t.arch(), "' is not supported; the workers' CPU is used"));
-    return absl::OkStatus();
-  }
-  return absl::UnimplementedError(cat("target backend '", t.backend(), "' is not available on this server"));
-}
-
-// A CUDA target's arch: the request's, or the server's default (--cuda-arch) for none.
-absl::StatusOr<std::string> cuda_arch_of(const pb::Target& t, const std::string& fallback) {
-  std::string arch = t.arch().empty() ? fallback : t.arch();
-  if (auto parsed = CudaTarget::parse(arch); !parsed.ok()) return parsed.status();
-  return arch;
-}
-
-bool is_cuda_device(std::string_view device) { return device.rfind("CUDA:", 0) == 0; }
-
-// The arch a CUDA device's programs are compiled for: what its worker reports (Info's
-// target, "sm_90"), else `fallback`. UNAVAILABLE naming the device when no worker for it
-// is up (a machine without a GPU), before anything is compiled for it.
-absl::StatusOr<std::string> worker_cuda_arch(WorkerPool& pool, const std::string& device, const std::string& fallback,
-                                             absl::Time deadline) {
+// The arch of the programs a device runs, as its worker reports it (Info's backend and
+// target: "cuda", "sm_90"); "" (the target's default) when it reports another backend.
+// UNAVAILABLE naming the device when no worker for it is up (a machine without a GPU),
+// before anything is compiled for it.
+absl::StatusOr<std::string> worker_arch(WorkerPool& pool, const std::string& device, const BackendKind& kind,
+                                        absl::Time deadline) {
   auto w = pool.worker_for(device, absl::Seconds(5));
   if (!w.ok()) return absl::Status(w.status().code(), cat("device ", device, ": ", w.status().message()));
   auto stub = (*w)->stub();
@@ -84,8 +68,8 @@ absl::StatusOr<std::string> worker_cuda_arch(WorkerPool& pool, const std::string
   ctx.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Seconds(5))));
   ::uopd::worker::v1::InfoResponse info;
   grpc::Status st = stub->Info(&ctx, ::uopd::worker::v1::InfoRequest(), &info);
-  if (st.ok() && info.backend() == "cuda" && CudaTarget::parse(info.target()).ok()) return info.target();
-  return fallback;
+  if (st.ok() && info.backend() == kind.name && kind.make(info.target()).ok()) return info.target();
+  return std::string();
 }
 
 // The name a graph gives node `u`, or "".
@@ -439,10 +423,9 @@ grpc::Status UopdService::Compile(grpc::ServerContextBase* ctx, const pb::Compil
   InFlight in_flight(in_flight_);
   auto tenant = admit(ctx);
   if (!tenant.ok()) return finish("Compile", tenant.status());
-  // CUDA targets compile here with NVRTC (planner_cuda.cc), GPU or not; the arch is
-  // checked there.
-  const bool cuda = req->target().backend() == "cuda";
-  if (absl::Status s = cuda ? absl::OkStatus() : check_target(req->target()); !s.ok()) return finish("Compile", s);
+  // Every target compiles here (a CUDA one with NVRTC, GPU or not).
+  auto backend = d_.planner->backend(req->target().backend(), req->target().arch());
+  if (!backend.ok()) return finish("Compile", backend.status());
   auto decoded = decode_proto(req->graph(), d_.limits.decode);
   if (!decoded.ok()) return finish("Compile", decoded.status());
   auto g = std::make_shared<const DecodedGraph>(std::move(*decoded));
@@ -452,14 +435,7 @@ grpc::Status UopdService::Compile(grpc::ServerContextBase* ctx, const pb::Compil
   bool cached = false;
   auto plan = d_.planner->plan(g, &cached, (*tenant)->cache_namespace(), whom);
   if (!plan.ok()) return finish("Compile", plan.status());
-  std::string arch;
-  if (cuda) {
-    auto a = cuda_arch_of(req->target(), d_.planner->default_cuda_arch());
-    if (!a.ok()) return finish("Compile", a.status());
-    arch = *a;
-  }
-  auto kernels = cuda ? d_.planner->compile_cuda(**plan, arch, (*tenant)->cache_namespace(), whom)
-                      : d_.planner->compile(**plan, (*tenant)->cache_namespace(), whom);
+  auto kernels = d_.planner->compile(**plan, *backend, (*tenant)->cache_namespace(), whom);
   if (!kernels.ok()) return finish("Compile", kernels.status());
   absl::flat_hash_set<std::string> seen;
   for (const CompiledKernel& k : *kernels) {
@@ -532,12 +508,12 @@ absl::Status UopdService::run_graph(grpc::ServerContextBase* ctx, Tenant& tenant
   }
   SessionManager::Reservation& reserved = *reserving;
 
-  // Where each kernel runs (as the executor places it) and so what it is compiled for: a
-  // kernel on a CUDA device for that GPU's arch, the others for the CPU.
-  std::vector<std::string> arch_per_kernel(p.kernels.size());
-  bool any_cuda = false;
+  // Where each kernel runs (as the executor places it) and so what it is compiled for:
+  // the target whose code its device runs, for the arch that device's worker reports (the
+  // CPU's is this machine's).
+  std::vector<std::shared_ptr<const Backend>> per_kernel(p.kernels.size());
   {
-    absl::flat_hash_map<std::string, std::string> arch_of_device;
+    absl::flat_hash_map<std::string, std::shared_ptr<const Backend>> of_device;
     for (size_t i = 0; i < p.kernels.size(); ++i) {
       const PlannedKernel& pk = p.kernels[i];
       std::string dev = devices.front();
@@ -545,20 +521,24 @@ absl::Status UopdService::run_graph(grpc::ServerContextBase* ctx, Tenant& tenant
         const std::string& named = pk.buffers.empty() ? pk.device : p.buffers[pk.buffers[0]].device;
         if (!named.empty()) dev = named;
       }
-      if (!is_cuda_device(dev)) continue;
-      any_cuda = true;
-      auto it = arch_of_device.find(dev);
-      if (it == arch_of_device.end()) {
-        auto arch = worker_cuda_arch(*d_.workers, dev, d_.planner->default_cuda_arch(), deadline(ctx));
-        if (!arch.ok()) return arch.status();
-        it = arch_of_device.emplace(dev, *arch).first;
+      auto it = of_device.find(dev);
+      if (it == of_device.end()) {
+        const BackendKind& kind = backend_for_device(dev);
+        std::string arch;
+        if (kind.name != d_.planner->host()->name()) {
+          auto reported = worker_arch(*d_.workers, dev, kind, deadline(ctx));
+          if (!reported.ok()) return reported.status();
+          arch = *reported;
+        }
+        auto backend = d_.planner->backend(kind.name, arch);
+        if (!backend.ok()) return backend.status();
+        it = of_device.emplace(dev, *backend).first;
       }
-      arch_per_kernel[i] = it->second;
+      per_kernel[i] = it->second;
     }
   }
   t0 = std::chrono::steady_clock::now();
-  auto kernels = any_cuda ? d_.planner->compile_per_kernel(p, arch_per_kernel, tenant.cache_namespace(), whom)
-                          : d_.planner->compile(p, tenant.cache_namespace(), whom);
+  auto kernels = d_.planner->compile(p, per_kernel, tenant.cache_namespace(), whom);
   compiling.reset();
   if (!kernels.ok()) return kernels.status();
   resp->set_compile_ms(ms_since(t0));
@@ -612,30 +592,16 @@ grpc::Status UopdService::Explain(grpc::ServerContextBase* ctx, const pb::Explai
   InFlight in_flight(in_flight_);
   auto tenant = admit(ctx);
   if (!tenant.ok()) return finish("Explain", tenant.status());
-  // A CUDA target lowers for the GPU (lower_for_cuda) and renders CUDA C; NVRTC, when
-  // it can be loaded here, gives the compile stage's cubin.
+  // The target's lowering, render and compile (where its compiler loads here).
   ExplainOptions opts;
-  if (req->target().backend() == "cuda") {
-    auto arch = cuda_arch_of(req->target(), d_.planner->default_cuda_arch());
-    if (!arch.ok()) return finish("Explain", arch.status());
-    opts.cuda_arch = *arch;
-  } else if (absl::Status s = check_target(req->target()); !s.ok()) {
-    return finish("Explain", s);
-  }
+  auto backend = d_.planner->backend(req->target().backend(), req->target().arch());
+  if (!backend.ok()) return finish("Explain", backend.status());
+  opts.backend = *backend;
+  opts.only = req->stage();
+  if (absl::Status s = check_stage_name(opts.only); !s.ok()) return finish("Explain", s);
   auto decoded = decode_proto(req->graph(), d_.limits.decode);
   if (!decoded.ok()) return finish("Explain", decoded.status());
   auto g = std::make_shared<const DecodedGraph>(std::move(*decoded));
-  opts.only = req->stage();
-  if (!opts.only.empty()) {
-    bool known = false;
-    std::vector<std::string> names;
-    for (const StageInfo& st : pipeline_stages()) {
-      known |= st.name == opts.only;
-      names.emplace_back(st.name);
-    }
-    if (!known)
-      return finish("Explain", absl::InvalidArgumentError(cat("unknown stage '", opts.only, "'; the stages are ", join(names, ", "))));
-  }
   // Explain compiles what Compile would: the same compile slot, pool and bounds.
   auto slot = (*tenant)->begin_compile();
   if (!slot.ok()) return finish("Explain", slot.status());

@@ -14,7 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "compiler/codegen/llvm_cpu.h"
+#include "compiler/backend.h"
+#include "compiler/explain.h"
 #include "compiler/interp/interp.h"
 #include "compiler/interp/npy.h"
 #include "compiler/ir/codec.h"
@@ -48,10 +49,15 @@ flags::Tool uopc_flags() {
       .positional("GRAPH")
       .string("o", "OUT", "also write the result to OUT");
   t.command("convert", "re-encode GRAPH as OUT (format from OUT's extension)").positional("GRAPH").positional("OUT");
-  t.command("explain", "print the IR after each stage of the pipeline (`uopc help` lists the stages)")
-      .positional("GRAPH")
-      .string("stage", "NAME", "only this pipeline stage");
-  t.command("compile", "compile every kernel for this CPU: name, digest, time, ABI").positional("GRAPH");
+  flags::Command& explain = t.command("explain", "print the IR after each stage of the pipeline (`uopc help` lists the stages)")
+                                .positional("GRAPH");
+  explain.string("stage", "NAME", "only this pipeline stage");
+  explain.string("backend", "NAME", "lower and compile for this target: cpu (the default) or cuda");
+  explain.string("arch", "ARCH", "the target's arch (cuda: sm_80, sm_90, ...; cpu: host)");
+  flags::Command& compile =
+      t.command("compile", "compile every kernel for a target (this CPU by default): name, digest, time, ABI").positional("GRAPH");
+  compile.string("backend", "NAME", "compile for this target: cpu (the default) or cuda");
+  compile.string("arch", "ARCH", "the target's arch (cuda: sm_80, sm_90, ...; cpu: host)");
   flags::Command& run = t.command("run", "compile and run on this CPU").positional("GRAPH");
   run.string("in", "NAME=FILE.npy", "bind the input called NAME").repeatable();
   run.string("random", "SEED", "fill unbound inputs with seeded random values");
@@ -101,7 +107,6 @@ std::optional<DecodedGraph> load(const std::string& path, const Args& a, int* rc
 
 PipelineOptions pipeline_options(const Args& a, const DecodedGraph& g) {
   PipelineOptions o;
-  o.vector_bits = CpuTarget::host().vector_bits();
   o.allow_custom = a.on("allow-custom");
   o.index = &g.index;
   return o;
@@ -151,70 +156,32 @@ int cmd_convert(const Args& a, DecodedGraph& g) {
 }
 
 // A LINEAR reads best as a numbered list of ops with their sources.
-std::string print_linear(const UOp* linear) {
-  absl::flat_hash_map<const UOp*, size_t> pos;
-  std::string out;
-  int depth = 0;
-  for (const UOp* u : linear->src()) {
-    pos[u] = pos.size();
-    if (u->op() == Op::END) --depth;
-    std::string line = cat(std::string(2 * std::max(depth, 0), ' '), "%", pos[u], " = ", op_name(u->op()));
-    std::string arg = arg_str(u->arg());
-    if (!arg.empty()) line += cat("(", arg, ")");
-    line += cat(" : ", u->dtype().str());
-    std::vector<std::string> srcs;
-    for (const UOp* s : u->src()) srcs.push_back(pos.contains(s) ? cat("%", pos[s]) : std::string("?"));
-    if (!srcs.empty()) line += cat("  <- ", join(srcs, ", "));
-    out += line + "\n";
-    if (u->op() == Op::RANGE) ++depth;
-  }
-  return out;
-}
-
-std::string abi_str(const KernelAbi& abi) {
-  std::string s;
-  for (const KernelParam& p : abi.params)
-    s += cat("    slot ", p.slot, ": ", p.dtype.str(), "[", p.size, "]", p.read ? " read" : "", p.written ? " written" : "", "\n");
-  for (const KernelVar& v : abi.vars) s += cat("    var ", v.name, " in [", v.min, ", ", v.max, "]\n");
-  s += cat("    tasks = ", abi.tasks_extent.str(abi.vars), "\n");
-  return s;
+// The target --backend / --arch name (the CPU of this machine by default).
+absl::StatusOr<std::shared_ptr<const Backend>> backend_of(const Args& a) {
+  return make_backend(a.get("backend"), a.get("arch"));
 }
 
 int cmd_explain(const Args& a, DecodedGraph& g) {
-  std::string only = a.get("stage");
-  bool known = only.empty();
-  for (const StageInfo& s : pipeline_stages()) known |= s.name == only;
-  if (!known) return usage_error(cat("unknown stage '", only, "'; stages: ",
-                                     join([] { std::vector<std::string> v; for (auto& s : pipeline_stages()) v.emplace_back(s.name); return v; }(), ", ")));
-  auto show = [&](std::string_view stage, std::string_view kernel, const UOp* ir) {
-    if (!only.empty() && stage != only) return;
-    std::cout << "=== " << stage << (kernel.empty() ? "" : cat(" [", kernel, "]")) << "\n";
-    std::cout << (ir->op() == Op::LINEAR ? print_linear(ir) : print_tree(ir));
-  };
-  PipelineOptions opts = pipeline_options(a, g);
-  opts.trace = show;
-  auto plan = plan_graph(*g.graph, g.root, opts);
-  if (!plan.ok()) return invalid(std::string(plan.status().message()));
-  CpuTarget target = CpuTarget::host();
-  for (const KernelPlan& k : plan->kernels) {
-    auto linear = lower_for_cpu(*g.graph, k.kernel, opts, k.name);
-    if (!linear.ok()) return invalid(std::string(linear.status().message()));
-    if (!only.empty() && only != "render" && only != "compile") continue;
-    auto art = compile_cpu(*linear, target, CpuCompileOptions{2, true});
-    if (!art.ok()) return invalid(std::string(art.status().message()));
-    if (only.empty() || only == "render") std::cout << "=== render [" << k.name << "]\n" << art->ir_text;
-    if (only.empty() || only == "compile")
-      std::cout << "=== compile [" << k.name << "]\n  object: " << art->object.size() << " bytes for "
-                << target.cpu << ", " << art->render_ms + art->compile_ms << " ms\n  abi:\n" << abi_str(art->abi);
+  if (absl::Status s = check_stage_name(a.get("stage")); !s.ok()) return usage_error(std::string(s.message()));
+  auto backend = backend_of(a);
+  if (!backend.ok()) return usage_error(std::string(backend.status().message()));
+  auto stages = explain(*g.graph, g.root, **backend, pipeline_options(a, g), a.get("stage"));
+  if (!stages.ok()) return invalid(std::string(stages.status().message()));
+  for (const ExplainedStage& s : *stages) {
+    std::cout << "=== " << s.name << (s.kernel.empty() ? "" : cat(" [", s.kernel, "]")) << "\n" << s.text;
+    if (!s.text.empty() && s.text.back() != '\n') std::cout << "\n";
   }
   return kOk;
 }
 
 int cmd_compile(const Args& a, DecodedGraph& g) {
+  auto backend = backend_of(a);
+  if (!backend.ok()) return usage_error(std::string(backend.status().message()));
+  const Backend& b = **backend;
+  if (absl::Status s = b.available(); !s.ok()) return invalid(cat("target ", b.name(), ": ", s.message()));
   auto plan = plan_graph(*g.graph, g.root, pipeline_options(a, g));
   if (!plan.ok()) return invalid(std::string(plan.status().message()));
-  CpuTarget target = CpuTarget::host();
-  std::cout << "target " << target.triple << " " << target.cpu << ", " << compiler_build_id() << "\n";
+  std::cout << "target " << b.target_id() << ", " << b.build_id() << "\n";
   absl::flat_hash_map<Digest, std::string> seen;
   for (const KernelPlan& k : plan->kernels) {
     Digest d = k.kernel->digest();
@@ -225,12 +192,12 @@ int cmd_compile(const Args& a, DecodedGraph& g) {
     }
     seen.emplace(d, k.name);
     auto t0 = std::chrono::steady_clock::now();
-    auto linear = lower_for_cpu(*g.graph, k.kernel, pipeline_options(a, g), k.name);
+    auto linear = b.lower(*g.graph, k.kernel, pipeline_options(a, g), k.name);
     if (!linear.ok()) return invalid(std::string(linear.status().message()));
-    auto art = compile_cpu(*linear, target);
+    auto art = b.compile(*linear);
     if (!art.ok()) return invalid(std::string(art.status().message()));
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    std::cout << cat("  ", ms, " ms, ", art->object.size(), " bytes\n") << abi_str(art->abi);
+    std::cout << cat("  ", ms, " ms, ", art->object.size(), " bytes\n") << abi_text(art->abi);
   }
   return kOk;
 }

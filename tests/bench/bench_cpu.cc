@@ -154,9 +154,7 @@ class Compiled {
   Compiled() : g_(std::make_unique<Graph>()) {}
   // As LocalRunner::program compiles, with other options.
   absl::StatusOr<const CpuProgram*> compile(const KernelPlan& k, const CpuCompileOptions& options) {
-    PipelineOptions po;
-    po.vector_bits = runner().target().vector_bits();
-    auto linear = lower_for_cpu(*g_, k.kernel, po, k.name);
+    auto linear = runner().backend().lower(*g_, k.kernel, {}, k.name);
     if (!linear.ok()) return linear.status();
     auto art = compile_cpu(*linear, runner().target(), options);
     if (!art.ok()) return art.status();
@@ -170,7 +168,7 @@ class Compiled {
     std::vector<void*> buffers;
   };
   std::unique_ptr<Graph> g_;
-  Plan plan_;
+  GraphPlan plan_;
   std::vector<const UOp*> inputs_;  // their BUFFERs
   absl::flat_hash_map<const UOp*, std::unique_ptr<Buffer>> mem_;
   std::vector<Launch> launches_;
@@ -431,7 +429,7 @@ struct Artifact {
 
 // One cold pass over the corpus: each graph is built in a fresh Graph and planned
 // (untimed: the planner and its cache are the scheduler's, not the compile path's), then
-// each kernel not met earlier in the pass is lowered (lower_for_cpu), compiled
+// each kernel not met earlier in the pass is lowered (the CPU backend), compiled
 // (compile_cpu) and loaded (CpuProgram::load), each step timed. Fresh graphs keep one
 // pass's interned nodes from making the next pass's lowering cheaper. Kernels come back
 // in the same order every pass. `keep` receives the compiled objects.
@@ -446,10 +444,8 @@ absl::StatusOr<std::vector<ColdTimes>> cold_pass(std::vector<Artifact>* keep = n
     for (const KernelPlan& kp : plan->kernels) {
       if (!seen.insert(kp.kernel->digest()).second) continue;
       ColdTimes t{cat(cg.name, "/", kp.name)};
-      PipelineOptions po;  // as LocalRunner::program lowers for its target
-      po.vector_bits = runner().target().vector_bits();
-      auto t0 = Clock::now();
-      auto linear = lower_for_cpu(g, kp.kernel, po, kp.name);
+      auto t0 = Clock::now();  // as LocalRunner::program lowers for its target
+      auto linear = runner().backend().lower(g, kp.kernel, {}, kp.name);
       t.lower_ms = seconds_since(t0) * 1e3;
       if (!linear.ok()) return absl::Status(linear.status().code(), cat(t.name, ": ", linear.status().message()));
       t0 = Clock::now();

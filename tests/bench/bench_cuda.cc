@@ -3,7 +3,7 @@
 // accumulation, cublasSgemm without TF32), counter ratio_vs_cublas; elementwise and
 // sum-reduction GB/s against a device-to-device cuMemcpyDtoD of the same bytes, counter
 // ratio_vs_memcpy. Our kernels go the way the service runs them: plan_graph,
-// lower_for_cuda, NVRTC for the device's arch, loaded through CudaDevice::load_program
+// the CUDA backend's lowering, NVRTC for the device's arch, loaded through CudaDevice::load_program
 // (launch dims from the ABI) and launched by CudaDevice::run (one launch, then a wait).
 // The peers are timed the same way (call, then a stream synchronize).
 //
@@ -26,6 +26,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "compiler/codegen/cuda.h"
 #include "compiler/ir/tensor_builder.h"
+#include "compiler/backends/cuda/cuda_backend.h"
 #include "compiler/pipeline.h"
 #include "compiler/support/strings.h"
 #include "worker/cuda/cuda_device.h"
@@ -191,15 +192,13 @@ std::unique_ptr<Compiled> compile_graph(const std::function<const UOp*(TensorBui
   absl::flat_hash_map<std::string, int64_t> var_by_name;
   for (auto& [v, value] : plan->var_values) var_by_name[v->arg_as<DefineVarArg>().name] = value;
   uint64_t seed = 1;
-  for (const PlanStep& st : plan->steps) {
-    if (st.kind != PlanStep::Kind::Kernel) {
+  for (const ScheduleStep& st : plan->steps) {
+    if (st.kind != ScheduleStep::Kind::Kernel) {
       c->status = absl::UnimplementedError("bench_cuda: single-device graphs only");
       return c;
     }
     const KernelPlan& k = plan->kernels[st.index];
-    GpuLowerOptions go;
-    go.sm = G.target.sm();
-    auto linear = lower_for_cuda(c->g, k.kernel, {}, k.name, go);
+    auto linear = CudaBackend(G.target).lower(c->g, k.kernel, {}, k.name);
     if (!linear.ok()) {
       c->status = linear.status();
       return c;

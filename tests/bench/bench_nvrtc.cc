@@ -1,10 +1,11 @@
 // bench_nvrtc: the CUDA backend's compile cost per kernel of the kernel corpus
-// (kernel_corpus.h): lower_for_cuda + render + NVRTC to a cubin for sm_90, and NVRTC
+// (kernel_corpus.h): the CUDA backend's lowering + render + NVRTC to a cubin for sm_90, and NVRTC
 // alone, as ms_per_kernel. Needs no GPU; without NVRTC every benchmark skips with the
 // reason. The GPU benchmarks against cuBLAS and cuMemcpyDtoD are in bench_cuda.cc.
 #include <benchmark/benchmark.h>
 
 #include "compiler/codegen/cuda.h"
+#include "compiler/backends/cuda/cuda_backend.h"
 #include "compiler/pipeline.h"
 #include "compiler/support/strings.h"
 #include "tests/bench/kernel_corpus.h"
@@ -25,10 +26,9 @@ void BM_NvrtcKernel(benchmark::State& state, const CorpusGraph* cg, bool nvrtc_o
     state.SkipWithError(std::string(plan.status().message()).c_str());
     return;
   }
-  GpuLowerOptions go;
-  go.sm = 90;
+  const CudaBackend backend(CudaTarget{"sm_90"});
   const KernelPlan& k = plan->kernels[0];
-  auto linear = lower_for_cuda(g, k.kernel, {}, k.name, go);
+  auto linear = backend.lower(g, k.kernel, {}, k.name);
   if (!linear.ok()) {
     state.SkipWithError(std::string(linear.status().message()).c_str());
     return;
@@ -43,7 +43,7 @@ void BM_NvrtcKernel(benchmark::State& state, const CorpusGraph* cg, bool nvrtc_o
     } else {
       Graph g2;
       const UOp* kernel = clone_into(g2, k.kernel);
-      auto l = lower_for_cuda(g2, kernel, {}, k.name, go);
+      auto l = backend.lower(g2, kernel, {}, k.name);
       auto art = l.ok() ? compile_cuda(*l, target, CudaCompileOptions{.emit_ptx = false})
                         : absl::StatusOr<CudaArtifact>(l.status());
       if (!art.ok()) state.SkipWithError(std::string(art.status().message()).c_str());

@@ -2,7 +2,7 @@
 // kernel-level graph with a gated index expression (loaded integers of every width,
 // DEFINE_VARs, RANGEs of small and variable trip counts; ADD, SUB, MUL, IDIV, MOD, SHL,
 // SHR, AND, MAX, MIN, NEG, CAST, WHERE, CMPLT, CMPNE; constants near the dtype limits),
-// which is taken through the pipeline (plan_graph, then lower_for_cpu or lower_for_cuda,
+// which is taken through the pipeline (plan_graph, then the CPU or the CUDA backend's lowering,
 // whose last stage before linearize is the proof). For every kernel the proof accepts,
 // every memory access of the IR it accepted (what is rendered) is evaluated under eval.h's
 // wrapping semantics at many points of its free inputs: loaded values, variables and loop
@@ -28,6 +28,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "compiler/ir/eval.h"
 #include "compiler/ir/printer.h"
+#include "compiler/backends/cpu/cpu_backend.h"
+#include "compiler/backends/cuda/cuda_backend.h"
 #include "compiler/pipeline.h"
 
 // The oracle's own branches say nothing about the code under test, and thousands of them
@@ -489,7 +491,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     opts.trace = [&](std::string_view stage, std::string_view, const UOp* ir) {
       if (stage == "bounds") proven = ir;
     };
-    auto linear = gpu ? lower_for_cuda(g, k.kernel, opts, k.name) : lower_for_cpu(g, k.kernel, opts, k.name);
+    auto linear = gpu ? CudaBackend(CudaTarget{}).lower(g, k.kernel, opts, k.name) : host_cpu_backend()->lower(g, k.kernel, opts, k.name);
     if (!linear.ok()) {
       if (linear.status().message().empty()) {
         std::fprintf(stderr, "fuzz_bounds: a refusal without a message\n");

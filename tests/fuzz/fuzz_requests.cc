@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "compiler/ir/codec.h"
+#include "compiler/backends/cpu/cpu_backend.h"
 #include "compiler/pipeline.h"
 #include "uopd.pb.h"
 
@@ -77,8 +78,8 @@ size_t decode_and_plan(const ::uop::v1::Graph& wire, bool lower) {
   check(plan->output_shapes.size() >= plan->outputs.size(), "every output has a shape");
   if (lower && g->graph->size() < 256) {
     for (const uop::KernelPlan& k : plan->kernels) {
-      auto linear = uop::lower_for_cpu(*g->graph, k.kernel, opts, k.name);
-      check_refusal(linear.status(), "lower_for_cpu");
+      auto linear = uop::host_cpu_backend()->lower(*g->graph, k.kernel, opts, k.name);
+      check_refusal(linear.status(), "lowering");
     }
   }
   return g->nodes.size();

@@ -1,5 +1,5 @@
 // Runs a tensor-level graph on one GPU in this process, the way the service splits the
-// work: plan_graph, then per kernel lower_for_cuda + compile_cuda (NVRTC, for the
+// work: plan_graph, then per kernel the CUDA backend's lowering + compile_cuda (NVRTC, for the
 // device's arch), loaded and launched by the worker's CUDA runtime (worker/cuda) with
 // the launch dims its ABI gives. Buffers live in device memory for the whole graph.
 // Header-only test helper for cuda_gpu_test and bench_nvrtc.
@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "compiler/codegen/cuda.h"
 #include "compiler/interp/host_tensor.h"
+#include "compiler/backends/cuda/cuda_backend.h"
 #include "compiler/pipeline.h"
 #include "compiler/support/strings.h"
 #include "worker/cuda/cuda_device.h"
@@ -43,9 +44,7 @@ class CudaRunner {
   // The program of one normalized kernel, compiled once per digest.
   absl::StatusOr<std::shared_ptr<const DeviceProgram>> program(Graph& g, const KernelPlan& k) {
     if (auto it = programs_.find(k.kernel->digest()); it != programs_.end()) return it->second;
-    GpuLowerOptions go;
-    go.sm = target_.sm();
-    auto linear = lower_for_cuda(g, k.kernel, {}, k.name, go);
+    auto linear = CudaBackend(target_).lower(g, k.kernel, {}, k.name);
     if (!linear.ok()) return linear.status();
     auto art = compile_cuda(*linear, target_, CudaCompileOptions{.emit_ptx = false});
     if (!art.ok()) return art.status();
@@ -74,8 +73,8 @@ class CudaRunner {
     };
     absl::flat_hash_map<std::string, int64_t> var_by_name;
     for (auto& [v, value] : plan->var_values) var_by_name[v->arg_as<DefineVarArg>().name] = value;
-    for (const PlanStep& st : plan->steps) {
-      if (st.kind != PlanStep::Kind::Kernel) return absl::UnimplementedError("CudaRunner: single-device graphs only");
+    for (const ScheduleStep& st : plan->steps) {
+      if (st.kind != ScheduleStep::Kind::Kernel) return absl::UnimplementedError("CudaRunner: single-device graphs only");
       const KernelPlan& k = plan->kernels[st.index];
       auto prog = program(g, k);
       if (!prog.ok()) return absl::Status(prog.status().code(), cat(k.name, ": ", prog.status().message()));

@@ -2,6 +2,7 @@
 // stage and obeyed; a kernel over limits.kernel_ops refused naming the kernel and the
 // limit, one at the limit lowered; a graph that a stage would grow past
 // limits.graph_nodes stopped inside that stage, near the limit, not after it.
+#include "compiler/backends/cpu/cpu_backend.h"
 #include "compiler/pipeline.h"
 
 #include <gtest/gtest.h>
@@ -49,7 +50,7 @@ TEST(Pipeline, KeepGoingIsAskedAfterEveryStageAndStopsThePipeline) {
   };
   auto plan = plan_graph(g, root, po);
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kDeadlineExceeded) << plan.status();
-  EXPECT_EQ(seen, (std::vector<std::string>{"verify", "rangeify"})) << "stopped after the second stage";
+  EXPECT_EQ(seen, (std::vector<std::string>{"verify", "multi"})) << "stopped after the second stage";
 
   // Lowering too: every stage, and the first refusal ends it.
   asked = -100;
@@ -57,7 +58,7 @@ TEST(Pipeline, KeepGoingIsAskedAfterEveryStageAndStopsThePipeline) {
   ASSERT_TRUE(ok.ok()) << ok.status();
   seen.clear();
   asked = -1;  // the third check from here says stop
-  auto linear = lower_for_cpu(g, ok->kernels[0].kernel, po, ok->kernels[0].name);
+  auto linear = host_cpu_backend()->lower(g, ok->kernels[0].kernel, po, ok->kernels[0].name);
   EXPECT_EQ(linear.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(seen, (std::vector<std::string>{"optimize", "expand", "lower_reduce"}));
 }
@@ -74,15 +75,15 @@ TEST(Pipeline, AKernelOverTheOpLimitIsRefusedNamingItAndTheLimit) {
   size_t ops = kernel_ops(k.kernel);
   PipelineOptions measure;
   measure.trace = [&](std::string_view, std::string_view, const UOp* ir) { ops = std::max(ops, kernel_ops(ir)); };
-  ASSERT_TRUE(lower_for_cpu(g, k.kernel, measure, k.name).ok());
+  ASSERT_TRUE(host_cpu_backend()->lower(g, k.kernel, measure, k.name).ok());
   EXPECT_GT(ops, 600u);
 
   PipelineOptions po;
   po.limits.kernel_ops = ops;  // exactly its size: lowered
   po.limits.kernel_ops_name = "--max-kernel-ops";
-  EXPECT_TRUE(lower_for_cpu(g, k.kernel, po, k.name).ok());
+  EXPECT_TRUE(host_cpu_backend()->lower(g, k.kernel, po, k.name).ok());
   po.limits.kernel_ops = ops - 1;  // one op less: refused, before any code is generated
-  auto refused = lower_for_cpu(g, k.kernel, po, k.name);
+  auto refused = host_cpu_backend()->lower(g, k.kernel, po, k.name);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(contains(refused.status(), "--max-kernel-ops")) << refused.status();
   EXPECT_TRUE(contains(refused.status(), "kernel " + k.name)) << refused.status();

@@ -104,7 +104,7 @@ TEST_F(PlannerTest, PlansAreCachedByDigestWithinANamespace) {
   EXPECT_FALSE(cached) << "a private namespace found a shared plan";
   EXPECT_EQ(planner_.plan_hits(), 1u);
   EXPECT_EQ(planner_.plan_misses(), 2u);
-  EXPECT_NE(planner_.cache_key(first->get()->kernels[0].digest), planner_.cache_key(first->get()->kernels[0].digest, "tenant-ns"));
+  EXPECT_NE(planner_.cache_key(first->get()->kernels[0].digest, *planner_.host()), planner_.cache_key(first->get()->kernels[0].digest, *planner_.host(), "tenant-ns"));
 }
 
 // Compiled kernels run in the plan's order on its buffers compute the interpreter's values;
@@ -115,7 +115,7 @@ TEST_F(PlannerTest, CompiledKernelsComputeTheGraph) {
   auto plan = planner_.plan(wire(t.root), &cached);
   ASSERT_TRUE(plan.ok()) << plan.status();
   const Plan& p = **plan;
-  auto kernels = planner_.compile(p);
+  auto kernels = planner_.compile(p, planner_.host());
   ASSERT_TRUE(kernels.ok()) << kernels.status();
   ASSERT_EQ(kernels->size(), p.kernels.size());
   for (const CompiledKernel& k : *kernels) EXPECT_EQ(k.outcome, CacheOutcome::Miss) << k.name;
@@ -142,7 +142,7 @@ TEST_F(PlannerTest, CompiledKernelsComputeTheGraph) {
     EXPECT_TRUE(c.ok) << "output " << o << ": " << c.message;
   }
 
-  auto again = planner_.compile(p);
+  auto again = planner_.compile(p, planner_.host());
   ASSERT_TRUE(again.ok()) << again.status();
   for (size_t i = 0; i < again->size(); ++i) {
     EXPECT_EQ((*again)[i].outcome, CacheOutcome::Hit) << (*again)[i].name;
@@ -179,7 +179,7 @@ TEST_F(PlannerTest, WhatItCannotPlanIsRefusedSayingWhy) {
     TwoOutputs t;
     bool cached = false;
     auto plan = small.plan(wire(t.root), &cached);
-    absl::Status st = plan.ok() ? small.compile(**plan).status() : plan.status();
+    absl::Status st = plan.ok() ? small.compile(**plan, small.host()).status() : plan.status();
     EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
     EXPECT_NE(st.message().find("--max-kernel-ops"), std::string::npos) << st;
   }

@@ -10,6 +10,7 @@
 
 #include "compiler/codegen/cuda.h"
 #include "compiler/ir/printer.h"
+#include "compiler/backends/cuda/cuda_backend.h"
 #include "compiler/pipeline.h"
 #include "tests/gpu/cuda_corpus.h"
 
@@ -70,9 +71,7 @@ TEST_P(CudaCorpus, EveryKernelRendersAndCompiles) {
     std::vector<std::string> entries;
     for (size_t i = 0; i < plan->kernels.size(); ++i) {
       const KernelPlan& k = plan->kernels[i];
-      GpuLowerOptions go;
-      go.sm = target->sm();
-      auto linear = lower_for_cuda(*c.g, k.kernel, {}, k.name, go);
+      auto linear = CudaBackend(*target).lower(*c.g, k.kernel, {}, k.name);
       ASSERT_TRUE(linear.ok()) << k.name << ": " << linear.status();
       std::string entry = cat("k", i);
       auto src = render_cuda(*linear, entry, /*with_prelude=*/false);
@@ -123,9 +122,7 @@ Lowered lower_one(cudatest::Case& c, size_t kernel, const std::string& arch) {
   auto plan = plan_graph(*c.g, c.sink);
   EXPECT_TRUE(plan.ok()) << plan.status();
   auto target = CudaTarget::parse(arch);
-  GpuLowerOptions go;
-  go.sm = target->sm();
-  auto linear = lower_for_cuda(*c.g, plan->kernels.at(kernel).kernel, {}, "", go);
+  auto linear = CudaBackend(*target).lower(*c.g, plan->kernels.at(kernel).kernel, {}, "");
   EXPECT_TRUE(linear.ok()) << linear.status();
   if (!linear.ok()) return {};
   auto art = compile_cuda(*linear, *target);
@@ -156,9 +153,7 @@ TEST_F(CudaCorpus, HalfMatmulUsesTheTensorCoresOnSm80AndNewer) {
   // sm_75 has no m16n8k16 bf16 / this rule: the plain path.
   cudatest::Case c = find_case("matmul_f16");
   auto plan = plan_graph(*c.g, c.sink);
-  GpuLowerOptions go;
-  go.sm = 75;
-  auto linear = lower_for_cuda(*c.g, plan->kernels[0].kernel, {}, "", go);
+  auto linear = CudaBackend(CudaTarget{"sm_75"}).lower(*c.g, plan->kernels[0].kernel, {}, "");
   ASSERT_TRUE(linear.ok()) << linear.status();
   EXPECT_FALSE(has_op(*linear, Op::WMMA));
 }

@@ -2,7 +2,7 @@
 // out-of-bounds index (each must be refused with bounds.unproven), and against the gated
 // and variable-length accesses real lowerings make (each must still be accepted). Kernels
 // go through the same pipeline a client's kernel-level graph takes: plan_graph (verify,
-// normalize), then lower_for_cpu (optimize, expand, lower_reduce, bounds, linearize).
+// normalize), then the CPU backend's schedule (optimize, expand, lower_reduce, symbolic, bounds, linearize).
 #include <gtest/gtest.h>
 
 #include <climits>
@@ -11,6 +11,8 @@
 #include "compiler/interp/interp.h"
 #include "compiler/ir/tensor_builder.h"
 #include "compiler/passes/bounds.h"
+#include "compiler/backends/cpu/cpu_backend.h"
+#include "compiler/backends/cuda/cuda_backend.h"
 #include "compiler/pipeline.h"
 #include "tests/unit/compiler/passes/kernel_builder.h"
 
@@ -45,7 +47,7 @@ struct Kernel : testing::KernelBuilder {
     auto plan = plan_graph(g, k);
     if (!plan.ok()) return plan.status();
     for (const KernelPlan& kp : plan->kernels) {
-      auto linear = lower_for_cpu(g, kp.kernel, {}, kp.name);
+      auto linear = host_cpu_backend()->lower(g, kp.kernel, {}, kp.name);
       if (!linear.ok()) return linear.status();
     }
     return absl::OkStatus();
@@ -251,7 +253,7 @@ TEST(BoundsAccepts, MovementOpsThroughTheTensorPipeline) {
   y = tb.flip(tb.pad(y, {0, 4}, {3, 0}), {false, true});
   auto plan = plan_graph(g, tb.sink({y}));
   ASSERT_TRUE(plan.ok()) << plan.status();
-  for (const KernelPlan& kp : plan->kernels) EXPECT_TRUE(lower_for_cpu(g, kp.kernel, {}, kp.name).ok()) << kp.name;
+  for (const KernelPlan& kp : plan->kernels) EXPECT_TRUE(host_cpu_backend()->lower(g, kp.kernel, {}, kp.name).ok()) << kp.name;
 }
 
 // --- the proof checks the IR that is rendered -----------------------------------------
@@ -267,7 +269,7 @@ TEST(BoundsPipeline, CudaLoweringProvesTheIrAfterGpuDims) {
   std::vector<std::string> stages;
   PipelineOptions o;
   o.trace = [&](std::string_view stage, std::string_view, const UOp*) { stages.emplace_back(stage); };
-  auto linear = lower_for_cuda(k.g, plan->kernels[0].kernel, o, "k", {});
+  auto linear = CudaBackend(CudaTarget{}).lower(k.g, plan->kernels[0].kernel, o, "k");
   ASSERT_TRUE(linear.ok()) << linear.status();
   auto pos = [&](const char* s) { return std::find(stages.begin(), stages.end(), s) - stages.begin(); };
   EXPECT_LT(pos("gpu_dims"), pos("bounds"));

@@ -11,13 +11,14 @@
 #include "compiler/passes/bounds.h"
 #include "compiler/passes/linearize.h"
 #include "compiler/passes/lower_reduce.h"
+#include "compiler/backends/cpu/cpu_backend.h"
 #include "compiler/pipeline.h"
 
 namespace uop {
 namespace {
 
 // Runs a plan kernel by kernel through the kernel-level interpreter.
-std::vector<HostTensor> run_plan(Graph& g, const UOp* root, const Plan& plan,
+std::vector<HostTensor> run_plan(Graph& g, const UOp* root, const GraphPlan& plan,
                                  const absl::flat_hash_map<const UOp*, HostTensor>& inputs) {
   absl::flat_hash_map<const UOp*, HostTensor> mem(inputs.begin(), inputs.end());
   absl::flat_hash_map<std::string, int64_t> vars;
@@ -41,7 +42,7 @@ std::vector<HostTensor> run_plan(Graph& g, const UOp* root, const Plan& plan,
 
 // Plans `sink`, runs the plan through the interpreter, compares with interpret(); also
 // lowers every kernel to LINEAR and verifies it. Returns the plan.
-Plan check_lowering(Graph& g, TensorBuilder& tb, const UOp* sink, std::vector<const UOp*> inputs, uint64_t seed = 1) {
+GraphPlan check_lowering(Graph& g, TensorBuilder& tb, const UOp* sink, std::vector<const UOp*> inputs, uint64_t seed = 1) {
   absl::flat_hash_map<const UOp*, HostTensor> in;
   for (const UOp* x : inputs) {
     const UOp* buf = tb.buffer_of(x);
@@ -60,7 +61,7 @@ Plan check_lowering(Graph& g, TensorBuilder& tb, const UOp* sink, std::vector<co
     EXPECT_TRUE(c.ok) << "output " << i << ": " << c.message;
   }
   for (const KernelPlan& k : plan->kernels) {
-    auto linear = lower_for_cpu(g, k.kernel, {}, k.name);
+    auto linear = host_cpu_backend()->lower(g, k.kernel, {}, k.name);
     EXPECT_TRUE(linear.ok()) << k.name << ": " << linear.status();
     if (!linear.ok()) continue;
     VerifyOptions vo;
@@ -78,7 +79,7 @@ TEST(Lowering, ElementwiseChainIsOneKernel) {
   const UOp* b = tb.input(Scalar::Float32, {4});
   const UOp* t = tb.alu(Op::MUL, {tb.alu(Op::ADD, {a, b}), tb.full(Scalar::Float32, 1.5, {})});
   t = tb.alu(Op::MAX, {t, tb.full(Scalar::Float32, 0.0, {})});
-  Plan p = check_lowering(g, tb, tb.sink({t}), {a, b});
+  GraphPlan p = check_lowering(g, tb, tb.sink({t}), {a, b});
   EXPECT_EQ(p.kernels.size(), 1u);
 }
 
@@ -88,7 +89,7 @@ TEST(Lowering, ReductionWithPrologueAndEpilogueIsOneKernel) {
   const UOp* x = tb.input(Scalar::Float32, {5, 7});
   const UOp* s = tb.reduce(tb.alu(Op::MUL, {x, x}), ReduceOp::Add, {1});
   const UOp* out = tb.alu(Op::SQRT, {s});
-  Plan p = check_lowering(g, tb, tb.sink({out}), {x});
+  GraphPlan p = check_lowering(g, tb, tb.sink({out}), {x});
   EXPECT_EQ(p.kernels.size(), 1u);
 }
 
@@ -100,7 +101,7 @@ TEST(Lowering, SoftmaxRealizesBroadcastReductions) {
   const UOp* e = tb.alu(Op::EXP2, {tb.alu(Op::SUB, {x, m})});
   const UOp* s = tb.reduce(e, ReduceOp::Add, {1});
   const UOp* out = tb.alu(Op::FDIV, {e, s});
-  Plan p = check_lowering(g, tb, tb.sink({out}), {x});
+  GraphPlan p = check_lowering(g, tb, tb.sink({out}), {x});
   EXPECT_EQ(p.kernels.size(), 3u);  // max, sum (which recomputes e), the division
 }
 
@@ -109,7 +110,7 @@ TEST(Lowering, MatmulIsOneKernel) {
   TensorBuilder tb(g);
   const UOp* a = tb.input(Scalar::Float32, {6, 5});
   const UOp* b = tb.input(Scalar::Float32, {5, 7});
-  Plan p = check_lowering(g, tb, tb.sink({tb.matmul(a, b)}), {a, b});
+  GraphPlan p = check_lowering(g, tb, tb.sink({tb.matmul(a, b)}), {a, b});
   EXPECT_EQ(p.kernels.size(), 1u);
 }
 
@@ -191,7 +192,7 @@ TEST(Lowering, BoundsProofRefusesOutOfBoundsKernel) {
   // The pipeline refuses it too, before anything is compiled.
   auto plan = plan_graph(g, kernel(past, nullptr));
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_FALSE(lower_for_cpu(g, plan->kernels[0].kernel).ok());
+  EXPECT_FALSE(host_cpu_backend()->lower(g, plan->kernels[0].kernel).ok());
   // Under a gate that implies the bound, the same access is proven safe.
   EXPECT_TRUE(check_bounds(g, *lower_reduce(g, kernel(past, g.alu(Op::CMPLT, {past, g.idx(16)})))).ok());
   EXPECT_TRUE(check_bounds(g, *lower_reduce(g, kernel(r, nullptr))).ok());

@@ -1,0 +1,122 @@
+// The planner through the backend interface (server/planner.h, compiler/backend.h): a
+// target the server was not built with, registered by the one line below, is planned,
+// compiled once per cache key and explained like the built-in ones, following its own
+// schedule; its keys are not the CPU's.
+#include "server/planner.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/ir/tensor_builder.h"
+#include "server/cache/memory_tier.h"
+#include "tests/unit/compiler/backends/listing/listing_backend.h"
+
+namespace uop::server {
+namespace {
+
+const bool registered = (register_backend(uop::testing::listing_backend_kind()), true);
+
+bool contains(std::string_view text, std::string_view what) { return text.find(what) != std::string_view::npos; }
+
+// out = sum(a * b, axis 1), as the wire would bring it.
+std::shared_ptr<const DecodedGraph> graph() {
+  Graph g;
+  TensorBuilder tb(g);
+  const UOp* a = tb.input(Scalar::Float32, {8, 16});
+  const UOp* b = tb.input(Scalar::Float32, {8, 16});
+  auto decoded = decode_binary(encode_binary(tb.sink({tb.reduce(tb.alu(Op::MUL, {a, b}), ReduceOp::Add, {1})})));
+  EXPECT_TRUE(decoded.ok()) << decoded.status();
+  return std::make_shared<const DecodedGraph>(std::move(*decoded));
+}
+
+struct Fixture {
+  Fixture() : cache([] {
+      std::vector<std::unique_ptr<CacheTier>> tiers;
+      tiers.push_back(std::make_unique<MemoryTier>(int64_t{1} << 24));
+      return tiers;
+    }()),
+    planner(PlannerOptions{}, &cache, CpuTarget::host()) {}
+  CompileCache cache;
+  Planner planner;
+};
+
+TEST(Planner, CompilesForARegisteredTargetOncePerKey) {
+  ASSERT_TRUE(registered);
+  Fixture f;
+  auto g = graph();
+  bool cached = true;
+  auto plan = f.planner.plan(g, &cached);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(cached);
+  ASSERT_EQ((*plan)->kernels.size(), 1u);
+
+  auto listing = f.planner.backend("listing");
+  ASSERT_TRUE(listing.ok()) << listing.status();
+  EXPECT_EQ((*listing)->name(), "listing");
+  EXPECT_EQ(f.planner.backend("listing", "binary").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.planner.backend("tpu").status().code(), absl::StatusCode::kUnimplemented);
+
+  auto first = f.planner.compile(**plan, *listing);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->size(), 1u);
+  const CompiledKernel& k = (*first)[0];
+  EXPECT_EQ(k.outcome, CacheOutcome::Miss);
+  // The "object" is the kernel's LINEAR: its loop over the 8 outputs, the accumulator, the store.
+  EXPECT_TRUE(contains(k.object, "RANGE")) << k.object;
+  EXPECT_TRUE(contains(k.object, "DEFINE_REG")) << k.object;
+  EXPECT_TRUE(contains(k.object, "STORE")) << k.object;
+  ASSERT_EQ(k.abi.params.size(), 3u);
+  EXPECT_TRUE(k.abi.params[0].written);
+  EXPECT_EQ(k.key, f.planner.cache_key(k.digest, **listing));
+
+  auto again = f.planner.compile(**plan, *listing);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)[0].outcome, CacheOutcome::Hit);
+  EXPECT_EQ((*again)[0].object, k.object);
+
+  // The same kernel for the CPU is another artifact under another key.
+  auto cpu = f.planner.compile(**plan, f.planner.host());
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_NE((*cpu)[0].key, k.key);
+  EXPECT_EQ((*cpu)[0].outcome, CacheOutcome::Miss);
+  EXPECT_EQ((*cpu)[0].object.substr(0, 4), "\x7f" "ELF");
+}
+
+TEST(Planner, ExplainFollowsTheTargetsSchedule) {
+  ASSERT_TRUE(registered);
+  Fixture f;
+  auto listing = f.planner.backend("listing");
+  ASSERT_TRUE(listing.ok()) << listing.status();
+  auto stages = f.planner.explain(graph(), ExplainOptions{.only = "", .backend = *listing});
+  ASSERT_TRUE(stages.ok()) << stages.status();
+  std::vector<std::string> lowering;
+  std::string linearized, rendered, compiled;
+  bool planning = true;
+  for (const ExplainedStage& s : *stages) {
+    if (s.name == "normalize") {
+      planning = false;
+      continue;
+    }
+    if (planning) continue;
+    lowering.push_back(s.name);
+    if (s.name == "linearize") linearized = s.text;
+    if (s.name == "render") rendered = s.text;
+    if (s.name == "compile") compiled = s.text;
+  }
+  // No optimize: the listing target's schedule has none.
+  EXPECT_EQ(lowering, (std::vector<std::string>{"expand", "lower_reduce", "symbolic", "bounds", "linearize", "render", "compile"}));
+  EXPECT_EQ(rendered, linearized);
+  EXPECT_TRUE(contains(compiled, "bytes of listing for text")) << compiled;
+  EXPECT_TRUE(contains(compiled, "slot 0: float32[8] written")) << compiled;
+
+  // The CPU's explain of the same graph optimizes first.
+  auto cpu = f.planner.explain(graph(), ExplainOptions{.only = "optimize", .backend = nullptr});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ(cpu->size(), 1u);
+}
+
+}  // namespace
+}  // namespace uop::server
