@@ -30,7 +30,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "compiler/codegen/abi.h"
+#include "compiler/abi/kernel_abi.h"
 #include "compiler/codegen/llvm_cpu.h"
 #include "compiler/ir/codec.h"
 #include "compiler/pipeline.h"

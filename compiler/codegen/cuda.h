@@ -1,5 +1,5 @@
 // The CUDA backend: LINEAR -> CUDA C source -> NVRTC -> cubin (and PTX) for one GPU
-// architecture. One kernel is one artifact and one launch; its ABI (codegen/abi.h: the
+// architecture. One kernel is one artifact and one launch; its ABI (abi/kernel_abi.h: the
 // kernel signature, the launch dims as LaunchExprs) travels with it, and
 // compiler/codegen/README.md describes the contract worker/cuda implements.
 //
@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "compiler/codegen/abi.h"
+#include "compiler/abi/kernel_abi.h"
 #include "compiler/ir/uop.h"
 
 namespace uop {

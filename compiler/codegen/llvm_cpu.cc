@@ -28,7 +28,6 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Target/TargetOptions.h>
-#include <llvm/TargetParser/Host.h>
 
 #include <algorithm>
 #include <chrono>
@@ -741,39 +740,6 @@ void optimize(llvm::Module& m, llvm::TargetMachine* tm, int opt) {
 }
 
 }  // namespace
-
-CpuTarget CpuTarget::host() {
-  static const CpuTarget host = [] {
-    CpuTarget t;
-    t.triple = llvm::sys::getProcessTriple();
-    t.cpu = llvm::sys::getHostCPUName().str();
-    std::vector<std::string> features;
-    for (const auto& f : llvm::sys::getHostCPUFeatures())
-      features.push_back(cat(f.second ? "+" : "-", std::string_view(f.first())));
-    std::sort(features.begin(), features.end());
-    t.features = join(features, ",");
-    return t;
-  }();
-  return host;
-}
-
-std::string CpuTarget::id() const { return cat(triple, "/", cpu, "/", features); }
-
-int CpuTarget::vector_bits() const {
-  auto has = [&](const std::string& f) {
-    std::string tag = "+" + f;
-    size_t at = features.find(tag);
-    while (at != std::string::npos) {
-      size_t end = at + tag.size();
-      if (end == features.size() || features[end] == ',') return true;
-      at = features.find(tag, end);
-    }
-    return false;
-  };
-  if (has("avx512f")) return 512;
-  if (has("avx2") || has("avx")) return 256;
-  return 128;
-}
 
 std::string compiler_build_id() {
   return cat("uopd-llvm-cpu/", kBackendVersion, " abi-", kAbiVersion, " llvm-", LLVM_VERSION_STRING);
