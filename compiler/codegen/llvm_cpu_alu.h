@@ -1,4 +1,4 @@
-// Private to the LLVM CPU backend (llvm_cpu.cc): the lowering of values, i.e. dtypes,
+// Private to the LLVM CPU backend (llvm_cpu_render.cc): the lowering of values, i.e. dtypes,
 // constants, ALU ops, CAST, BITCAST and vector ops, to LLVM IR with ir/eval.h's exact semantics.
 // LLVM types are only forward-declared here, so this header stays LLVM-free.
 #pragma once

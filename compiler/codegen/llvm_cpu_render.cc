@@ -1,4 +1,4 @@
-// LINEAR -> LLVM module -> the kernel pipeline (see optimize) for the target CPU -> relocatable ELF in memory.
+// LINEAR -> LLVM module (render_module, llvm_cpu_render.h).
 //
 // The module has two functions. `uop_body` takes one noalias pointer per buffer and one
 // i64 per variable, which is what lets the loop vectorizer prove that stores do not
@@ -14,24 +14,13 @@
 // chunk, so its body loop is the same loop as without a check. The read is a
 // monotonic (relaxed) atomic load, which LLVM neither hoists out of the loop nor deletes
 // with it; a set word branches to a block that returns.
-#include "compiler/codegen/llvm_cpu.h"
+#include "compiler/codegen/llvm_cpu_render.h"
 
-#include <llvm/Config/llvm-config.h>
 #include <llvm/IR/IRBuilder.h>
-#include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/Module.h>
-#include <llvm/IR/Verifier.h>
-#include <llvm/MC/TargetRegistry.h>
-#include <llvm/Passes/PassBuilder.h>
-#include <llvm/Support/TargetSelect.h>
-#include <llvm/Support/raw_ostream.h>
-#include <llvm/Target/TargetMachine.h>
-#include <llvm/Target/TargetOptions.h>
 
 #include <algorithm>
-#include <chrono>
-#include <mutex>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -39,29 +28,14 @@
 #include "compiler/codegen/stop_checks.h"
 #include "compiler/support/strings.h"
 
-namespace uop {
+namespace uop::llvm_cpu {
 namespace {
 
 using llvm::BasicBlock;
 using llvm::Value;
 
-constexpr int kBackendVersion = 2;  // 2: the stop word
 // DEFINE_REG lives on the task's stack; keep it well under a pool thread's 8 MiB.
 constexpr int64_t kMaxRegBytes = 1 << 20;
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-void init_llvm_targets() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    llvm::InitializeAllTargetInfos();
-    llvm::InitializeAllTargets();
-    llvm::InitializeAllTargetMCs();
-    llvm::InitializeAllAsmPrinters();
-  });
-}
 
 // What an emitted op stands for. Buffers and addresses are pointers with the dtype of
 // what they point at; `scope` is the block that computed the value (0: the function's
@@ -303,7 +277,7 @@ absl::Status Renderer::emit(const UOp* u) {
       if (!v.ok()) return v.status();
       srcs.push_back(*v);
     }
-    auto r = llvm_cpu::lower_alu(b_, u, srcs);
+    auto r = lower_alu(b_, u, srcs);
     if (!r.ok()) return bad(u, cat(r.status().message()));
     define(u, {K::Value, *r});
     return absl::OkStatus();
@@ -315,7 +289,7 @@ absl::Status Renderer::emit(const UOp* u) {
       return absl::OkStatus();
     }
     case Op::DEFINE_VAR: {
-      llvm::Type* t = llvm_cpu::value_type(b_, u->dtype());
+      llvm::Type* t = value_type(b_, u->dtype());
       if (!t || !t->isIntegerTy() || u->dtype().is_bool())
         return bad(u, cat("DEFINE_VAR must be an integer scalar, not ", u->dtype().str(), " [linear.var]"));
       Value* arg = body_->getArg(abi_.params.size() + abi_.var_position(u->arg_as<DefineVarArg>().name));
@@ -327,7 +301,7 @@ absl::Status Renderer::emit(const UOp* u) {
     case Op::DEFINE_REG: {
       DType d = u->dtype();
       int64_t size = u->arg_as<DefineRegArg>().size;
-      llvm::Type* mt = llvm_cpu::memory_type(b_, d);
+      llvm::Type* mt = memory_type(b_, d);
       if (!d.ptr || !mt || size < 1 || size > kMaxRegBytes / std::max<int64_t>(1, d.bytes()))
         return bad(u, cat("DEFINE_REG needs a pointer dtype and 1 to ", kMaxRegBytes, " bytes [linear.reg]"));
       auto* a = entry_b_.CreateAlloca(llvm::ArrayType::get(mt, size), nullptr, "reg");
@@ -337,14 +311,14 @@ absl::Status Renderer::emit(const UOp* u) {
     }
     case Op::CONST:
     case Op::VCONST: {
-      if (!llvm_cpu::value_type(b_, u->dtype()))
+      if (!value_type(b_, u->dtype()))
         return bad(u, cat("a constant of dtype ", u->dtype().str(), " [linear.const]"));
       std::vector<ConstValue> lanes;
       if (op == Op::CONST) lanes.push_back(u->arg_as<ConstValue>());
       else lanes = u->arg_as<VConstArg>().values;
       if (lanes.empty() || (op == Op::VCONST && lanes.size() != u->dtype().count && lanes.size() != 1))
         return bad(u, cat("VCONST has ", lanes.size(), " values for ", u->dtype().str(), " [linear.const]"));
-      done_[u] = {K::Value, llvm_cpu::constant(b_, u->dtype(), lanes), nullptr, {}, 0};
+      done_[u] = {K::Value, constant(b_, u->dtype(), lanes), nullptr, {}, 0};
       return absl::OkStatus();
     }
     case Op::VECTORIZE: case Op::CAT: case Op::GEP: return emit_vector(u);
@@ -404,7 +378,7 @@ absl::Status Renderer::emit_vector(const UOp* u) {
     if (!v.ok()) return v.status();
     srcs.push_back(*v);
   }
-  auto r = llvm_cpu::lower_vector(b_, u, srcs);
+  auto r = lower_vector(b_, u, srcs);
   if (!r.ok()) return bad(u, cat(r.status().message()));
   define(u, {Emitted::Kind::Value, *r});
   return absl::OkStatus();
@@ -426,7 +400,7 @@ absl::Status Renderer::emit_index(const UOp* u) {
     gate = *g;
   }
   DType mem = (*buf)->mem;
-  llvm::Type* et = llvm_cpu::memory_type(b_, mem);
+  llvm::Type* et = memory_type(b_, mem);
   // Ungated indices are proven in bounds (stage 8); a gated one may point anywhere.
   Value* addr = gated ? b_.CreateGEP(et, (*buf)->v, *i) : b_.CreateInBoundsGEP(et, (*buf)->v, *i);
   define(u, {Emitted::Kind::Address, addr, gate, mem});
@@ -439,15 +413,15 @@ absl::Status Renderer::emit_load(const UOp* u) {
   const Emitted addr = **a;
   DType d = u->dtype();
   if (addr.kind != Emitted::Kind::Address) return bad(u, "LOAD needs an INDEX as its second source [linear.load]");
-  if (d.ptr || d.scalar != addr.mem.scalar || !llvm_cpu::value_type(b_, d))
+  if (d.ptr || d.scalar != addr.mem.scalar || !value_type(b_, d))
     return bad(u, cat("LOAD of ", d.str(), " from a buffer of ", addr.mem.str(), " [linear.load]"));
-  llvm::Type* mt = llvm_cpu::memory_type(b_, d);
+  llvm::Type* mt = memory_type(b_, d);
   llvm::Align align(std::max(1, d.itemsize()));
   if (!addr.gate) {
-    define(u, {Emitted::Kind::Value, llvm_cpu::from_memory(b_, b_.CreateAlignedLoad(mt, addr.v, align), d)});
+    define(u, {Emitted::Kind::Value, from_memory(b_, b_.CreateAlignedLoad(mt, addr.v, align), d)});
     return absl::OkStatus();
   }
-  Value* alt = llvm::Constant::getNullValue(llvm_cpu::value_type(b_, d));
+  Value* alt = llvm::Constant::getNullValue(value_type(b_, d));
   if (u->num_src() > 2) {
     const UOp* s = u->src(2);
     if (s->dtype() != d && s->dtype() != d.element())
@@ -459,8 +433,8 @@ absl::Status Renderer::emit_load(const UOp* u) {
   if (addr.gate->getType()->isVectorTy()) {  // one gate per lane: lanes that are off are not read
     if (llvm::cast<llvm::FixedVectorType>(addr.gate->getType())->getNumElements() != d.count)
       return bad(u, "a per-lane gate needs one lane per loaded element [linear.load]");
-    Value* r = b_.CreateMaskedLoad(mt, addr.v, align, addr.gate, llvm_cpu::to_memory(b_, alt, d));
-    define(u, {Emitted::Kind::Value, llvm_cpu::from_memory(b_, r, d)});
+    Value* r = b_.CreateMaskedLoad(mt, addr.v, align, addr.gate, to_memory(b_, alt, d));
+    define(u, {Emitted::Kind::Value, from_memory(b_, r, d)});
     return absl::OkStatus();
   }
   BasicBlock* from = b_.GetInsertBlock();
@@ -468,7 +442,7 @@ absl::Status Renderer::emit_load(const UOp* u) {
   BasicBlock* join = BasicBlock::Create(ctx_, "gated.join", body_);
   b_.CreateCondBr(addr.gate, load, join);
   b_.SetInsertPoint(load);
-  Value* x = llvm_cpu::from_memory(b_, b_.CreateAlignedLoad(mt, addr.v, align), d);
+  Value* x = from_memory(b_, b_.CreateAlignedLoad(mt, addr.v, align), d);
   BasicBlock* loaded = b_.GetInsertBlock();
   b_.CreateBr(join);
   b_.SetInsertPoint(join);
@@ -490,7 +464,7 @@ absl::Status Renderer::emit_store(const UOp* u) {
   if (d.ptr || d.scalar != addr.mem.scalar) return bad(u, cat("STORE of ", d.str(), " into a buffer of ", addr.mem.str(), " [linear.store]"));
   auto v = value(u, u->src(1));
   if (!v.ok()) return v.status();
-  Value* mv = llvm_cpu::to_memory(b_, *v, d);
+  Value* mv = to_memory(b_, *v, d);
   llvm::Align align(std::max(1, d.itemsize()));
   if (!addr.gate) {
     b_.CreateAlignedStore(mv, addr.v, align);
@@ -565,7 +539,7 @@ absl::Status Renderer::emit_range(const UOp* u) {
   scope.header = header;
   scope.iv = iv;
   scopes_.push_back(scope);
-  Value* v = b_.CreateTrunc(iv, llvm_cpu::value_type(b_, u->dtype()));
+  Value* v = b_.CreateTrunc(iv, value_type(b_, u->dtype()));
   define(u, {Emitted::Kind::Value, v});
   return absl::OkStatus();
 }
@@ -624,7 +598,7 @@ absl::Status Renderer::emit_custom(const UOp* u) {
   auto c_type = [&](DType d) -> llvm::Type* {
     if (d.ptr || d.is_vector() || d.is_bool()) return nullptr;
     if (d.scalar == Scalar::Float32 || d.scalar == Scalar::Float64 || d.is_int() || d.is_index())
-      return llvm_cpu::value_type(b_, d);
+      return value_type(b_, d);
     return nullptr;
   };
   const bool returns = u->dtype().scalar != Scalar::Void;
@@ -688,106 +662,12 @@ absl::Status Renderer::emit_end(const UOp* u) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> make_target_machine(const CpuTarget& t, int opt) {
-  std::string err;
-  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(t.triple, err);
-  if (!target) return absl::InvalidArgumentError(cat("unknown target triple '", t.triple, "': ", err));
-  llvm::TargetOptions to;
-  to.AllowFPOpFusion = llvm::FPOpFusion::Strict;  // one rounding per op, as eval.h says
-  auto level = static_cast<llvm::CodeGenOptLevel>(std::clamp(opt, 0, 3));  // None .. Aggressive
-  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
-      t.triple, t.cpu, t.features, to, llvm::Reloc::PIC_, llvm::CodeModel::Small, level));
-  if (!tm) return absl::InvalidArgumentError(cat("cannot make a target machine for ", t.id()));
-  return tm;
-}
-
-void optimize(llvm::Module& m, llvm::TargetMachine* tm, int opt) {
-  llvm::LoopAnalysisManager lam;
-  llvm::FunctionAnalysisManager fam;
-  llvm::CGSCCAnalysisManager cgam;
-  llvm::ModuleAnalysisManager mam;
-  llvm::PipelineTuningOptions pto;
-  pto.LoopVectorization = opt >= 2;
-  pto.SLPVectorization = opt >= 2;
-  llvm::PassBuilder pb(tm, pto);
-  pb.registerModuleAnalyses(mam);
-  pb.registerCGSCCAnalyses(cgam);
-  pb.registerFunctionAnalyses(fam);
-  pb.registerLoopAnalyses(lam);
-  pb.crossRegisterProxies(lam, fam, cgam, mam);
-  llvm::ModulePassManager mpm;
-  if (opt <= 0) {
-    mpm = pb.buildO0DefaultPipeline(llvm::OptimizationLevel::O0);
-  } else if (opt == 2) {
-    // The kernel pipeline. Our LINEAR arrives already tiled, unrolled into vector lanes
-    // (expand) and with its accumulators in registers (lower_reduce), with one function
-    // and no calls: the default O2 pipeline's inliner, loop vectorizer, SLP, unroller and
-    // interprocedural passes find nothing to do and cost two thirds of a cold compile.
-    // What our IR does need: promote the accumulator allocas, fold and CSE the index
-    // arithmetic, hoist loop invariants (row bases) out of the inner loops. Code
-    // generation runs at the Less level (see compile_cpu).
-    static const char* kKernelPipeline =
-        "function(sroa<modify-cfg>,early-cse<memssa>,instcombine<no-verify-fixpoint>,simplifycfg,"
-        "loop-mssa(loop-rotate,licm),instcombine<no-verify-fixpoint>,simplifycfg)";
-    if (auto err = pb.parsePassPipeline(mpm, kKernelPipeline)) {
-      llvm::consumeError(std::move(err));  // a pipeline this LLVM cannot parse: the default one
-      mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2);
-    }
-  } else {
-    mpm = pb.buildPerModuleDefaultPipeline(opt == 1 ? llvm::OptimizationLevel::O1 : llvm::OptimizationLevel::O3);
-  }
-  mpm.run(m, mam);
-}
-
 }  // namespace
 
-std::string compiler_build_id() {
-  return cat("uopd-llvm-cpu/", kBackendVersion, " abi-", kAbiVersion, " llvm-", LLVM_VERSION_STRING);
+absl::Status render_module(llvm::Module& m, const UOp* linear, const KernelAbi& abi, const CpuTarget& target,
+                           bool stop_checks) {
+  Renderer r(m, abi, target, linear, stop_checks);
+  return r.render(linear);
 }
 
-absl::StatusOr<CpuArtifact> compile_cpu(const UOp* linear, const CpuTarget& target,
-                                        const CpuCompileOptions& options) {
-  if (!linear || !linear->is(Op::LINEAR)) return absl::InvalidArgumentError("compile_cpu needs a LINEAR");
-  auto t0 = std::chrono::steady_clock::now();
-  CpuArtifact art;
-  auto abi = abi_of(linear);
-  if (!abi.ok()) return abi.status();
-  art.abi = *std::move(abi);
-  art.abi.stop_word = options.stop_checks;
-  init_llvm_targets();
-  // Level 2 is the kernel pipeline of optimize(); its code generation runs at LLVM's
-  // "Less" level: on bench_cpu the kernels run as fast as at Default, and instruction
-  // selection and scheduling cost a third less.
-  auto tm = make_target_machine(target, options.opt_level == 2 ? 1 : options.opt_level);
-  if (!tm.ok()) return tm.status();
-
-  llvm::LLVMContext ctx;
-  llvm::Module m("uop_kernel", ctx);
-  m.setTargetTriple(target.triple);
-  m.setDataLayout((*tm)->createDataLayout());
-  Renderer r(m, art.abi, target, linear, options.stop_checks);
-  if (auto st = r.render(linear); !st.ok()) return st;
-  std::string verify_msg;
-  llvm::raw_string_ostream vos(verify_msg);
-  if (llvm::verifyModule(m, &vos))
-    return absl::InternalError(cat("the LLVM CPU backend produced invalid IR: ", vos.str()));
-  if (options.emit_ir_text) {
-    llvm::raw_string_ostream os(art.ir_text);
-    m.print(os, nullptr);
-  }
-  art.render_ms = ms_since(t0);
-
-  auto t1 = std::chrono::steady_clock::now();
-  optimize(m, tm->get(), options.opt_level);
-  llvm::SmallVector<char, 0> obj;
-  llvm::raw_svector_ostream os(obj);
-  llvm::legacy::PassManager pm;
-  if ((*tm)->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile))
-    return absl::InternalError(cat("target ", target.triple, " cannot emit an object file"));
-  pm.run(m);
-  art.object.assign(obj.begin(), obj.end());
-  art.compile_ms = ms_since(t1);
-  return art;
-}
-
-}  // namespace uop
+}  // namespace uop::llvm_cpu
