@@ -17,6 +17,7 @@
 #include <mutex>
 
 #include "absl/status/status.h"
+#include "compiler/codegen/linear_walk.h"
 #include "compiler/codegen/llvm_cpu.h"
 #include "compiler/codegen/llvm_cpu_render.h"
 #include "compiler/support/strings.h"
@@ -99,12 +100,10 @@ std::string compiler_build_id() {
 
 absl::StatusOr<CpuArtifact> compile_cpu(const UOp* linear, const CpuTarget& target,
                                         const CpuCompileOptions& options) {
-  if (!linear || !linear->is(Op::LINEAR)) return absl::InvalidArgumentError("compile_cpu needs a LINEAR");
+  RETURN_IF_ERROR(verify_for_rendering(linear, "compile_cpu"));
   auto t0 = std::chrono::steady_clock::now();
   CpuArtifact art;
-  auto abi = abi_of(linear);
-  if (!abi.ok()) return abi.status();
-  art.abi = *std::move(abi);
+  ASSIGN_OR_RETURN(art.abi, abi_of(linear));
   art.abi.stop_word = options.stop_checks;
   init_llvm_targets();
   // Level 2 is the kernel pipeline of optimize(); its code generation runs at LLVM's

@@ -5,8 +5,9 @@
 // clobber loads; `uop_kernel` is the C entry point of PIPELINE.md: it checks the task
 // numbers, loads the pointers and variables (with their ABI bounds as !range) and calls
 // the body, which the inliner folds into it. The LINEAR is emitted op by op in its own
-// order; RANGE / END and IF / ENDIF open and close blocks, and a value may only be used
-// where its defining block dominates (checked, so bad input is an error, not bad IR).
+// order by the walk both renderers share (linear_walk.h); RANGE / END and IF / ENDIF open
+// and close blocks, and a value is used only where its defining block dominates (the
+// verifier's [linear.scope], so a verified LINEAR makes valid IR).
 // Value lowering (ALU, CAST, BITCAST, constants) is in llvm_cpu_alu.cc.
 //
 // Stop checks (stop_checks.h): a loop checked every iteration reads the stop word at its
@@ -24,6 +25,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "compiler/codegen/linear_walk.h"
 #include "compiler/codegen/llvm_cpu_alu.h"
 #include "compiler/codegen/stop_checks.h"
 #include "compiler/support/strings.h"
@@ -37,21 +39,20 @@ using llvm::Value;
 // DEFINE_REG lives on the task's stack; keep it well under a pool thread's 8 MiB.
 constexpr int64_t kMaxRegBytes = 1 << 20;
 
-// What an emitted op stands for. Buffers and addresses are pointers with the dtype of
-// what they point at; `scope` is the block that computed the value (0: the function's
-// entry, usable anywhere).
+using K = EmitKind;
+
+// What an emitted op stands for (linear_walk.h). Buffers and addresses are pointers with
+// the dtype of what they point at.
 struct Emitted {
-  enum class Kind { None, Value, Buffer, Address };
-  Kind kind = Kind::None;
+  K kind = K::None;
   Value* v = nullptr;
   Value* gate = nullptr;  // Address only: the INDEX's gate
   DType mem;              // Buffer / Address: the element dtype in memory
   int scope = 0;
 };
 
-struct Scope {
-  int id;
-  const UOp* node;   // RANGE or IF
+// The LLVM blocks of an open RANGE or IF.
+struct Blocks {
   BasicBlock* header = nullptr;  // RANGE: the block with the induction phi
   BasicBlock* exit = nullptr;    // where control goes after the loop / the IF
   llvm::PHINode* iv = nullptr;
@@ -62,36 +63,21 @@ struct Scope {
   Value* chunk_end = nullptr;
 };
 
-class Renderer {
+class Renderer : public LinearWalk<Emitted, Blocks> {
  public:
   Renderer(llvm::Module& m, const KernelAbi& abi, const CpuTarget& target, const UOp* linear, bool stop_checks)
-      : m_(m), ctx_(m.getContext()), abi_(abi), target_(target), ix_(index_by_toposort(linear)),
-        b_(ctx_), entry_b_(ctx_) {
+      : LinearWalk(linear), m_(m), ctx_(m.getContext()), abi_(abi), target_(target), b_(ctx_), entry_b_(ctx_) {
     if (stop_checks) stop_plan_ = plan_stop_checks(linear);
   }
 
   absl::Status render(const UOp* linear) {
     make_functions();
-    for (const UOp* u : linear->src()) {
-      if (done_.contains(u)) {
-        if (is_definition(u)) continue;  // made on an earlier use
-        return bad(u, "listed twice in the LINEAR [linear.order]");
-      }
-      if (auto st = emit(u); !st.ok()) return st;
-    }
-    if (!scopes_.empty())
-      return bad(scopes_.back().node, "RANGE / IF is never closed [linear.scope]");
+    RETURN_IF_ERROR(walk(linear));
     b_.CreateRetVoid();
     return absl::OkStatus();
   }
 
  private:
-  absl::Status bad(const UOp* u, std::string_view why) const {
-    auto it = ix_.find(u);
-    return absl::InvalidArgumentError(
-        cat("node ", it == ix_.end() ? 0u : it->second, " (", op_name(u->op()), "): ", why));
-  }
-
   void make_functions() {
     llvm::Type* ptr = b_.getPtrTy();
     llvm::Type* i64 = b_.getInt64Ty();
@@ -179,65 +165,25 @@ class Renderer {
     b.CreateRetVoid();
   }
 
-  bool in_scope(int id) const {
-    if (id == 0) return true;
-    for (const Scope& s : scopes_)
-      if (s.id == id) return true;
-    return false;
+  absl::StatusOr<Value*> value_of(const UOp* u, const UOp* s) {
+    ASSIGN_OR_RETURN(const Emitted* e, value(u, s));
+    return e->v;
   }
 
-  // Definitions the linearizer may leave out of the list or list late (constants, PARAM,
-  // DEFINE_VAR) are made on first use; they are valid anywhere.
-  static bool is_definition(const UOp* s) {
-    return s->is(Op::CONST) || s->is(Op::VCONST) || s->is(Op::PARAM) || s->is(Op::DEFINE_VAR);
-  }
-
-  // The emitted form of source `s` of `u`, if `u` may use it here.
-  absl::StatusOr<const Emitted*> get(const UOp* u, const UOp* s) {
-    auto it = done_.find(s);
-    if (it == done_.end()) {
-      if (!is_definition(s))
-        return bad(u, cat("uses node ", ix_.at(s), " (", op_name(s->op()), ") before it is listed [linear.order]"));
-      if (auto st = emit(s); !st.ok()) return st;
-      it = done_.find(s);
-    }
-    if (!in_scope(it->second.scope))
-      return bad(u, cat("uses node ", ix_.at(s), " (", op_name(s->op()),
-                        ") outside the RANGE / IF that computes it [linear.scope]"));
-    return &it->second;
-  }
-
-  absl::StatusOr<Value*> value(const UOp* u, const UOp* s) {
-    auto e = get(u, s);
-    if (!e.ok()) return e.status();
-    if ((*e)->kind != Emitted::Kind::Value)
-      return bad(u, cat("operand node ", ix_.at(s), " (", op_name(s->op()), ") is not a value [linear.operand]"));
-    return (*e)->v;
-  }
-
-  // An index-typed scalar as i64.
+  // An integer scalar (the verifier makes indices and loop ends `index`) as i64.
   absl::StatusOr<Value*> index_value(const UOp* u, const UOp* s) {
-    if (s->dtype().is_vector() || !(s->dtype().is_int() || s->dtype().is_index()))
-      return bad(u, cat("needs an integer scalar index, got ", s->dtype().str(), " [linear.index]"));
-    auto v = value(u, s);
-    if (!v.ok()) return v;
-    if (s->dtype().is_unsigned()) return b_.CreateZExtOrTrunc(*v, b_.getInt64Ty());
-    return b_.CreateSExtOrTrunc(*v, b_.getInt64Ty());
+    ASSIGN_OR_RETURN(Value* v, value_of(u, s));
+    if (s->dtype().is_unsigned()) return b_.CreateZExtOrTrunc(v, b_.getInt64Ty());
+    return b_.CreateSExtOrTrunc(v, b_.getInt64Ty());
   }
 
-  // A value or address computed here: usable only inside the current scope.
-  void define(const UOp* u, Emitted e) {
-    e.scope = current_scope();
-    done_[u] = e;
-  }
-  int current_scope() const { return scopes_.empty() ? 0 : scopes_.back().id; }
   // Exit blocks are made with their RANGE / IF (so the function owns them even if an
   // error stops rendering) and moved to the end when closed, keeping program order.
   void to_end(BasicBlock* bb) {
     if (bb != &body_->back()) bb->moveAfter(&body_->back());
   }
 
-  absl::Status emit(const UOp* u);
+  absl::Status emit(const UOp* u) override;
   absl::Status emit_vector(const UOp* u);
   absl::Status emit_index(const UOp* u);
   absl::Status emit_load(const UOp* u);
@@ -252,7 +198,6 @@ class Renderer {
   llvm::LLVMContext& ctx_;
   const KernelAbi& abi_;
   const CpuTarget& target_;
-  NodeIndex ix_;
   llvm::IRBuilder<> b_;
   llvm::IRBuilder<> entry_b_;  // allocas, in the entry block so SROA / mem2reg promote them
   llvm::Function* body_ = nullptr;
@@ -262,63 +207,51 @@ class Renderer {
   StopCheckPlan stop_plan_;
   BasicBlock* stopped_ = nullptr;  // returns: where a set stop word goes
   absl::flat_hash_map<int64_t, Value*> slot_arg_;
-  absl::flat_hash_map<const UOp*, Emitted> done_;
-  std::vector<Scope> scopes_;
-  int next_scope_ = 1;
 };
 
 absl::Status Renderer::emit(const UOp* u) {
-  using K = Emitted::Kind;
   const Op op = u->op();
   if (is_alu(op) || op == Op::CAST || op == Op::BITCAST) {
     std::vector<Value*> srcs;
     for (const UOp* s : u->src()) {
-      auto v = value(u, s);
-      if (!v.ok()) return v.status();
-      srcs.push_back(*v);
+      ASSIGN_OR_RETURN(Value* v, value_of(u, s));
+      srcs.push_back(v);
     }
-    auto r = lower_alu(b_, u, srcs);
-    if (!r.ok()) return bad(u, cat(r.status().message()));
-    define(u, {K::Value, *r});
+    Value* r = lower_alu(b_, u, srcs);
+    if (!r) return broken(u, "has dtypes the ALU lowering does not know");
+    define(u, {K::Value, r});
     return absl::OkStatus();
   }
   switch (op) {
-    case Op::PARAM: {
-      if (!u->dtype().ptr) return bad(u, "PARAM needs a pointer dtype [linear.param]");
-      done_[u] = {K::Buffer, slot_arg_.at(u->arg_as<ParamArg>().slot), nullptr, u->dtype().pointee(), 0};
+    case Op::PARAM:
+      define_anywhere(u, {K::Buffer, slot_arg_.at(u->arg_as<ParamArg>().slot), nullptr, u->dtype().pointee()});
       return absl::OkStatus();
-    }
     case Op::DEFINE_VAR: {
-      llvm::Type* t = value_type(b_, u->dtype());
-      if (!t || !t->isIntegerTy() || u->dtype().is_bool())
-        return bad(u, cat("DEFINE_VAR must be an integer scalar, not ", u->dtype().str(), " [linear.var]"));
       Value* arg = body_->getArg(abi_.params.size() + abi_.var_position(u->arg_as<DefineVarArg>().name));
       llvm::IRBuilderBase::InsertPointGuard guard(b_);  // at the entry, so it is valid anywhere
       b_.SetInsertPoint(entry_b_.GetInsertBlock()->getTerminator());
-      done_[u] = {K::Value, b_.CreateTrunc(arg, t), nullptr, {}, 0};
+      define_anywhere(u, {K::Value, b_.CreateTrunc(arg, value_type(b_, u->dtype()))});
       return absl::OkStatus();
     }
     case Op::DEFINE_REG: {
       DType d = u->dtype();
       int64_t size = u->arg_as<DefineRegArg>().size;
-      llvm::Type* mt = memory_type(b_, d);
-      if (!d.ptr || !mt || size < 1 || size > kMaxRegBytes / std::max<int64_t>(1, d.bytes()))
-        return bad(u, cat("DEFINE_REG needs a pointer dtype and 1 to ", kMaxRegBytes, " bytes [linear.reg]"));
-      auto* a = entry_b_.CreateAlloca(llvm::ArrayType::get(mt, size), nullptr, "reg");
+      if (size < 1 || size > kMaxRegBytes / std::max<int64_t>(1, d.bytes()))
+        return refuse(u, cat("DEFINE_REG of ", size, " elements: the CPU backend keeps 1 to ", kMaxRegBytes,
+                             " bytes on the task's stack [llvm_cpu.reg]"));
+      auto* a = entry_b_.CreateAlloca(llvm::ArrayType::get(memory_type(b_, d), size), nullptr, "reg");
       a->setAlignment(llvm::Align(std::max(1, d.itemsize())));
-      done_[u] = {K::Buffer, a, nullptr, d.pointee(), 0};
+      define_anywhere(u, {K::Buffer, a, nullptr, d.pointee()});
       return absl::OkStatus();
     }
     case Op::CONST:
     case Op::VCONST: {
-      if (!value_type(b_, u->dtype()))
-        return bad(u, cat("a constant of dtype ", u->dtype().str(), " [linear.const]"));
+      // The verifier allows one empty VCONST (a rank-0 shape), which is no value here.
+      if (!value_type(b_, u->dtype())) return refuse(u, cat("a constant of dtype ", u->dtype().str(), " [llvm_cpu.const]"));
       std::vector<ConstValue> lanes;
       if (op == Op::CONST) lanes.push_back(u->arg_as<ConstValue>());
       else lanes = u->arg_as<VConstArg>().values;
-      if (lanes.empty() || (op == Op::VCONST && lanes.size() != u->dtype().count && lanes.size() != 1))
-        return bad(u, cat("VCONST has ", lanes.size(), " values for ", u->dtype().str(), " [linear.const]"));
-      done_[u] = {K::Value, constant(b_, u->dtype(), lanes), nullptr, {}, 0};
+      define_anywhere(u, {K::Value, constant(b_, u->dtype(), lanes)});
       return absl::OkStatus();
     }
     case Op::VECTORIZE: case Op::CAT: case Op::GEP: return emit_vector(u);
@@ -328,113 +261,75 @@ absl::Status Renderer::emit(const UOp* u) {
     case Op::RANGE: return emit_range(u);
     case Op::END: return emit_end(u);
     case Op::CUSTOM: return emit_custom(u);
-    case Op::AFTER: {
-      for (const UOp* dep : u->src().subspan(1))
-        if (!done_.contains(dep)) return bad(u, cat("depends on node ", ix_.at(dep), " before it is listed [linear.order]"));
-      auto e = get(u, u->src(0));
-      if (!e.ok()) return e.status();
-      // AFTER only orders: it is its first source. A copy first: *e points into done_,
-      // which the insertion may rehash.
-      Emitted first = **e;
-      done_[u] = first;
-      return absl::OkStatus();
-    }
+    case Op::AFTER: return same_as(u, u->src(0));  // AFTER only orders: it is its first source
     case Op::IF: {
-      const UOp* c = u->src(0);
-      if (c->dtype() != dtypes::bool_) return bad(u, "IF needs a scalar bool condition [linear.if]");
-      auto cond = value(u, c);
-      if (!cond.ok()) return cond.status();
+      ASSIGN_OR_RETURN(Value* cond, value_of(u, u->src(0)));
       BasicBlock* then = BasicBlock::Create(ctx_, "then", body_);
       BasicBlock* merge = BasicBlock::Create(ctx_, "endif", body_);
-      b_.CreateCondBr(*cond, then, merge);
+      b_.CreateCondBr(cond, then, merge);
       b_.SetInsertPoint(then);
-      scopes_.push_back({next_scope_++, u, nullptr, merge, nullptr});
-      done_[u] = {};
+      open_scope(u, {.exit = merge});
+      done(u);
       return absl::OkStatus();
     }
     case Op::ENDIF: {
-      if (scopes_.empty() || scopes_.back().node != u->src(0))
-        return bad(u, "ENDIF does not close the innermost open IF [linear.scope]");
-      BasicBlock* merge = scopes_.back().exit;
-      scopes_.pop_back();
-      b_.CreateBr(merge);
-      to_end(merge);
-      b_.SetInsertPoint(merge);
-      done_[u] = {};
+      ASSIGN_OR_RETURN(Scope s, close_scope(u, u->src(0)));
+      b_.CreateBr(s.data.exit);
+      to_end(s.data.exit);
+      b_.SetInsertPoint(s.data.exit);
+      done(u);
       return absl::OkStatus();
     }
     case Op::SINK: case Op::BARRIER: case Op::DEVICE: case Op::GROUP:  // one thread per task: nothing to do
-      done_[u] = {};
+      done(u);
       return absl::OkStatus();
     default:
-      return bad(u, cat(op_name(op), " is not supported by the LLVM CPU backend [llvm_cpu.op]"));
+      return refuse(u, cat(op_name(op), " is not supported by the LLVM CPU backend [llvm_cpu.op]"));
   }
 }
 
 absl::Status Renderer::emit_vector(const UOp* u) {
   std::vector<Value*> srcs;
   for (const UOp* s : u->src()) {
-    auto v = value(u, s);
-    if (!v.ok()) return v.status();
-    srcs.push_back(*v);
+    ASSIGN_OR_RETURN(Value* v, value_of(u, s));
+    srcs.push_back(v);
   }
-  auto r = lower_vector(b_, u, srcs);
-  if (!r.ok()) return bad(u, cat(r.status().message()));
-  define(u, {Emitted::Kind::Value, *r});
+  define(u, {K::Value, lower_vector(b_, u, srcs)});
   return absl::OkStatus();
 }
 
 absl::Status Renderer::emit_index(const UOp* u) {
-  size_t n = u->num_src();
-  bool gated = n >= 3 && u->src(n - 1)->dtype().scalar == Scalar::Bool;
-  if (n != (gated ? 3u : 2u)) return bad(u, "INDEX needs one linear index and an optional gate [linear.index]");
-  auto buf = get(u, u->src(0));
-  if (!buf.ok()) return buf.status();
-  if ((*buf)->kind != Emitted::Kind::Buffer) return bad(u, "INDEX of something that is not a buffer [linear.index]");
-  auto i = index_value(u, u->src(1));
-  if (!i.ok()) return i.status();
+  const bool gated = u->num_src() == 3;
+  if (u->src(1)->dtype().is_vector()) return refuse(u, "a vector of indices (a gather) [llvm_cpu.gather]");
+  ASSIGN_OR_RETURN(const Emitted* buf, get(u, u->src(0), K::Buffer));
+  Value* base = buf->v;
+  const DType mem = buf->mem;
+  ASSIGN_OR_RETURN(Value* i, index_value(u, u->src(1)));
   Value* gate = nullptr;
   if (gated) {
-    auto g = value(u, u->src(2));
-    if (!g.ok()) return g.status();
-    gate = *g;
+    ASSIGN_OR_RETURN(gate, value_of(u, u->src(2)));
   }
-  DType mem = (*buf)->mem;
   llvm::Type* et = memory_type(b_, mem);
   // Ungated indices are proven in bounds (stage 8); a gated one may point anywhere.
-  Value* addr = gated ? b_.CreateGEP(et, (*buf)->v, *i) : b_.CreateInBoundsGEP(et, (*buf)->v, *i);
-  define(u, {Emitted::Kind::Address, addr, gate, mem});
+  Value* addr = gated ? b_.CreateGEP(et, base, i) : b_.CreateInBoundsGEP(et, base, i);
+  define(u, {K::Address, addr, gate, mem});
   return absl::OkStatus();
 }
 
 absl::Status Renderer::emit_load(const UOp* u) {
-  auto a = get(u, u->src(1));
-  if (!a.ok()) return a.status();
-  const Emitted addr = **a;
-  DType d = u->dtype();
-  if (addr.kind != Emitted::Kind::Address) return bad(u, "LOAD needs an INDEX as its second source [linear.load]");
-  if (d.ptr || d.scalar != addr.mem.scalar || !value_type(b_, d))
-    return bad(u, cat("LOAD of ", d.str(), " from a buffer of ", addr.mem.str(), " [linear.load]"));
+  ASSIGN_OR_RETURN(Access a, load_operands(u));
+  const Emitted& addr = a.address;
+  const DType d = u->dtype();
   llvm::Type* mt = memory_type(b_, d);
   llvm::Align align(std::max(1, d.itemsize()));
   if (!addr.gate) {
-    define(u, {Emitted::Kind::Value, from_memory(b_, b_.CreateAlignedLoad(mt, addr.v, align), d)});
+    define(u, {K::Value, from_memory(b_, b_.CreateAlignedLoad(mt, addr.v, align), d)});
     return absl::OkStatus();
   }
-  Value* alt = llvm::Constant::getNullValue(value_type(b_, d));
-  if (u->num_src() > 2) {
-    const UOp* s = u->src(2);
-    if (s->dtype() != d && s->dtype() != d.element())
-      return bad(u, cat("LOAD alt of ", s->dtype().str(), " for a LOAD of ", d.str(), " [linear.load]"));
-    auto v = value(u, s);
-    if (!v.ok()) return v.status();
-    alt = s->dtype() == d ? *v : b_.CreateVectorSplat(d.count, *v);
-  }
+  Value* alt = a.data ? a.data_emitted.v : llvm::Constant::getNullValue(value_type(b_, d));
   if (addr.gate->getType()->isVectorTy()) {  // one gate per lane: lanes that are off are not read
-    if (llvm::cast<llvm::FixedVectorType>(addr.gate->getType())->getNumElements() != d.count)
-      return bad(u, "a per-lane gate needs one lane per loaded element [linear.load]");
     Value* r = b_.CreateMaskedLoad(mt, addr.v, align, addr.gate, to_memory(b_, alt, d));
-    define(u, {Emitted::Kind::Value, from_memory(b_, r, d)});
+    define(u, {K::Value, from_memory(b_, r, d)});
     return absl::OkStatus();
   }
   BasicBlock* from = b_.GetInsertBlock();
@@ -449,28 +344,19 @@ absl::Status Renderer::emit_load(const UOp* u) {
   llvm::PHINode* phi = b_.CreatePHI(x->getType(), 2);
   phi->addIncoming(x, loaded);
   phi->addIncoming(alt, from);
-  define(u, {Emitted::Kind::Value, phi});
+  define(u, {K::Value, phi});
   return absl::OkStatus();
 }
 
 absl::Status Renderer::emit_store(const UOp* u) {
-  // Sources past the value are ranges the STORE closes at kernel level; at linear level
-  // END closes them, so they only order here.
-  auto a = get(u, u->src(0));
-  if (!a.ok()) return a.status();
-  const Emitted addr = **a;
-  DType d = u->src(1)->dtype();
-  if (addr.kind != Emitted::Kind::Address) return bad(u, "STORE needs an INDEX as its first source [linear.store]");
-  if (d.ptr || d.scalar != addr.mem.scalar) return bad(u, cat("STORE of ", d.str(), " into a buffer of ", addr.mem.str(), " [linear.store]"));
-  auto v = value(u, u->src(1));
-  if (!v.ok()) return v.status();
-  Value* mv = to_memory(b_, *v, d);
+  ASSIGN_OR_RETURN(Access a, store_operands(u));
+  const Emitted& addr = a.address;
+  const DType d = a.data->dtype();
+  Value* mv = to_memory(b_, a.data_emitted.v, d);
   llvm::Align align(std::max(1, d.itemsize()));
   if (!addr.gate) {
     b_.CreateAlignedStore(mv, addr.v, align);
   } else if (addr.gate->getType()->isVectorTy()) {
-    if (llvm::cast<llvm::FixedVectorType>(addr.gate->getType())->getNumElements() != d.count)
-      return bad(u, "a per-lane gate needs one lane per stored element [linear.store]");
     b_.CreateMaskedStore(mv, addr.v, align, addr.gate);
   } else {
     BasicBlock* store = BasicBlock::Create(ctx_, "gated.store", body_);
@@ -481,21 +367,18 @@ absl::Status Renderer::emit_store(const UOp* u) {
     b_.CreateBr(join);
     b_.SetInsertPoint(join);
   }
-  done_[u] = {};
+  done(u);
   return absl::OkStatus();
 }
 
 absl::Status Renderer::emit_range(const UOp* u) {
-  auto end = index_value(u, u->src(0));
-  if (!end.ok()) return end.status();
-  if (u->dtype() != dtypes::index && !(u->dtype().is_int() && !u->dtype().is_vector()))
-    return bad(u, "RANGE must be an integer scalar [linear.range]");
+  ASSIGN_OR_RETURN(Value* end, index_value(u, u->src(0)));
   Value* lo = b_.getInt64(0);
-  Value* hi = *end;
+  Value* hi = end;
   if (u->arg_as<RangeArg>().type == AxisType::Thread) {
     // Task t covers [t*N/ntasks, (t+1)*N/ntasks), computed as t*q + t*r/ntasks
     // (N = q*ntasks + r) so that nothing overflows.
-    Value* n = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, *end, b_.getInt64(0));
+    Value* n = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, end, b_.getInt64(0));
     Value* q = b_.CreateUDiv(n, ntasks_);
     Value* r = b_.CreateURem(n, ntasks_);
     auto bound = [&](Value* t) { return b_.CreateAdd(b_.CreateMul(t, q), b_.CreateUDiv(b_.CreateMul(t, r), ntasks_)); };
@@ -505,7 +388,7 @@ absl::Status Renderer::emit_range(const UOp* u) {
   auto checked = stop_plan_.find(u);
   const int64_t every = checked == stop_plan_.end() ? 0 : checked->second;
   BasicBlock* exit = BasicBlock::Create(ctx_, "loop.exit", body_);
-  Scope scope{next_scope_++, u, nullptr, exit, nullptr};
+  Blocks scope{.exit = exit};
   if (every > 1) {
     // Chunks of `every` iterations: [c, c + min(every, hi - c)) for c = lo, lo + every, ...
     // hi - c > 0 inside, and c + that <= hi, so nothing wraps.
@@ -538,9 +421,8 @@ absl::Status Renderer::emit_range(const UOp* u) {
   scope.check_each = every == 1;
   scope.header = header;
   scope.iv = iv;
-  scopes_.push_back(scope);
-  Value* v = b_.CreateTrunc(iv, value_type(b_, u->dtype()));
-  define(u, {Emitted::Kind::Value, v});
+  open_scope(u, scope);
+  define(u, {K::Value, iv});  // the verifier makes a RANGE `index`: i64 itself
   return absl::OkStatus();
 }
 
@@ -562,8 +444,8 @@ void Renderer::check_stop() {
 // `name({0}, {1}, ...)`: an identifier, then exactly the sources in order.
 absl::Status Renderer::emit_custom(const UOp* u) {
   const std::string& text = u->arg_as<StrArg>().value;
-  auto refuse = [&](std::string_view why) {
-    return bad(u, cat("CUSTOM '", text, "': ", why, "; the CPU backend calls a C function: `name({0}, {1}, ...)` [llvm_cpu.custom]"));
+  auto reject = [&](std::string_view why) {
+    return refuse(u, cat("CUSTOM '", text, "': ", why, "; the CPU backend calls a C function: `name({0}, {1}, ...)` [llvm_cpu.custom]"));
   };
   size_t i = 0;
   auto skip_space = [&] {
@@ -574,25 +456,25 @@ absl::Status Renderer::emit_custom(const UOp* u) {
   };
   while (i < text.size() && ident_char(text[i], i == 0)) ++i;
   const std::string name = text.substr(0, i);
-  if (name.empty() || name.size() > 128) return refuse("it does not start with a function name");
+  if (name.empty() || name.size() > 128) return reject("it does not start with a function name");
   // Our own functions and the compiler's reserved names are not for calling.
-  if (name.rfind("uop_", 0) == 0 || name.rfind("__", 0) == 0) return refuse("the name is reserved");
+  if (name.rfind("uop_", 0) == 0 || name.rfind("__", 0) == 0) return reject("the name is reserved");
   skip_space();
-  if (i >= text.size() || text[i++] != '(') return refuse("no '(' after the name");
+  if (i >= text.size() || text[i++] != '(') return reject("no '(' after the name");
   for (size_t k = 0; k < u->num_src(); ++k) {
     skip_space();
     const std::string want = cat("{", k, "}");
-    if (text.compare(i, want.size(), want) != 0) return refuse(cat("argument ", k, " is not ", want));
+    if (text.compare(i, want.size(), want) != 0) return reject(cat("argument ", k, " is not ", want));
     i += want.size();
     skip_space();
     if (k + 1 < u->num_src()) {
-      if (i >= text.size() || text[i++] != ',') return refuse(cat("no ',' after argument ", k));
+      if (i >= text.size() || text[i++] != ',') return reject(cat("no ',' after argument ", k));
     }
   }
   skip_space();
-  if (i >= text.size() || text[i++] != ')') return refuse(cat("its arguments are not its ", u->num_src(), " sources"));
+  if (i >= text.size() || text[i++] != ')') return reject(cat("its arguments are not its ", u->num_src(), " sources"));
   skip_space();
-  if (i != text.size()) return refuse("something follows the ')'");
+  if (i != text.size()) return reject("something follows the ')'");
 
   // C's scalar types: integers (widened as the C ABI says), float, double.
   auto c_type = [&](DType d) -> llvm::Type* {
@@ -603,18 +485,17 @@ absl::Status Renderer::emit_custom(const UOp* u) {
   };
   const bool returns = u->dtype().scalar != Scalar::Void;
   llvm::Type* ret = returns ? c_type(u->dtype()) : b_.getVoidTy();
-  if (!ret) return refuse(cat("it returns ", u->dtype().str(), ", not a C scalar (an integer, float32, float64 or void)"));
+  if (!ret) return reject(cat("it returns ", u->dtype().str(), ", not a C scalar (an integer, float32, float64 or void)"));
   std::vector<llvm::Type*> types;
   std::vector<Value*> args;
   for (const UOp* s : u->src()) {
     llvm::Type* t = c_type(s->dtype());
-    if (!t) return refuse(cat("a source is ", s->dtype().str(), ", not a C scalar (an integer, float32 or float64)"));
-    auto v = value(u, s);
-    if (!v.ok()) return v.status();
+    if (!t) return reject(cat("a source is ", s->dtype().str(), ", not a C scalar (an integer, float32 or float64)"));
+    ASSIGN_OR_RETURN(Value* v, value_of(u, s));
     types.push_back(t);
-    args.push_back(*v);
+    args.push_back(v);
   }
-  if (llvm::Function* mine = m_.getFunction(name); mine && !mine->isDeclaration()) return refuse("the name is reserved");
+  if (llvm::Function* mine = m_.getFunction(name); mine && !mine->isDeclaration()) return reject("the name is reserved");
   auto* fty = llvm::FunctionType::get(ret, types, false);
   llvm::FunctionCallee callee = m_.getOrInsertFunction(name, fty);
   llvm::CallInst* call = b_.CreateCall(callee, args);
@@ -626,22 +507,15 @@ absl::Status Renderer::emit_custom(const UOp* u) {
   for (size_t k = 0; k < u->num_src(); ++k)
     extend(u->src(k)->dtype(), [&](llvm::Attribute::AttrKind a) { call->addParamAttr(static_cast<unsigned>(k), a); });
   if (returns) extend(u->dtype(), [&](llvm::Attribute::AttrKind a) { call->addRetAttr(a); });
-  if (returns) define(u, {Emitted::Kind::Value, call});
-  else done_[u] = {};
+  if (returns) define(u, {K::Value, call});
+  else done(u);
   return absl::OkStatus();
 }
 
 absl::Status Renderer::emit_end(const UOp* u) {
-  std::vector<const UOp*> closes(u->src().begin() + 1, u->src().end());
-  if (closes.empty()) return bad(u, "END closes no RANGE [linear.scope]");
-  while (!closes.empty()) {
-    if (scopes_.empty() || !scopes_.back().node->is(Op::RANGE))
-      return bad(u, "END does not close the innermost open RANGE [linear.scope]");
-    auto it = std::find(closes.begin(), closes.end(), scopes_.back().node);
-    if (it == closes.end()) return bad(u, "END does not close the innermost open RANGE [linear.scope]");
-    closes.erase(it);
-    Scope s = scopes_.back();
-    scopes_.pop_back();
+  for (const UOp* r : closed_ranges(u)) {
+    ASSIGN_OR_RETURN(Scope closed, close_scope(u, r));
+    Blocks& s = closed.data;
     // At the latch, not the top of the body: the code leading into the body's own loops
     // stays as it is without checks (and so does their alignment).
     if (s.check_each) check_stop();
@@ -658,7 +532,7 @@ absl::Status Renderer::emit_end(const UOp* u) {
     to_end(s.exit);
     b_.SetInsertPoint(s.exit);
   }
-  done_[u] = {};
+  done(u);
   return absl::OkStatus();
 }
 
