@@ -72,8 +72,9 @@ struct CudaArtifact {
   double compile_ms = 0;  // NVRTC
 };
 
-// INVALID_ARGUMENT (naming the node by its toposort index, its op and the rule) for a
-// LINEAR this backend cannot render, or for source NVRTC refuses (with NVRTC's log);
+// INVALID_ARGUMENT with the verifier's message for a LINEAR that breaks the LINEAR rules
+// (it is verified first), naming the node by its toposort index, its op and the rule for a
+// valid one this backend cannot render, or for source NVRTC refuses (with NVRTC's log);
 // INTERNAL for NVRTC failing otherwise; UNIMPLEMENTED / UNAVAILABLE as nvrtc_status().
 // Thread-safe.
 absl::StatusOr<CudaArtifact> compile_cuda(const UOp* linear, const CudaTarget& target,

@@ -69,8 +69,10 @@ struct CpuArtifact {
   std::string entry = "uop_kernel";
 };
 
-// INVALID_ARGUMENT (naming the node by its toposort index, its op and the rule) for a
-// LINEAR this backend cannot compile; INTERNAL if LLVM fails, which is a bug here.
+// The LINEAR is verified first (verify_linear): INVALID_ARGUMENT with the verifier's
+// message (node, rule, path) for one that breaks the LINEAR rules; INVALID_ARGUMENT naming
+// the node by its toposort index, its op and the rule for a valid one this backend cannot
+// compile; INTERNAL if LLVM fails or the renderer's assertions do, which is a bug here.
 // Thread-safe: each call has its own LLVMContext.
 absl::StatusOr<CpuArtifact> compile_cpu(const UOp* linear, const CpuTarget& target,
                                         const CpuCompileOptions& options = {});
