@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "compiler/codegen/abi.h"
+#include "compiler/abi/kernel_abi.h"
 #include "compiler/ir/digest.h"
 #include "compiler/ir/uop.h"
 #include "compiler/pipeline.h"

@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "compiler/codegen/abi.h"
+#include "compiler/abi/kernel_abi.h"
 
 namespace uop {
 
@@ -74,7 +74,7 @@ class DeviceBackend {
   // leaves empty; every other one holds at least what the ABI says (the runtime checked).
   // The backend checks the variables against the ABI's bounds and that no written buffer
   // overlaps another one. Errors name nothing of the launch: the runtime adds that.
-  // `stop` (null: none) is the launch's stop word (compiler/codegen/abi.h), set by the
+  // `stop` (null: none) is the launch's stop word (compiler/abi/kernel_abi.h), set by the
   // runtime when the launch must end: a backend whose kernels watch it hands it to them;
   // one whose kernels cannot is ended with its process (worker/launch_watchdog.h).
   virtual absl::Status run(const DeviceProgram& program, std::span<DeviceMemory* const> buffers,

@@ -38,7 +38,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "compiler/codegen/llvm_cpu.h"
+#include "compiler/abi/cpu_target.h"
 #include "compiler/support/flags.h"
 #include "compiler/support/strings.h"
 #include "proto/worker.grpc.pb.h"

@@ -14,7 +14,7 @@
 #include <new>
 #include <thread>
 
-#include "compiler/codegen/abi.h"
+#include "compiler/abi/kernel_abi.h"
 #include "compiler/support/strings.h"
 #include "compiler/support/timing.h"
 #include "transport/grpc_absl.h"

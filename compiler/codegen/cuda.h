@@ -1,5 +1,5 @@
 // The CUDA backend: LINEAR -> CUDA C source -> NVRTC -> cubin (and PTX) for one GPU
-// architecture. One kernel is one artifact and one launch; its ABI (codegen/abi.h: the
+// architecture. One kernel is one artifact and one launch; its ABI (abi/kernel_abi.h: the
 // kernel signature, the launch dims as LaunchExprs) travels with it, and
 // compiler/codegen/README.md describes the contract worker/cuda implements.
 //
@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "compiler/codegen/abi.h"
+#include "compiler/abi/kernel_abi.h"
 #include "compiler/ir/uop.h"
 
 namespace uop {
@@ -72,8 +72,9 @@ struct CudaArtifact {
   double compile_ms = 0;  // NVRTC
 };
 
-// INVALID_ARGUMENT (naming the node by its toposort index, its op and the rule) for a
-// LINEAR this backend cannot render, or for source NVRTC refuses (with NVRTC's log);
+// INVALID_ARGUMENT with the verifier's message for a LINEAR that breaks the LINEAR rules
+// (it is verified first), naming the node by its toposort index, its op and the rule for a
+// valid one this backend cannot render, or for source NVRTC refuses (with NVRTC's log);
 // INTERNAL for NVRTC failing otherwise; UNIMPLEMENTED / UNAVAILABLE as nvrtc_status().
 // Thread-safe.
 absl::StatusOr<CudaArtifact> compile_cuda(const UOp* linear, const CudaTarget& target,

@@ -26,8 +26,9 @@ std::string to_memory(Scalar s, const std::string& x);
 // floats that are not small integers).
 std::string constant(Scalar s, ConstValue v);
 
-// INVALID_ARGUMENT with the broken rule (the caller names the node) unless `u` (an ALU op,
-// CAST or BITCAST) has dtypes this backend renders, the ones eval.h defines.
+// The verifier has checked `u` (an ALU op, CAST or BITCAST) against eval.h's domain;
+// INVALID_ARGUMENT with the rule (the caller names the node) for what this backend still
+// cannot spell: a BITCAST that changes the vector width.
 absl::Status check_alu(const UOp* u);
 // One lane of an ALU op whose operands (of type `t`; WHERE's condition is bool) are the
 // expressions `a`.

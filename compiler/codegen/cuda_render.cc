@@ -1,9 +1,9 @@
 // LINEAR -> CUDA C. The LINEAR is emitted op by op in its own order: RANGE / END and IF /
 // ENDIF open and close C blocks, every value becomes a const local (a vector one local per
 // lane), SPECIAL reads blockIdx / threadIdx, DEFINE_LOCAL is a __shared__ array, DEFINE_REG
-// a local array, BARRIER is __syncthreads(), WMMA one mma.sync (cuda_prelude.cc). A value
-// may only be used inside the block that computes it (checked, so bad input is an error,
-// not C that fails to compile). Values are spelled by cuda_alu.cc.
+// a local array, BARRIER is __syncthreads(), WMMA one mma.sync (cuda_prelude.cc). The walk
+// (linear_walk.h, shared with the CPU backend) runs on a verified LINEAR, so a value is used
+// only inside the block that computes it and the C compiles. Values are spelled by cuda_alu.cc.
 //
 // Memory: a buffer is a pointer to its element type; an INDEX i into a buffer of
 // count-wide vectors addresses element i*count. A vector access to a kernel argument is
@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "compiler/codegen/cuda.h"
 #include "compiler/codegen/cuda_alu.h"
+#include "compiler/codegen/linear_walk.h"
 #include "compiler/support/strings.h"
 
 namespace uop {
@@ -24,10 +25,11 @@ namespace {
 
 using cuda_c::reg_type;
 
-// What an emitted op stands for.
+using K = EmitKind;
+
+// What an emitted op stands for (linear_walk.h).
 struct Emitted {
-  enum class Kind { None, Value, Buffer, Address };
-  Kind kind = Kind::None;
+  K kind = K::None;
   std::vector<std::string> lanes;  // Value: one C expression per lane
   std::string base;                // Buffer / Address: the pointer or array
   DType mem;                       // Buffer / Address: the element dtype (may be a vector)
@@ -64,19 +66,12 @@ int64_t multiple_of(const UOp* u, absl::flat_hash_map<const UOp*, int64_t>& memo
   return m;
 }
 
-class Renderer {
+class Renderer : public LinearWalk<Emitted> {
  public:
-  Renderer(const UOp* linear, const KernelAbi& abi) : abi_(abi), ix_(index_by_toposort(linear)) {}
+  Renderer(const UOp* linear, const KernelAbi& abi) : LinearWalk(linear), abi_(abi) {}
 
   absl::Status render(const UOp* linear) {
-    for (const UOp* u : linear->src()) {
-      if (done_.contains(u)) {
-        if (is_definition(u)) continue;  // made on an earlier use
-        return bad(u, "listed twice in the LINEAR [linear.order]");
-      }
-      if (auto st = emit(u); !st.ok()) return st;
-    }
-    if (!scopes_.empty()) return bad(scopes_.back(), "RANGE / IF is never closed [linear.scope]");
+    RETURN_IF_ERROR(walk(linear));
     if (threads_ > 1024) return absl::InvalidArgumentError(cat("a block of ", threads_, " threads, over 1024 [cuda.block]"));
     return absl::OkStatus();
   }
@@ -101,58 +96,18 @@ class Renderer {
   int64_t threads() const { return threads_; }
 
  private:
-  absl::Status bad(const UOp* u, std::string_view why) const {
-    auto it = ix_.find(u);
-    return absl::InvalidArgumentError(
-        cat("node ", it == ix_.end() ? 0u : it->second, " (", op_name(u->op()), "): ", why));
-  }
-  std::string name(const UOp* u) const { return cat("v", ix_.at(u)); }
-  void line(const std::string& s) { body_ += std::string(2 + 2 * scopes_.size(), ' ') + s + "\n"; }
+  std::string name(const UOp* u) const { return cat("v", index().at(u)); }
+  void line(const std::string& s) { body_ += std::string(2 + 2 * depth(), ' ') + s + "\n"; }
 
-  // Definitions the linearizer may list late or not at all (constants, arguments, arrays,
-  // SPECIAL) are made on first use and are valid anywhere.
-  static bool is_definition(const UOp* s) {
-    switch (s->op()) {
-      case Op::CONST: case Op::VCONST: case Op::PARAM: case Op::DEFINE_VAR: case Op::DEFINE_REG:
-      case Op::DEFINE_LOCAL: case Op::SPECIAL:
-        return true;
-      default: return false;
-    }
+  absl::StatusOr<std::vector<std::string>> lanes_of(const UOp* u, const UOp* s) {
+    ASSIGN_OR_RETURN(const Emitted* e, value(u, s));
+    return e->lanes;
   }
 
-  bool in_scope(int id) const {
-    return id == 0 || std::find(scope_ids_.begin(), scope_ids_.end(), id) != scope_ids_.end();
-  }
-  int current_scope() const { return scope_ids_.empty() ? 0 : scope_ids_.back(); }
-
-  absl::StatusOr<const Emitted*> get(const UOp* u, const UOp* s) {
-    auto it = done_.find(s);
-    if (it == done_.end()) {
-      if (!is_definition(s))
-        return bad(u, cat("uses node ", ix_.at(s), " (", op_name(s->op()), ") before it is listed [linear.order]"));
-      if (auto st = emit(s); !st.ok()) return st;
-      it = done_.find(s);
-    }
-    if (!in_scope(it->second.scope))
-      return bad(u, cat("uses node ", ix_.at(s), " (", op_name(s->op()), ") outside the RANGE / IF that computes it [linear.scope]"));
-    return &it->second;
-  }
-
-  absl::StatusOr<std::vector<std::string>> value(const UOp* u, const UOp* s) {
-    auto e = get(u, s);
-    if (!e.ok()) return e.status();
-    if ((*e)->kind != Emitted::Kind::Value)
-      return bad(u, cat("operand node ", ix_.at(s), " (", op_name(s->op()), ") is not a value [linear.operand]"));
-    return (*e)->lanes;
-  }
-
-  // A scalar integer operand as a long long expression.
+  // An integer scalar (the verifier makes indices and loop ends `index`) as a long long.
   absl::StatusOr<std::string> index_value(const UOp* u, const UOp* s) {
-    if (s->dtype().is_vector() || !(s->dtype().is_int() || s->dtype().is_index()))
-      return bad(u, cat("needs an integer scalar index, got ", s->dtype().str(), " [linear.index]"));
-    auto v = value(u, s);
-    if (!v.ok()) return v.status();
-    return s->dtype().is_index() ? (*v)[0] : cat("((long long)(", (*v)[0], "))");
+    ASSIGN_OR_RETURN(std::vector<std::string> v, lanes_of(u, s));
+    return s->dtype().is_index() ? v[0] : cat("((long long)(", v[0], "))");
   }
 
   // Declares `u` as a value with these lane expressions: const locals, named after u.
@@ -164,14 +119,13 @@ class Renderer {
       line(cat("const ", T, " ", n, " = ", exprs[l], ";"));
       lanes.push_back(n);
     }
-    done_[u] = {Emitted::Kind::Value, lanes, {}, {}, false, {}, 1, {}, current_scope()};
+    define(u, {K::Value, lanes});
   }
-  // A value whose lanes are other values' (no code).
-  void alias(const UOp* u, std::vector<std::string> lanes, int scope) {
-    done_[u] = {Emitted::Kind::Value, std::move(lanes), {}, {}, false, {}, 1, {}, scope};
-  }
+  // A value whose lanes are other values' (no code), usable where its sources are.
+  void alias(const UOp* u, std::vector<std::string> lanes) { define(u, {K::Value, std::move(lanes)}); }
+  void alias_anywhere(const UOp* u, std::vector<std::string> lanes) { define_anywhere(u, {K::Value, std::move(lanes)}); }
 
-  absl::Status emit(const UOp* u);
+  absl::Status emit(const UOp* u) override;
   absl::Status emit_alu(const UOp* u);
   absl::Status emit_vector(const UOp* u);
   absl::Status emit_index(const UOp* u);
@@ -198,12 +152,7 @@ class Renderer {
   }
 
   const KernelAbi& abi_;
-  NodeIndex ix_;
-  absl::flat_hash_map<const UOp*, Emitted> done_;
   absl::flat_hash_map<const UOp*, int64_t> multiples_;
-  std::vector<const UOp*> scopes_;  // open RANGE / IF, innermost last
-  std::vector<int> scope_ids_;
-  int next_scope_ = 1;
   std::string decls_, body_;
   absl::flat_hash_map<std::string, const UOp*> specials_;
   int64_t threads_ = 1;
@@ -211,44 +160,36 @@ class Renderer {
 };
 
 absl::Status Renderer::emit(const UOp* u) {
-  using K = Emitted::Kind;
   const Op op = u->op();
   if (is_alu(op) || op == Op::CAST || op == Op::BITCAST) return emit_alu(u);
   switch (op) {
-    case Op::PARAM: {
-      DType d = u->dtype();
-      if (!d.ptr || d.scalar == Scalar::Void) return bad(u, "PARAM needs a pointer dtype [linear.param]");
-      done_[u] = {K::Buffer, {}, cat("b", u->arg_as<ParamArg>().slot), d.pointee(), true, {}, 1, {}, 0};
+    case Op::PARAM:
+      define_anywhere(u, {K::Buffer, {}, cat("b", u->arg_as<ParamArg>().slot), u->dtype().pointee(), true});
       return absl::OkStatus();
-    }
-    case Op::DEFINE_VAR: {
-      int pos = abi_.var_position(u->arg_as<DefineVarArg>().name);
-      if (pos < 0) return bad(u, "unknown variable [linear.var]");
-      alias(u, {cat("var", pos)}, 0);
+    case Op::DEFINE_VAR:
+      alias_anywhere(u, {cat("var", abi_.var_position(u->arg_as<DefineVarArg>().name))});
       return absl::OkStatus();
-    }
     case Op::DEFINE_REG: case Op::DEFINE_LOCAL: {
       DType d = u->dtype();
       bool local = op == Op::DEFINE_LOCAL;
       int64_t size = local ? d.size : u->arg_as<DefineRegArg>().size;
-      if (!d.ptr || d.scalar == Scalar::Void || size < 1 || size * d.bytes() > (local ? 48 << 10 : 64 << 10))
-        return bad(u, cat(op_name(op), " needs a pointer dtype and 1 .. ", local ? "48" : "64",
-                          " KiB of elements [linear.", local ? "local" : "reg", "]"));
+      if (size < 1 || size * d.bytes() > (local ? 48 << 10 : 64 << 10))
+        return refuse(u, cat(op_name(op), " of ", size, " elements: the CUDA backend takes 1 .. ", local ? "48" : "64",
+                             " KiB [cuda.", local ? "local" : "reg", "]"));
       std::string n = cat(local ? "smem" : "reg", next_array_++);
       decls_ += cat("  ", local ? "__shared__ " : "", "alignas(16) ", cuda_c::mem_type(d.scalar), " ", n, "[",
                     size * d.count, "];\n");
-      done_[u] = {K::Buffer, {}, n, d.pointee(), false, {}, 1, {}, 0};
+      define_anywhere(u, {K::Buffer, {}, n, d.pointee()});
       return absl::OkStatus();
     }
     case Op::CONST: case Op::VCONST: {
-      if (u->dtype().ptr || u->dtype().scalar == Scalar::Void) return bad(u, cat("a constant of dtype ", u->dtype().str(), " [linear.const]"));
       std::vector<ConstValue> vals = op == Op::CONST ? std::vector<ConstValue>{u->arg_as<ConstValue>()} : u->arg_as<VConstArg>().values;
-      if (vals.empty() || (op == Op::VCONST && vals.size() != u->dtype().count && vals.size() != 1))
-        return bad(u, cat("VCONST has ", vals.size(), " values for ", u->dtype().str(), " [linear.const]"));
+      // The verifier allows one empty VCONST (a rank-0 shape), which is no value here.
+      if (vals.empty()) return refuse(u, cat("a constant of dtype ", u->dtype().str(), " [cuda.const]"));
       std::vector<std::string> lanes;
       for (uint32_t l = 0; l < u->dtype().count; ++l)
         lanes.push_back(cuda_c::constant(u->dtype().scalar, vals[vals.size() == 1 ? 0 : l]));
-      alias(u, std::move(lanes), 0);
+      alias_anywhere(u, std::move(lanes));
       return absl::OkStatus();
     }
     case Op::VECTORIZE: case Op::CAT: case Op::GEP: return emit_vector(u);
@@ -258,90 +199,54 @@ absl::Status Renderer::emit(const UOp* u) {
     case Op::SPECIAL: return emit_special(u);
     case Op::WMMA: return emit_wmma(u);
     case Op::RANGE: {
-      auto end = index_value(u, u->src(0));
-      if (!end.ok()) return end.status();
-      if (u->dtype().is_vector() || !(u->dtype().is_int() || u->dtype().is_index()))
-        return bad(u, "RANGE must be an integer scalar [linear.range]");
+      ASSIGN_OR_RETURN(std::string end, index_value(u, u->src(0)));
       std::string n = name(u);
-      line(cat("for (long long ", n, " = 0, ", n, "_end = ", *end, "; ", n, " < ", n, "_end; ++", n, ") {"));
-      scopes_.push_back(u);
-      scope_ids_.push_back(next_scope_++);
-      alias(u, {u->dtype().is_index() ? n : cat("((", reg_type(u->dtype().scalar), ")", n, ")")}, current_scope());
+      line(cat("for (long long ", n, " = 0, ", n, "_end = ", end, "; ", n, " < ", n, "_end; ++", n, ") {"));
+      open_scope(u);
+      alias(u, {n});  // the verifier makes a RANGE `index`: long long itself
       return absl::OkStatus();
     }
-    case Op::END: {
-      std::vector<const UOp*> closes(u->src().begin() + 1, u->src().end());
-      if (closes.empty()) return bad(u, "END closes no RANGE [linear.scope]");
-      while (!closes.empty()) {
-        auto it = scopes_.empty() ? closes.end() : std::find(closes.begin(), closes.end(), scopes_.back());
-        if (it == closes.end() || !scopes_.back()->is(Op::RANGE))
-          return bad(u, "END does not close the innermost open RANGE [linear.scope]");
-        closes.erase(it);
-        scopes_.pop_back();
-        scope_ids_.pop_back();
+    case Op::END:
+      for (const UOp* r : closed_ranges(u)) {
+        RETURN_IF_ERROR(close_scope(u, r).status());
         line("}");
       }
-      done_[u] = {};
+      done(u);
       return absl::OkStatus();
-    }
     case Op::IF: {
-      if (u->src(0)->dtype() != dtypes::bool_) return bad(u, "IF needs a scalar bool condition [linear.if]");
-      auto c = value(u, u->src(0));
-      if (!c.ok()) return c.status();
-      line(cat("if (", (*c)[0], ") {"));
-      scopes_.push_back(u);
-      scope_ids_.push_back(next_scope_++);
-      done_[u] = {};
+      ASSIGN_OR_RETURN(std::vector<std::string> c, lanes_of(u, u->src(0)));
+      line(cat("if (", c[0], ") {"));
+      open_scope(u);
+      done(u);
       return absl::OkStatus();
     }
-    case Op::ENDIF: {
-      if (scopes_.empty() || scopes_.back() != u->src(0)) return bad(u, "ENDIF does not close the innermost open IF [linear.scope]");
-      scopes_.pop_back();
-      scope_ids_.pop_back();
+    case Op::ENDIF:
+      RETURN_IF_ERROR(close_scope(u, u->src(0)).status());
       line("}");
-      done_[u] = {};
+      done(u);
       return absl::OkStatus();
-    }
-    case Op::AFTER: {
-      for (const UOp* dep : u->src().subspan(1))
-        if (!done_.contains(dep)) return bad(u, cat("depends on node ", ix_.at(dep), " before it is listed [linear.order]"));
-      auto e = get(u, u->src(0));
-      if (!e.ok()) return e.status();
-      Emitted same = **e;  // copied before done_[u] may rehash the map it points into
-      done_[u] = std::move(same);  // AFTER only orders: it is its first source
-      return absl::OkStatus();
-    }
-    case Op::BARRIER: {
+    case Op::AFTER: return same_as(u, u->src(0));  // AFTER only orders: it is its first source
+    case Op::BARRIER:
       // Every thread of the block must reach it: the lowering never puts one under a
       // condition that differs between threads.
-      for (const UOp* dep : u->src())
-        if (!done_.contains(dep)) return bad(u, cat("depends on node ", ix_.at(dep), " before it is listed [linear.order]"));
       line("__syncthreads();");
-      if (u->num_src() > 0 && !u->dtype().is_void()) {
-        auto e = get(u, u->src(0));
-        if (!e.ok()) return e.status();
-        Emitted same = **e;
-        done_[u] = std::move(same);  // the value passes through
-      } else {
-        done_[u] = {};
-      }
+      if (u->num_src() > 0 && !u->dtype().is_void()) return same_as(u, u->src(0));  // the value passes through
+      done(u);
       return absl::OkStatus();
-    }
     case Op::SINK: case Op::DEVICE: case Op::GROUP:
-      done_[u] = {};
+      done(u);
       return absl::OkStatus();
     default:
-      return bad(u, cat(op_name(op), " is not supported by the CUDA backend [cuda.op]"));
+      return refuse(u, cat(op_name(op), " is not supported by the CUDA backend [cuda.op]"));
   }
 }
 
 absl::Status Renderer::emit_alu(const UOp* u) {
-  if (auto st = cuda_c::check_alu(u); !st.ok()) return bad(u, std::string(st.message()));
+  if (absl::Status st = cuda_c::check_alu(u); !st.ok()) return refuse(u, std::string(st.message()));
   std::vector<std::vector<std::string>> srcs;
   for (const UOp* s : u->src()) {
-    auto v = value(u, s);
-    if (!v.ok()) return v.status();
-    srcs.push_back(*std::move(v));
+    ASSIGN_OR_RETURN(std::vector<std::string> v, lanes_of(u, s));
+    srcs.push_back(std::move(v));
   }
   const uint32_t n = u->dtype().count;
   const Scalar t = u->src(u->is(Op::WHERE) ? 1 : 0)->dtype().scalar;
@@ -359,70 +264,41 @@ absl::Status Renderer::emit_alu(const UOp* u) {
 
 absl::Status Renderer::emit_vector(const UOp* u) {
   std::vector<std::string> lanes;
-  int scope = 0;
   for (const UOp* s : u->src()) {
-    if (s->dtype().ptr || s->dtype().scalar != u->dtype().scalar)
-      return bad(u, cat("source dtype ", s->dtype().str(), " does not match ", u->dtype().str(), " [linear.vector]"));
-    auto v = value(u, s);
-    if (!v.ok()) return v.status();
-    lanes.insert(lanes.end(), v->begin(), v->end());
-    scope = std::max(scope, done_.at(s).scope);  // nested scopes have larger ids
+    ASSIGN_OR_RETURN(std::vector<std::string> v, lanes_of(u, s));
+    lanes.insert(lanes.end(), v.begin(), v.end());
   }
   if (u->is(Op::GEP)) {
     std::vector<std::string> picked;
-    for (int64_t i : u->arg_as<IntsArg>().values) {
-      if (i < 0 || static_cast<uint64_t>(i) >= lanes.size()) return bad(u, "GEP index out of range [linear.gep]");
-      picked.push_back(lanes[i]);
-    }
+    for (int64_t i : u->arg_as<IntsArg>().values) picked.push_back(lanes[i]);
     lanes = std::move(picked);
   }
-  if (lanes.size() != u->dtype().count) return bad(u, cat(lanes.size(), " lanes for ", u->dtype().str(), " [linear.vector]"));
-  alias(u, std::move(lanes), scope);
+  alias(u, std::move(lanes));
   return absl::OkStatus();
 }
 
 absl::Status Renderer::emit_index(const UOp* u) {
-  size_t n = u->num_src();
-  bool gated = n >= 3 && u->src(n - 1)->dtype().scalar == Scalar::Bool;
-  if (n != (gated ? 3u : 2u)) return bad(u, "INDEX needs one linear index and an optional gate [linear.index]");
-  auto buf = get(u, u->src(0));
-  if (!buf.ok()) return buf.status();
-  if ((*buf)->kind != Emitted::Kind::Buffer) return bad(u, "INDEX of something that is not a buffer [linear.index]");
-  auto i = index_value(u, u->src(1));
-  if (!i.ok()) return i.status();
-  Emitted a = **buf;
-  a.kind = Emitted::Kind::Address;
-  a.index = *i;
+  const bool gated = u->num_src() == 3;
+  if (u->src(1)->dtype().is_vector()) return refuse(u, "a vector of indices (a gather) [cuda.gather]");
+  ASSIGN_OR_RETURN(const Emitted* buf, get(u, u->src(0), K::Buffer));
+  Emitted a = *buf;
+  a.kind = K::Address;
+  ASSIGN_OR_RETURN(a.index, index_value(u, u->src(1)));
   a.align = std::min<int64_t>(64, multiple_of(u->src(1), multiples_) * a.mem.count);
   if (gated) {
-    auto g = value(u, u->src(2));
-    if (!g.ok()) return g.status();
-    a.gate = *g;
+    ASSIGN_OR_RETURN(a.gate, lanes_of(u, u->src(2)));
   }
-  a.scope = current_scope();
-  done_[u] = std::move(a);
+  define(u, std::move(a));
   return absl::OkStatus();
 }
 
 absl::Status Renderer::emit_load(const UOp* u) {
-  auto e = get(u, u->src(1));
-  if (!e.ok()) return e.status();
-  const Emitted a = **e;
+  ASSIGN_OR_RETURN(Access access, load_operands(u));
+  const Emitted& a = access.address;
   const DType d = u->dtype();
-  if (a.kind != Emitted::Kind::Address) return bad(u, "LOAD needs an INDEX as its second source [linear.load]");
-  if (d.ptr || d.scalar != a.mem.scalar) return bad(u, cat("LOAD of ", d.str(), " from a buffer of ", a.mem.str(), " [linear.load]"));
   const int64_t n = d.count;
-  if (a.gate.size() > 1 && a.gate.size() != static_cast<size_t>(n))
-    return bad(u, "a per-lane gate needs one lane per loaded element [linear.load]");
   std::vector<std::string> alt(1, cuda_c::constant(d.scalar, ConstValue::Int(0)));
-  if (u->num_src() > 2) {
-    const UOp* s = u->src(2);
-    if (s->dtype() != d && s->dtype() != d.element())
-      return bad(u, cat("LOAD alt of ", s->dtype().str(), " for a LOAD of ", d.str(), " [linear.load]"));
-    auto v = value(u, s);
-    if (!v.ok()) return v.status();
-    alt = *v;
-  }
+  if (access.data) alt = access.data_emitted.lanes;
   const std::string T(reg_type(d.scalar));
   std::vector<std::string> lanes;
   for (int64_t l = 0; l < n; ++l) lanes.push_back(n == 1 ? name(u) : cat(name(u), "_", l));
@@ -454,24 +330,16 @@ absl::Status Renderer::emit_load(const UOp* u) {
       line("}");
     }
   }
-  done_[u] = {Emitted::Kind::Value, lanes, {}, {}, false, {}, 1, {}, current_scope()};
+  define(u, {K::Value, lanes});
   return absl::OkStatus();
 }
 
 absl::Status Renderer::emit_store(const UOp* u) {
-  // Sources past the value are ranges the STORE closes at kernel level; at linear level
-  // END closes them, so they only order here.
-  auto e = get(u, u->src(0));
-  if (!e.ok()) return e.status();
-  const Emitted a = **e;
-  const DType d = u->src(1)->dtype();
-  if (a.kind != Emitted::Kind::Address) return bad(u, "STORE needs an INDEX as its first source [linear.store]");
-  if (d.ptr || d.scalar != a.mem.scalar) return bad(u, cat("STORE of ", d.str(), " into a buffer of ", a.mem.str(), " [linear.store]"));
-  auto v = value(u, u->src(1));
-  if (!v.ok()) return v.status();
+  ASSIGN_OR_RETURN(Access access, store_operands(u));
+  const Emitted& a = access.address;
+  const DType d = access.data->dtype();
+  const std::vector<std::string>* v = &access.data_emitted.lanes;
   const int64_t n = d.count;
-  if (a.gate.size() > 1 && a.gate.size() != static_cast<size_t>(n))
-    return bad(u, "a per-lane gate needs one lane per stored element [linear.store]");
   auto write = [&](int64_t l) { return cat(a.base, "[", at(a, l), "] = ", cuda_c::to_memory(d.scalar, (*v)[l]), ";"); };
   if (a.gate.size() > 1) {
     for (int64_t l = 0; l < n; ++l) line(cat("if (", a.gate[l], ") ", write(l)));
@@ -494,29 +362,27 @@ absl::Status Renderer::emit_store(const UOp* u) {
     }
     if (a.gate.size() == 1) line("}");
   }
-  done_[u] = {};
+  done(u);
   return absl::OkStatus();
 }
 
 absl::Status Renderer::emit_special(const UOp* u) {
   const std::string& n = u->arg_as<StrArg>().value;
-  static const char* kNames[] = {"blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z"};
-  if (std::find(std::begin(kNames), std::end(kNames), n) == std::end(kNames))
-    return bad(u, cat("SPECIAL '", n, "' is not blockIdx.{x,y,z} or threadIdx.{x,y,z} [cuda.special]"));
-  if (u->dtype() != dtypes::index) return bad(u, "SPECIAL must be an index [cuda.special]");
+  // abi_of has checked the name (blockIdx / threadIdx .x .y .z) and the verifier the dtype.
   auto [it, fresh] = specials_.try_emplace(n, u);
   if (!fresh) {  // the same dim under another node: read it once more
-    alias(u, done_.at(it->second).lanes, 0);
+    ASSIGN_OR_RETURN(const Emitted* same, get(u, it->second));
+    alias_anywhere(u, same->lanes);
     return absl::OkStatus();
   }
   if (n.starts_with("threadIdx")) {
     const ConstValue* c = u->src(0)->const_value();
-    if (!c || c->to_int() < 1 || c->to_int() > 1024) return bad(u, "a threadIdx extent must be a constant in 1 .. 1024 [cuda.block]");
+    if (!c || c->to_int() < 1 || c->to_int() > 1024) return refuse(u, "a threadIdx extent must be a constant in 1 .. 1024 [cuda.block]");
     threads_ *= c->to_int();
   }
   std::string v = name(u);
   decls_ += cat("  const long long ", v, " = (long long)", n, ";\n");
-  alias(u, {v}, 0);
+  alias_anywhere(u, {v});
   return absl::OkStatus();
 }
 
@@ -527,35 +393,33 @@ absl::Status Renderer::emit_wmma(const UOp* u) {
   if (w.m != 16 || w.n != 8 || w.k != 16 || w.threads != 32 || (!f16 && w.dtype_in != Scalar::BFloat16) ||
       w.dtype_out != Scalar::Float32 || a != DType(w.dtype_in, 8) || b != DType(w.dtype_in, 4) ||
       c != DType(Scalar::Float32, 4) || u->dtype() != c)
-    return bad(u, "WMMA must be m16n8k16 (a: 8 x f16 / bf16, b: 4 x the same, c and d: 4 x f32) [cuda.wmma]");
+    return refuse(u, "WMMA must be m16n8k16 (a: 8 x f16 / bf16, b: 4 x the same, c and d: 4 x f32) [cuda.wmma]");
   std::vector<std::string> args;
   for (int i = 0; i < 4; ++i) args.push_back(cat(name(u), "_", i));
   line(cat("float ", join(args, ", "), ";"));
   std::vector<std::string> all = args;
   for (int s = 0; s < 3; ++s) {
-    auto v = value(u, u->src(s));
-    if (!v.ok()) return v.status();
-    all.insert(all.end(), v->begin(), v->end());
+    ASSIGN_OR_RETURN(std::vector<std::string> v, lanes_of(u, u->src(s)));
+    all.insert(all.end(), v.begin(), v.end());
   }
   line(cat(f16 ? "uop_mma_m16n8k16_f16(" : "uop_mma_m16n8k16_bf16(", join(all, ", "), ");"));
-  done_[u] = {Emitted::Kind::Value, args, {}, {}, false, {}, 1, {}, current_scope()};
+  define(u, {K::Value, args});
   return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::StatusOr<CudaSource> render_cuda(const UOp* linear, std::string_view entry, bool with_prelude) {
-  if (!linear || !linear->is(Op::LINEAR)) return absl::InvalidArgumentError("render_cuda needs a LINEAR");
-  auto abi = abi_of(linear);
-  if (!abi.ok()) return abi.status();
-  if (abi->has_thread_range) return absl::InvalidArgumentError("a CUDA kernel has no Thread range (it is a CPU axis) [cuda.thread]");
-  Renderer r(linear, *abi);
-  if (auto st = r.render(linear); !st.ok()) return st;
-  if (!abi->gpu) abi->gpu.emplace();  // one block of one thread: still a GPU launch
+  RETURN_IF_ERROR(verify_for_rendering(linear, "render_cuda"));
+  ASSIGN_OR_RETURN(KernelAbi abi, abi_of(linear));
+  if (abi.has_thread_range) return absl::InvalidArgumentError("a CUDA kernel has no Thread range (it is a CPU axis) [cuda.thread]");
+  Renderer r(linear, abi);
+  RETURN_IF_ERROR(r.render(linear));
+  if (!abi.gpu) abi.gpu.emplace();  // one block of one thread: still a GPU launch
   CudaSource out;
   out.entry = std::string(entry);
   out.source = cat(with_prelude ? cuda_prelude() : "", with_prelude ? "\n" : "", r.kernel(entry));
-  out.abi = *std::move(abi);
+  out.abi = std::move(abi);
   out.threads_per_block = r.threads();
   return out;
 }

@@ -5,7 +5,7 @@
 //   void uop_kernel(void* const* buffers, const int64_t* vars, int64_t task, int64_t ntasks,
 //                   const uint32_t* stop);
 //
-// `stop` is the launch's stop word (abi.h): the kernel reads it at the loop headers
+// `stop` is the launch's stop word (abi/kernel_abi.h): the kernel reads it at the loop headers
 // stop_checks.h picks and returns as soon as it is nonzero. worker/cpu/cpu_program.h
 // loads and runs it. This header is LLVM-free.
 //
@@ -41,25 +41,11 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "compiler/codegen/abi.h"
+#include "compiler/abi/cpu_target.h"
+#include "compiler/abi/kernel_abi.h"
 #include "compiler/ir/uop.h"
 
 namespace uop {
-
-struct CpuTarget {
-  std::string triple;    // x86_64-pc-linux-gnu
-  std::string cpu;       // skylake-avx512
-  std::string features;  // +avx2,+avx512f,-amx-tile,... (sorted, so equal targets compare equal)
-
-  // The machine this process runs on (sys::getProcessTriple / getHostCPUName /
-  // getHostCPUFeatures).
-  static CpuTarget host();
-  // One string naming the target in cache keys.
-  std::string id() const;
-  // Width of the vector registers in bits: 512 with AVX-512, 256 with AVX / AVX2, else 128.
-  int vector_bits() const;
-  bool operator==(const CpuTarget&) const = default;
-};
 
 // Names this backend, its kernel ABI and the LLVM it was built with, e.g.
 // "uopd-llvm-cpu/2 abi-3 llvm-19.1.7". Part of every cache key: a change in code
@@ -83,8 +69,10 @@ struct CpuArtifact {
   std::string entry = "uop_kernel";
 };
 
-// INVALID_ARGUMENT (naming the node by its toposort index, its op and the rule) for a
-// LINEAR this backend cannot compile; INTERNAL if LLVM fails, which is a bug here.
+// The LINEAR is verified first (verify_linear): INVALID_ARGUMENT with the verifier's
+// message (node, rule, path) for one that breaks the LINEAR rules; INVALID_ARGUMENT naming
+// the node by its toposort index, its op and the rule for a valid one this backend cannot
+// compile; INTERNAL if LLVM fails or the renderer's assertions do, which is a bug here.
 // Thread-safe: each call has its own LLVMContext.
 absl::StatusOr<CpuArtifact> compile_cpu(const UOp* linear, const CpuTarget& target,
                                         const CpuCompileOptions& options = {});

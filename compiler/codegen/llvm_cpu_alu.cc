@@ -318,19 +318,6 @@ class Lower {
   llvm::IRBuilderBase& b_;
 };
 
-absl::Status bad(const std::string& why) { return absl::InvalidArgumentError(why); }
-
-// Whether eval.h defines `op` on `s` (so the verifier and this backend agree).
-bool defined_on(Op op, Scalar s) {
-  ConstValue zero = ConstValue::kind_of(s) == ConstValue::Kind::Float ? ConstValue::Float(0)
-                    : ConstValue::kind_of(s) == ConstValue::Kind::UInt ? ConstValue::UInt(0)
-                    : ConstValue::kind_of(s) == ConstValue::Kind::Bool ? ConstValue::Bool(false)
-                                                                      : ConstValue::Int(0);
-  ConstValue args[3] = {zero, zero, zero};
-  if (op == Op::WHERE) return s != Scalar::Void;
-  return eval_alu(op, s, std::span<const ConstValue>(args, op_info(op).min_src)).has_value();
-}
-
 }  // namespace
 
 Type* value_type(llvm::IRBuilderBase& b, DType d) {
@@ -379,75 +366,37 @@ Constant* constant(llvm::IRBuilderBase& b, DType d, std::span<const ConstValue> 
   return llvm::ConstantVector::get(cs);
 }
 
-absl::StatusOr<Value*> lower_alu(llvm::IRBuilderBase& b, const UOp* u, std::span<Value* const> srcs) {
+Value* lower_alu(llvm::IRBuilderBase& b, const UOp* u, std::span<Value* const> srcs) {
   Lower lw(b);
   const Op op = u->op();
   const DType out = u->dtype();
   Type* out_ty = value_type(b, out);
-  if (!out_ty) return bad(cat("result dtype ", out.str(), " is not a value [alu.dtype]"));
-  for (size_t i = 0; i < u->num_src(); ++i)
-    if (!value_type(b, u->src(i)->dtype()))
-      return bad(cat("operand ", i, " has dtype ", u->src(i)->dtype().str(), ", not a value [alu.dtype]"));
-
-  if (op == Op::CAST || op == Op::BITCAST) {
-    DType in = u->src(0)->dtype();
-    if (in.count != out.count && op == Op::CAST)
-      return bad(cat("CAST from ", in.str(), " to ", out.str(), " changes the vector width [cast.width]"));
-    if (op == Op::CAST) return lw.cast(srcs[0], in.scalar, out.scalar, out_ty);
-    if (in.scalar == Scalar::Bool || out.scalar == Scalar::Bool ||
-        scalar_bits(in.scalar) * int64_t(in.count) != scalar_bits(out.scalar) * int64_t(out.count))
-      return bad(cat("BITCAST from ", in.str(), " to ", out.str(), " needs equal widths, no bool [bitcast.width]"));
-    return b.CreateBitCast(srcs[0], out_ty);
-  }
-
-  // Operand type: the values' dtype (for WHERE, the two values; its condition is bool).
-  size_t first = op == Op::WHERE ? 1 : 0;
-  DType t = u->src(first)->dtype();
-  for (size_t i = first; i < u->num_src(); ++i)
-    if (u->src(i)->dtype() != t)
-      return bad(cat("operands have different dtypes ", t.str(), " and ", u->src(i)->dtype().str(), " [alu.dtype]"));
-  DType want = is_comparison(op) ? dtypes::bool_.vec(t.count) : t;
-  if (out != want) return bad(cat("result dtype ", out.str(), " should be ", want.str(), " [alu.dtype]"));
-  if (!defined_on(op, t.scalar))
-    return bad(cat(op_name(op), " is not defined on ", scalar_name(t.scalar), " [alu.dtype]"));
-  if (op == Op::WHERE) {
-    DType c = u->src(0)->dtype();
-    if (c.scalar != Scalar::Bool || (c.count != 1 && c.count != t.count))
-      return bad(cat("WHERE condition must be bool of width 1 or ", t.count, ", not ", c.str(), " [alu.where]"));
-    return b.CreateSelect(srcs[0], srcs[1], srcs[2]);
-  }
-  Value* r = t.scalar == Scalar::Bool ? lw.bool_op(op, srcs)
-           : scalar_is_float(t.scalar) ? lw.float_op(op, t.scalar, srcs)
-                                       : lw.int_op(op, t.scalar, srcs);
-  if (!r) return bad(cat(op_name(op), " has no lowering on ", scalar_name(t.scalar), " [alu.dtype]"));
-  return r;
+  if (op == Op::CAST) return lw.cast(srcs[0], u->src(0)->dtype().scalar, out.scalar, out_ty);
+  if (op == Op::BITCAST) return b.CreateBitCast(srcs[0], out_ty);
+  if (op == Op::WHERE) return b.CreateSelect(srcs[0], srcs[1], srcs[2]);
+  // Operand type: the values' dtype (WHERE's condition aside, all operands have it).
+  const Scalar t = u->src(0)->dtype().scalar;
+  return t == Scalar::Bool ? lw.bool_op(op, srcs)
+       : scalar_is_float(t) ? lw.float_op(op, t, srcs)
+                            : lw.int_op(op, t, srcs);
 }
 
-absl::StatusOr<Value*> lower_vector(llvm::IRBuilderBase& b, const UOp* u, std::span<Value* const> srcs) {
-  Type* t = value_type(b, u->dtype());
-  if (!t) return bad(cat("vector op of dtype ", u->dtype().str(), " [linear.vector]"));
+Value* lower_vector(llvm::IRBuilderBase& b, const UOp* u, std::span<Value* const> srcs) {
   std::vector<std::pair<Value*, int64_t>> lanes;  // (source, lane; -1 for a scalar source)
   for (size_t k = 0; k < u->num_src(); ++k) {
-    DType d = u->src(k)->dtype();
-    if (d.scalar != u->dtype().scalar || d.ptr)
-      return bad(cat("source dtype ", d.str(), " does not match ", u->dtype().str(), " [linear.vector]"));
+    const DType d = u->src(k)->dtype();
     for (uint32_t i = 0; i < d.count; ++i) lanes.push_back({srcs[k], d.is_vector() ? int64_t{i} : -1});
   }
   if (u->is(Op::GEP)) {
     std::vector<std::pair<Value*, int64_t>> picked;
-    for (int64_t i : u->arg_as<IntsArg>().values) {
-      if (i < 0 || static_cast<uint64_t>(i) >= lanes.size()) return bad("GEP index out of range [linear.gep]");
-      picked.push_back(lanes[i]);
-    }
+    for (int64_t i : u->arg_as<IntsArg>().values) picked.push_back(lanes[i]);
     lanes = std::move(picked);
   }
-  if (lanes.size() != u->dtype().count)
-    return bad(cat(lanes.size(), " lanes for ", u->dtype().str(), " [linear.vector]"));
   auto lane = [&](const std::pair<Value*, int64_t>& l) {
     return l.second < 0 ? l.first : b.CreateExtractElement(l.first, static_cast<uint64_t>(l.second));
   };
   if (lanes.size() == 1) return lane(lanes[0]);
-  Value* r = llvm::PoisonValue::get(t);
+  Value* r = llvm::PoisonValue::get(value_type(b, u->dtype()));
   for (size_t i = 0; i < lanes.size(); ++i) r = b.CreateInsertElement(r, lane(lanes[i]), uint64_t{i});
   return r;
 }

@@ -1,11 +1,10 @@
-// Private to the LLVM CPU backend (llvm_cpu.cc): the lowering of values, i.e. dtypes,
+// Private to the LLVM CPU backend (llvm_cpu_render.cc): the lowering of values, i.e. dtypes,
 // constants, ALU ops, CAST, BITCAST and vector ops, to LLVM IR with ir/eval.h's exact semantics.
 // LLVM types are only forward-declared here, so this header stays LLVM-free.
 #pragma once
 
 #include <span>
 
-#include "absl/status/statusor.h"
 #include "compiler/ir/arg.h"
 #include "compiler/ir/dtype.h"
 #include "compiler/ir/uop.h"
@@ -33,13 +32,12 @@ llvm::Value* from_memory(llvm::IRBuilderBase& b, llvm::Value* v, DType d);
 llvm::Constant* constant(llvm::IRBuilderBase& b, DType d, std::span<const ConstValue> lanes);
 
 // One ALU op, CAST or BITCAST whose sources are already lowered to `srcs` (register
-// form). INVALID_ARGUMENT with the broken rule (the caller names the node) for dtypes
-// the op is not defined on.
-absl::StatusOr<llvm::Value*> lower_alu(llvm::IRBuilderBase& b, const UOp* u,
-                                       std::span<llvm::Value* const> srcs);
+// form), on dtypes the verifier allows (it refuses those eval.h does not define); nullptr
+// only if the lowering lacks a case the verifier allows, a bug.
+llvm::Value* lower_alu(llvm::IRBuilderBase& b, const UOp* u, std::span<llvm::Value* const> srcs);
 
-// VECTORIZE, CAT (lanes of the sources, in order) and GEP (lanes picked by the arg).
-absl::StatusOr<llvm::Value*> lower_vector(llvm::IRBuilderBase& b, const UOp* u,
-                                          std::span<llvm::Value* const> srcs);
+// VECTORIZE, CAT (lanes of the sources, in order) and GEP (lanes picked by the arg), as
+// the verifier checked them.
+llvm::Value* lower_vector(llvm::IRBuilderBase& b, const UOp* u, std::span<llvm::Value* const> srcs);
 
 }  // namespace uop::llvm_cpu

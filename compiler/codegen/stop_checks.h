@@ -1,4 +1,4 @@
-// Where a kernel checks its stop word (abi.h), so that a launch past its deadline ends
+// Where a kernel checks its stop word (abi/kernel_abi.h), so that a launch past its deadline ends
 // soon after the word is set, whatever its loop bounds, at a cost bench_cpu cannot see.
 // The rule, over the LINEAR's loops from the innermost out, with `work` a rough count of
 // the ops one iteration runs (nested loops' work included):

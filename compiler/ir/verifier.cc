@@ -341,13 +341,20 @@ absl::Status Verifier::check_memory(const UOp* u) {
         if (d.ptr || d.scalar != Scalar::Index)
           return fail(u, "index.index", cat("index ", i - 1, " has dtype ", d.str(), ", wants index"));
       }
-      if (gated && u->src(n - 1)->dtype().ptr) return fail(u, "index.gate", "the gate is a pointer");
       if (static_cast<int64_t>(nidx) != want_indices)
         return fail(u, "index.arity", cat("has ", nidx, " indices into a ", op_name(buf->op()), ", wants ", want_indices));
-      // As wide as the index (a vectorized access); no index (a scalar BUFFERIZE): one element.
-      DType want = DType(elem.scalar, nidx > 0 ? u->src(1)->dtype().count : 1);
+      // As wide as the index (a gather); over one scalar index any width: that many
+      // consecutive elements from it (a vector access); no index (a scalar BUFFERIZE): one.
+      const bool contiguous = nidx == 1 && u->src(1)->dtype().count == 1 && !u->dtype().ptr && u->dtype().count >= 1;
+      DType want = DType(elem.scalar, contiguous ? u->dtype().count : nidx > 0 ? u->src(1)->dtype().count : 1);
       if (u->dtype() != want)
         return fail(u, "index.dtype", cat("has dtype ", u->dtype().str(), ", wants the element dtype ", want.str()));
+      if (gated) {
+        // One gate for the access, or one per element.
+        const DType& gd = u->src(n - 1)->dtype();
+        if (gd.ptr || (gd.count != 1 && gd.count != want.count))
+          return fail(u, "index.gate", cat("the gate has dtype ", gd.str(), ", wants bool or ", dtypes::bool_.vec(want.count).str()));
+      }
       return absl::OkStatus();
     }
     case Op::LOAD: {
@@ -696,6 +703,19 @@ absl::Status Verifier::check_linear() {
       return fail(root->src(i), "linear.duplicate", cat("is listed twice (at ", at.at(root->src(i)), " and ", i, ")"));
   std::vector<uint32_t> open;           // RANGE ordinals, outermost first
   absl::flat_hash_set<uint32_t> is_open;
+  // The blocks RANGE / END and IF / ENDIF open and close, innermost last, and the block each
+  // listed value is computed in (0: the kernel's entry, valid anywhere). The renderers emit
+  // a value in the block it is listed in, so it may be used only while that block is open.
+  struct Block {
+    int id;
+    const UOp* node;
+  };
+  std::vector<Block> blocks;
+  absl::flat_hash_map<const UOp*, int> home;
+  int next_block = 1;
+  auto block_open = [&](int id) {
+    return id == 0 || std::any_of(blocks.begin(), blocks.end(), [&](const Block& b) { return b.id == id; });
+  };
   for (size_t i = 0; i < root->num_src(); ++i) {
     const UOp* u = root->src(i);
     RangeSet deps;
@@ -704,6 +724,13 @@ absl::Status Verifier::check_linear() {
       auto it = at.find(s);
       if (it == at.end() || it->second >= i)
         return fail(u, "linear.order", cat("source ", k, " (", ref(s), ") is not listed before it"));
+      if (!block_open(home.at(s)))
+        return fail(u, "linear.scope", cat("uses ", ref(s), " outside the RANGE / IF that computes it"));
+      // An INDEX is an address: only a LOAD or a STORE reads it (AFTER and BARRIER may
+      // wait for one).
+      if (s->is(Op::INDEX) && !(u->is(Op::LOAD) && k == 1) && !(u->is(Op::STORE) && k == 0) &&
+          !((u->is(Op::AFTER) || u->is(Op::BARRIER)) && k >= 1))
+        return fail(u, "linear.operand", cat("source ", k, " (", ref(s), ") is an address, not a value"));
       deps = merge(deps, live_[pos_.at(s)]);
     }
     if (deps)
@@ -715,22 +742,39 @@ absl::Status Verifier::check_linear() {
       is_open.insert(pos_.at(u));
     } else if (u->is(Op::END)) {
       size_t k = u->num_src() - 1;
-      bool innermost = k <= open.size();
-      for (size_t j = 0; innermost && j < k; ++j) innermost = open[open.size() - k + j] == pos_.at(u->src(1 + j));
+      bool innermost = k <= open.size() && k <= blocks.size();
+      for (size_t j = 0; innermost && j < k; ++j)
+        innermost = open[open.size() - k + j] == pos_.at(u->src(1 + j)) && blocks[blocks.size() - k + j].node == u->src(1 + j);
       if (!innermost) {
         std::vector<std::string> want;
-        for (size_t j = open.size() > k ? open.size() - k : 0; j < open.size(); ++j) want.push_back(range_ref(open[j]));
+        for (size_t j = blocks.size() > k ? blocks.size() - k : 0; j < blocks.size(); ++j)
+          want.push_back(blocks[j].node->is(Op::RANGE) ? range_ref(pos_.at(blocks[j].node)) : ref(blocks[j].node));
         return fail(u, "linear.nesting", cat("does not close the innermost open ranges, outermost first (",
                                              join(want, ", "), ")"));
       }
       for (size_t j = 0; j < k; ++j) {
         is_open.erase(open.back());
         open.pop_back();
+        blocks.pop_back();
       }
+    } else if (u->is(Op::ENDIF)) {
+      if (blocks.empty() || blocks.back().node != u->src(0))
+        return fail(u, "linear.nesting", cat("does not close the innermost open block (",
+                                             blocks.empty() ? std::string("none") : ref(blocks.back().node), ")"));
+      blocks.pop_back();
     }
+    // Where u's value lives: definitions and effects anywhere; AFTER (and a BARRIER that
+    // passes a value through) where its value is; a RANGE in its own loop; anything else
+    // in the innermost open block.
+    if (u->is(Op::RANGE) || u->is(Op::IF)) blocks.push_back({next_block++, u});
+    int where = blocks.empty() ? 0 : blocks.back().id;
+    if (is_linear_definition(u->op()) || u->dtype().is_void() || u->is(Op::IF)) where = 0;
+    else if ((u->is(Op::AFTER) || u->is(Op::BARRIER)) && u->num_src() > 0) where = home.at(u->src(0));
+    home[u] = where;
   }
-  if (!open.empty())
-    return fail(order_[open.back()], "linear.nesting", "is opened but never closed by an END");
+  if (!blocks.empty())
+    return fail(blocks.back().node, "linear.nesting",
+                blocks.back().node->is(Op::RANGE) ? "is opened but never closed by an END" : "is opened but never closed by an ENDIF");
   return absl::OkStatus();
 }
 
@@ -759,6 +803,15 @@ absl::Status Verifier::run() {
 
 }  // namespace
 
+bool is_linear_definition(Op op) {
+  switch (op) {
+    case Op::CONST: case Op::VCONST: case Op::PARAM: case Op::DEFINE_VAR: case Op::DEFINE_REG:
+    case Op::DEFINE_LOCAL: case Op::SPECIAL:
+      return true;
+    default: return false;
+  }
+}
+
 std::string_view stage_name(Stage s) {
   switch (s) {
     case Stage::Tensor: return "tensor";
@@ -782,6 +835,12 @@ Stage detect_stage(const UOp* root) {
 
 absl::Status verify(Graph& g, const UOp* root, const VerifyOptions& opts) {
   return Verifier(g, root, opts).run();
+}
+
+absl::Status verify_linear(const UOp* linear, VerifyOptions opts) {
+  Graph scratch;  // shape inference's, which only tensor-level graphs use
+  opts.stage = Stage::Linear;
+  return Verifier(scratch, linear, opts).run();
 }
 
 }  // namespace uop

@@ -45,4 +45,13 @@ Stage detect_stage(const UOp* root);
 // the root's structure (kernel SINK, LINEAR order and nesting) comes last.
 absl::Status verify(Graph& g, const UOp* root, const VerifyOptions& opts = {});
 
+// At linear level: the ops that are valid anywhere once listed, wherever they are listed
+// (constants, buffers, variables, SPECIAL), because the renderers make them at the kernel's
+// entry. Every other value is valid only inside the RANGE / IF it is listed in.
+bool is_linear_definition(Op op);
+
+// verify() at Stage::Linear, which needs no graph to build in: what the renderers run on
+// every LINEAR before they emit it, so that what they rely on is checked in this one place.
+absl::Status verify_linear(const UOp* linear, VerifyOptions opts = {});
+
 }  // namespace uop

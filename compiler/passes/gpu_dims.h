@@ -11,7 +11,7 @@
 //
 // so every index keeps the values it had (a clamped index repeats the last one), and
 // nothing is written twice; the bounds proof checks what this makes. The ENDs that closed these ranges go; a launch
-// runs each value once instead (abi.h: the grid is ceil(N / L) blocks, a launch with a
+// runs each value once instead (abi/kernel_abi.h: the grid is ceil(N / L) blocks, a launch with a
 // grid dim <= 0 is skipped). Also folds `acc + WMMA(a, b, 0)` into WMMA(a, b, acc), the
 // accumulation the tensor cores do in place (tensor_cores.h).
 #pragma once

@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "compiler/codegen/abi.h"
+#include "compiler/abi/kernel_abi.h"
 #include "worker/cpu/thread_pool.h"
 #include "worker/device_backend.h"
 
@@ -37,7 +37,7 @@ class CpuProgram final : public DeviceProgram {
   // or a written buffer that overlaps another one (the kernel assumes distinct buffers). The Thread
   // range's `tasks` iterations are split over min(tasks, pool size) tasks on `pool`
   // (or one task on the calling thread without a pool, or when the kernel's buffers
-  // total under `serial_below` bytes). `stop` is the launch's stop word (abi.h), shared
+  // total under `serial_below` bytes). `stop` is the launch's stop word (abi/kernel_abi.h), shared
   // by its tasks; null: a word that is never set. A kernel stopped by it returns early;
   // whoever set it knows the launch failed. Thread-safe.
   absl::Status run(std::span<void* const> buffers, std::span<const int64_t> vars, ThreadPool* pool,

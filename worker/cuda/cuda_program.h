@@ -1,5 +1,5 @@
 // A compiled GPU kernel loaded on one device, and how a launch is shaped. The kernel's ABI
-// gives its grid and block as LaunchExprs over its variables (compiler/codegen/abi.h);
+// gives its grid and block as LaunchExprs over its variables (compiler/abi/kernel_abi.h);
 // the runtime evaluates them on the launch's values, checks them against the device's
 // limits and launches `uop_kernel` with one device pointer per buffer slot (0 for a slot
 // the launch leaves empty) followed by the variables as int64, in the ABI's order.
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "compiler/codegen/abi.h"
+#include "compiler/abi/kernel_abi.h"
 #include "worker/cuda/cuda_context.h"
 #include "worker/device_backend.h"
 

@@ -49,6 +49,38 @@ TEST(Cubin, InspectRefusesWhatIsNotACudaElf) {
   EXPECT_FALSE(inspect_cubin(elf).ok());
 }
 
+// render_cuda verifies the LINEAR before it emits C: bad LINEAR gets the verifier's
+// status (node, rule, path); a valid one the backend cannot emit gets its own rule.
+TEST(RenderCuda, RefusesBadLinearWithTheVerifiersStatus) {
+  Graph g;
+  const UOp* out = g.make(Op::PARAM, dtypes::float32.ptr_to(AddrSpace::Global, 4), {}, ParamArg{0, 4});
+  const UOp* four = g.idx(4);
+  const UOp* r = g.make(Op::RANGE, dtypes::index, {four}, RangeArg{0, AxisType::Loop, true});
+  const UOp* one = g.cnst(dtypes::float32, 1.0);
+  const UOp* x = g.alu(Op::ADD, {one, one});  // listed inside the loop below
+  const UOp* in_loop = g.make(Op::STORE, dtypes::void_, {g.make(Op::INDEX, dtypes::float32, {out, r}), one});
+  const UOp* end = g.make(Op::END, dtypes::void_, {in_loop, r});
+  const UOp* zero = g.idx(0);
+  const UOp* after = g.make(Op::STORE, dtypes::void_, {g.make(Op::INDEX, dtypes::float32, {out, zero}), x});
+  auto bad = render_cuda(g.make(Op::LINEAR, dtypes::void_,
+                                {out, four, one, zero, r, x, in_loop->src(0), in_loop, end, after->src(0), after}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(bad.status().message()).find("outside the RANGE / IF that computes it [linear.scope]; path: "),
+            std::string::npos) << bad.status();
+  // The same kernel with the value computed before the loop renders.
+  auto good = render_cuda(g.make(Op::LINEAR, dtypes::void_,
+                                 {out, four, one, zero, x, r, in_loop->src(0), in_loop, end, after->src(0), after}));
+  ASSERT_TRUE(good.ok()) << good.status();
+  // Valid LINEAR, but more shared memory than the backend allows.
+  const UOp* smem = g.make(Op::DEFINE_LOCAL, dtypes::float32.ptr_to(AddrSpace::Local, 1 << 20));
+  const UOp* st = g.make(Op::STORE, dtypes::void_, {g.make(Op::INDEX, dtypes::float32, {smem, zero}), one});
+  auto big = render_cuda(g.make(Op::LINEAR, dtypes::void_, {smem, zero, one, st->src(0), st}));
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(std::string(big.status().message()).find("(DEFINE_LOCAL)"), std::string::npos) << big.status();
+  EXPECT_NE(std::string(big.status().message()).find("[cuda.local]"), std::string::npos) << big.status();
+}
+
 class CudaCorpus : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {

@@ -3,6 +3,8 @@
 // values in eval.h's memory form, and compile + load in one call.
 #pragma once
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include <sys/mman.h>
@@ -58,12 +60,18 @@ class LinearBuilder {
     if (gate) return make(Op::INDEX, buf->dtype().pointee(), {buf, i, gate});
     return make(Op::INDEX, buf->dtype().pointee(), {buf, i});
   }
+  // A LOAD or STORE of d.count elements reads or writes that many consecutive ones from
+  // its INDEX, which then has that dtype (the verifier's [index.dtype]): the INDEX made
+  // for one element is retyped in place.
   const UOp* load(const UOp* buf, const UOp* index, DType d, const UOp* alt = nullptr) {
+    index = retype(index, d);
     if (alt) return make(Op::LOAD, d, {buf, index, alt});
     return make(Op::LOAD, d, {buf, index});
   }
-  const UOp* load(const UOp* buf, const UOp* index) { return load(buf, index, buf->dtype().pointee()); }
-  const UOp* store(const UOp* index, const UOp* value) { return make(Op::STORE, dtypes::void_, {index, value}); }
+  const UOp* load(const UOp* buf, const UOp* index) { return load(buf, index, index->dtype()); }
+  const UOp* store(const UOp* index, const UOp* value) {
+    return make(Op::STORE, dtypes::void_, {retype(index, value->dtype()), value});
+  }
   const UOp* after(const UOp* x, std::initializer_list<const UOp*> deps) {
     std::vector<const UOp*> src{x};
     src.insert(src.end(), deps.begin(), deps.end());
@@ -72,6 +80,18 @@ class LinearBuilder {
   const UOp* linear() { return g.make(Op::LINEAR, dtypes::void_, ops_); }
 
  private:
+  const UOp* retype(const UOp* index, DType d) {
+    if (!index->is(Op::INDEX) || index->dtype() == d) return index;
+    const UOp* wide = g.replace_dtype(index, d);
+    auto at = std::find(ops_.begin(), ops_.end(), index);
+    if (at != ops_.end() && !seen_.contains(wide)) {
+      *at = wide;
+      seen_.erase(index);
+      seen_.insert(wide);
+    }
+    return wide;
+  }
+
   std::vector<const UOp*> ops_;
   absl::flat_hash_set<const UOp*> seen_;
 };

@@ -114,8 +114,9 @@ TEST(LlvmCpu, ElementwiseAddWithATail) {
   }
 }
 
-// Constants, PARAM and DEFINE_VAR may be left out of the LINEAR or listed after a use.
-TEST(LlvmCpu, DefinitionsMayBeListedLateOrNotAtAll) {
+// Every source is listed before its use, constants and definitions included: compile_cpu
+// verifies the LINEAR first and refuses one that lists them late or not at all.
+TEST(LlvmCpu, DefinitionsAreListedBeforeTheirUse) {
   Graph g;
   const UOp* out = g.make(Op::PARAM, dtypes::int32.ptr_to(AddrSpace::Global, 8), {}, ParamArg{0, 8});
   const UOp* n = g.make(Op::DEFINE_VAR, dtypes::index, {}, DefineVarArg{"n", 0, 8});
@@ -123,7 +124,13 @@ TEST(LlvmCpu, DefinitionsMayBeListedLateOrNotAtAll) {
   const UOp* v = g.make(Op::CAST, dtypes::int32, {g.alu(Op::ADD, {r, g.idx(40)})});
   const UOp* st = g.make(Op::STORE, dtypes::void_, {g.make(Op::INDEX, dtypes::int32, {out, r}), v});
   const UOp* end = g.make(Op::END, dtypes::void_, {st, r});
-  std::vector<const UOp*> ops = {r, v->src(0), v, st->src(0), st, end, g.idx(40), out};
+  std::vector<const UOp*> late = {r, v->src(0), v, st->src(0), st, end, g.idx(40), out};
+  auto refused = compile_cpu(g.make(Op::LINEAR, dtypes::void_, late), CpuTarget::host());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("(RANGE): source 0 ([0] DEFINE_VAR) is not listed before it [linear.order]"),
+            std::string::npos) << refused.status();
+  std::vector<const UOp*> ops = {n, out, g.idx(40), r, v->src(0), v, st->src(0), st, end};
   auto prog = build(g.make(Op::LINEAR, dtypes::void_, ops));
   ASSERT_TRUE(prog);
   std::vector<int32_t> o(8, 0);
@@ -393,7 +400,9 @@ TEST(LlvmCpu, GatedLoadDoesNotTouchMemory) {
   // And a vector load with one gate per lane, at the very end of the buffer.
   const UOp* out4 = lb.param(2, dtypes::float32.vec(4), 2);
   const UOp* gates = lb.make(Op::VCONST, dtypes::bool_.vec(4), {}, VConstArg{{ConstValue::Bool(true), ConstValue::Bool(true), ConstValue::Bool(false), ConstValue::Bool(false)}});
-  const UOp* v = lb.load(a, lb.index(a, lb.idx(2), gates), dtypes::float32.vec(4), lb.f32(-2));
+  const ConstValue m2 = ConstValue::Float(-2);
+  const UOp* alt = lb.make(Op::VCONST, dtypes::float32.vec(4), {}, VConstArg{{m2, m2, m2, m2}});
+  const UOp* v = lb.load(a, lb.index(a, lb.idx(2), gates), dtypes::float32.vec(4), alt);
   lb.store(lb.index(out4, lb.idx(0)), v);
   auto prog = build(lb.linear());
   ASSERT_TRUE(prog);
@@ -587,7 +596,17 @@ TEST(LlvmCpu, RejectsBadInputWithTheNode) {
     const UOp* sq = lb.alu(Op::MUL, {r, r});
     lb.end(lb.store(lb.index(out, r), sq), r);
     lb.store(lb.index(out, lb.idx(0)), lb.alu(Op::ADD, {sq, lb.idx(1)}));
-    expect_error(lb, "outside the RANGE / IF that computes it");
+    expect_error(lb, "(ADD): uses [3] MUL outside the RANGE / IF that computes it [linear.scope]");
+  }
+  {
+    LinearBuilder lb;  // a value computed under an IF, used after its ENDIF
+    const UOp* out = lb.param(0, dtypes::index, 4);
+    const UOp* c = lb.cnst(dtypes::bool_, ConstValue::Bool(true));
+    const UOp* iff = lb.make(Op::IF, dtypes::void_, {c});
+    const UOp* x = lb.alu(Op::ADD, {lb.idx(1), lb.idx(2)});
+    lb.make(Op::ENDIF, dtypes::void_, {iff});
+    lb.store(lb.index(out, lb.idx(0)), x);
+    expect_error(lb, "(STORE): uses [5] ADD outside the RANGE / IF that computes it [linear.scope]");
   }
   {
     LinearBuilder lb;
@@ -596,7 +615,7 @@ TEST(LlvmCpu, RejectsBadInputWithTheNode) {
     const UOp* r1 = lb.range(lb.idx(4), 1);
     const UOp* st = lb.store(lb.index(out, lb.alu(Op::ADD, {r0, r1})), r0);
     lb.end(st, r0);
-    expect_error(lb, "(END): END does not close the innermost open RANGE");
+    expect_error(lb, "(END): does not close the innermost open ranges, outermost first ([3] RANGE(r1, Loop)) [linear.nesting]");
   }
   {
     LinearBuilder lb;
@@ -618,7 +637,7 @@ TEST(LlvmCpu, RejectsBadInputWithTheNode) {
     LinearBuilder lb;
     const UOp* out = lb.param(0, dtypes::index, 16);
     lb.store(lb.make(Op::INDEX, dtypes::index, {out, lb.idx(0), lb.idx(1)}), lb.idx(1));
-    expect_error(lb, "(INDEX): INDEX needs one linear index");
+    expect_error(lb, "(INDEX): has 2 indices into a PARAM, wants 1 [index.arity]");
   }
   {
     LinearBuilder lb;

@@ -10,7 +10,7 @@
 #include <future>
 #include <thread>
 
-#include "compiler/codegen/abi.h"
+#include "compiler/abi/kernel_abi.h"
 #include "compiler/codegen/llvm_cpu.h"
 #include "compiler/support/strings.h"
 #include "tests/unit/compiler/codegen/linear_builder.h"

@@ -681,6 +681,47 @@ TEST(VerifierCatalogue, Linear) {
   expect_violation(b.g, sink, sink, "linear.root", {.stage = Stage::Linear});
 }
 
+// The blocks the renderers emit: a value is usable only while the RANGE / IF it is listed
+// in is open (definitions anywhere), IF / ENDIF nest with the loops, an INDEX is only read
+// by a LOAD or written by a STORE, and a vector access over one scalar index.
+TEST(VerifierCatalogue, LinearBlocks) {
+  B b;
+  const UOp* c16 = b.g.idx(16);
+  const UOp* c1 = b.g.idx(1);
+  const UOp* r = b.g.make(Op::RANGE, dtypes::index, {c16}, RangeArg{0, AxisType::Loop});
+  // Listed inside the loop although it does not depend on it, then used after its END.
+  const UOp* k = b.g.alu(Op::ADD, {c1, c1});
+  const UOp* i0 = b.index(b.p0, r);
+  const UOp* st = b.g.make(Op::STORE, dtypes::void_, {i0, b.f32(1)});
+  const UOp* e = b.end(st, {r});
+  const UOp* j = b.index(b.p0, k);
+  const UOp* after = b.g.make(Op::STORE, dtypes::void_, {j, b.f32(1)});
+  expect_violation(b.g, b.linear({b.p0, c16, c1, b.f32(1), r, k, i0, st, e, j, after}), j, "linear.scope");
+  expect_valid(b.g, b.linear({b.p0, c16, c1, b.f32(1), k, r, i0, st, e, j, after}));
+  // The same under an IF, and an IF left open, or closed by an END.
+  const UOp* cond = b.g.cnst_bool(true);
+  const UOp* iff = b.g.make(Op::IF, dtypes::void_, {cond});
+  const UOp* endif = b.g.make(Op::ENDIF, dtypes::void_, {iff});
+  expect_violation(b.g, b.linear({b.p0, c1, b.f32(1), cond, iff, k, endif, j, after}), j, "linear.scope");
+  expect_valid(b.g, b.linear({b.p0, c1, b.f32(1), cond, k, iff, j, after, endif}));
+  expect_violation(b.g, b.linear({b.p0, c1, b.f32(1), cond, k, iff, j, after}), iff, "linear.nesting");
+  expect_violation(b.g, b.linear({b.p0, c16, b.f32(1), cond, r, iff, i0, st, e, endif}), e, "linear.nesting");
+  // An INDEX used as a value.
+  const UOp* as_value = b.g.make(Op::ADD, dtypes::float32, {j, j});
+  expect_violation(b.g, b.linear({b.p0, c1, k, j, as_value}), as_value, "linear.operand");
+  // Four consecutive elements over a scalar index, with one gate or one per element.
+  const DType f4 = dtypes::float32.vec(4);
+  const UOp* v4 = b.g.make(Op::INDEX, f4, {b.p1, c1});
+  const UOp* ld = b.g.make(Op::LOAD, f4, {b.p1, v4});
+  const UOp* st4 = b.g.make(Op::STORE, dtypes::void_, {b.g.make(Op::INDEX, f4, {b.p0, c1}), ld});
+  expect_valid(b.g, b.linear({b.p0, b.p1, c1, v4, ld, st4->src(0), st4}));
+  const UOp* gates2 = b.g.make(Op::VECTORIZE, dtypes::bool_.vec(2), {cond, cond});
+  const UOp* bad_gate = b.g.make(Op::INDEX, f4, {b.p1, c1, gates2});
+  expect_violation(b.g, b.linear({b.p1, c1, cond, gates2, bad_gate}), bad_gate, "index.gate");
+  const UOp* gates4 = b.g.make(Op::VECTORIZE, dtypes::bool_.vec(4), {cond, cond, cond, cond});
+  expect_valid(b.g, b.linear({b.p0, b.p1, c1, cond, gates4, b.g.make(Op::INDEX, f4, {b.p1, c1, gates4})}));
+}
+
 TEST(Verifier, DetectStage) {
   B b;
   const UOp* r = b.range(4);

@@ -4,7 +4,7 @@
 // text stays what it was; version 3 adds a `stop` line after `tasks` (the GPU dims, if
 // any, follow it), and is written only for kernels that check a stop word, so a kernel
 // without one keeps its version 1 or 2 text.
-#include "compiler/codegen/abi.h"
+#include "compiler/abi/kernel_abi.h"
 
 #include <algorithm>
 #include <charconv>
