@@ -6,7 +6,8 @@ usage: arrows_test.py ROOT TABLE.md     check the tree at ROOT against the table
                                         check the checker: a tree made here, with arrows
                                         the table allows and ones it does not
 
-TABLE.md (docs/arrows.md) holds the table: one row per part, `| `part/` | may include |
+TABLE.md (docs/ARCHITECTURE.md) holds the table under its "## Arrows" heading (a file with
+no such heading: anywhere in it): one row per part, `| `part/` | may include |
 never | why |`, paths in backticks. A row for a subdirectory overrides its parent's for
 the files beneath it. Includes of headers outside the tree (no part of that name) are
 not checked, nor are includes without a directory (the including file's own).
@@ -32,23 +33,30 @@ def read_table(path):
     """{part: (allowed prefixes, never prefixes)}, parts as 'compiler/driver/'."""
     rows = {}
     with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.startswith("| `"):
-                continue
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if len(cells) < 3:
-                raise TableError(f"{path}:{n}: a row needs part, may include and never")
-            part = CELL_PATH.findall(cells[0])
-            if len(part) != 1 or not part[0].endswith("/"):
-                raise TableError(f"{path}:{n}: the first cell names one part, as `dir/`")
-            allowed = CELL_PATH.findall(cells[1])
-            never = CELL_PATH.findall(cells[2])
-            both = set(allowed) & set(never)
-            if both:
-                raise TableError(f"{path}:{n}: {part[0]} both may and may never include {sorted(both)}")
-            if part[0] in rows:
-                raise TableError(f"{path}:{n}: {part[0]} has two rows")
-            rows[part[0]] = (allowed, never)
+        lines = f.read().split("\n")
+    # Only the Arrows section's table: the document has other tables.
+    if "## Arrows" in lines:
+        start = lines.index("## Arrows")
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    else:
+        start, end = 0, len(lines)
+    for n, line in enumerate(lines[start:end], start + 1):
+        if not line.startswith("| `"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3:
+            raise TableError(f"{path}:{n}: a row needs part, may include and never")
+        part = CELL_PATH.findall(cells[0])
+        if len(part) != 1 or not part[0].endswith("/"):
+            raise TableError(f"{path}:{n}: the first cell names one part, as `dir/`")
+        allowed = CELL_PATH.findall(cells[1])
+        never = CELL_PATH.findall(cells[2])
+        both = set(allowed) & set(never)
+        if both:
+            raise TableError(f"{path}:{n}: {part[0]} both may and may never include {sorted(both)}")
+        if part[0] in rows:
+            raise TableError(f"{path}:{n}: {part[0]} has two rows")
+        rows[part[0]] = (allowed, never)
     if not rows:
         raise TableError(f"{path}: no rows (lines starting with \"| `\")")
     return rows

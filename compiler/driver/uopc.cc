@@ -25,6 +25,7 @@
 #include "compiler/pipeline.h"
 #include "compiler/support/flags.h"
 #include "compiler/support/strings.h"
+#include "compiler/support/timing.h"
 #include "local/local_runner.h"
 
 namespace uop {
@@ -196,7 +197,7 @@ int cmd_compile(const Args& a, DecodedGraph& g) {
     if (!linear.ok()) return invalid(std::string(linear.status().message()));
     auto art = b.compile(*linear);
     if (!art.ok()) return invalid(std::string(art.status().message()));
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    double ms = ms_since(t0);
     std::cout << cat("  ", ms, " ms, ", art->object.size(), " bytes\n") << abi_text(art->abi);
   }
   return kOk;

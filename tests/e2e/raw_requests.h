@@ -14,12 +14,11 @@
 #include "absl/time/time.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
+#include "transport/grpc_absl.h"
 
 namespace uop::testing {
 
-inline absl::Status from_grpc(const grpc::Status& s) {
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-}
+using transport::from_grpc;
 
 // A unary call with hand-made bytes as its request (no protobuf object is built for it),
 // as the tenant whose bearer token is `token` (none when empty).

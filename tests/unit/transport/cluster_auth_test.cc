@@ -1,4 +1,4 @@
-// server/cluster_auth: secret files (modes, sizes, what is not a regular file, messages
+// transport/cluster_auth: secret files (modes, sizes, what is not a regular file, messages
 // that never carry the secret), and a Gate and a Dialer on a real gRPC server on an
 // ephemeral port: calls without the secret or with another are refused UNAUTHENTICATED
 // before any handler runs, the open method needs none, and the right secret gets through.
