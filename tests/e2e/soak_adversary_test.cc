@@ -421,6 +421,7 @@ class Mallory {
   std::vector<client::Kernel> in_redis;
   int forgeries = 0;
   int closes_during_runs = 0;  // sessions closed while their Run held its reservation
+  int close_races = 0;         // races made (a Run the probe kept from its quota is none)
 
  private:
   // Gathers through gates that hold for wild indices: refused naming the bounds proof,
@@ -728,7 +729,7 @@ class Mallory {
     // A Run the test's own probe kept from its reservation (RESOURCE_EXHAUSTED naming the
     // session's quota) is no race: it is made again, a bounded number of times.
     int made = 0;
-    for (int attempt = 0; made < kCloseRaces && attempt < 4 * kCloseRaces; ++attempt) {
+    for (int attempt = 0; made < kCloseRaces && attempt < 8 * kCloseRaces; ++attempt) {
       auto s = client_->create_session();
       if (!s.ok()) {
         tally_->note("a session to close under a Run", s.status(), false);
@@ -756,6 +757,7 @@ class Mallory {
       run.join();
       if (ran.code() == absl::StatusCode::kResourceExhausted && contains(ran, "--session-bytes")) continue;
       ++made;
+      ++close_races;
       closes_during_runs += during;
       tally_->note("Run racing its session's close", ran, ran.ok() || ran.code() == absl::StatusCode::kNotFound);
       tally_->note("close racing a Run in the session", closed, closed.ok());
@@ -935,7 +937,7 @@ TEST(Soak, AnAdversaryInTheLoadGetsNothingAndHonestClientsLoseNothing) {
   std::fprintf(stderr, "  forged cache entries: %d; cache errors counted: %llu\n", mallory.forgeries,
                static_cast<unsigned long long>(cache->cache_errors));
   std::fprintf(stderr, "  sessions closed under a Run: %d of %d while it held its reservation\n", mallory.closes_during_runs,
-               kCloseRaces * kRounds);
+               mallory.close_races);
   for (const auto& [attack, codes] : tally.seen) {
     std::string line;
     for (const auto& [code, n] : codes) line += cat(" ", code, " x", n);
@@ -959,11 +961,15 @@ TEST(Soak, AnAdversaryInTheLoadGetsNothingAndHonestClientsLoseNothing) {
            {"request over --max-request-bytes", 1}, {"node flood", 1}, {"value flood inside a node", 1},
            {"sessions over --max-sessions", 1}, {"output over --max-inline-output-bytes (kept in the session)", 1},
            {"compile bomb, 1 s deadline", 1}, {"endless kernel, 1 s deadline", 1},
-           {"Run racing its session's close", kCloseRaces}, {"close racing a Run in the session", kCloseRaces},
            {"a buffer whose byte size wraps", 1}, {"upload at an offset that wraps", 1},
            {"a Run binding a buffer smaller than its input", 1}, {"a kernel's PARAM bound to a smaller buffer", 1},
            {"an inline shape whose element count wraps", 1}})
     EXPECT_EQ(tally.count(attack), per_round * kRounds) << attack;
+  // A race whose Run the probe kept from its reservation is made again, a bounded number of
+  // times: on a loaded machine some rounds make fewer than kCloseRaces, never none.
+  EXPECT_GE(mallory.close_races, kRounds) << "no session was closed under its Run";
+  EXPECT_EQ(tally.count("Run racing its session's close"), mallory.close_races);
+  EXPECT_EQ(tally.count("close racing a Run in the session"), mallory.close_races);
   // Three ids on each port of each worker (the tenants' and the default one).
   EXPECT_GE(tally.count("ReadBuffer on a worker's port"), 3 * 4 * kRounds);
   EXPECT_EQ(tally.count("WriteBuffer on a worker's port"), tally.count("ReadBuffer on a worker's port"));
