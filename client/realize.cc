@@ -257,19 +257,25 @@ absl::StatusOr<std::vector<LeafStorage>> host_results(const CanonicalGraph& grap
   return out;
 }
 
-}  // namespace detail
-
-absl::StatusOr<std::vector<LeafStorage>> InterpRealizer::run(Graph&, const CanonicalGraph& graph, const RealizeOptions&) {
-  auto hosts = detail::host_inputs(graph);
+absl::StatusOr<std::vector<LeafStorage>> realize_on_host(const CanonicalGraph& graph, const HostCompute& compute) {
+  auto hosts = host_inputs(graph);
   if (!hosts.ok()) return hosts.status();
   Graph g;
   std::vector<const UOp*> buffers;
-  const UOp* sink = detail::clone_graph(g, graph, buffers);
+  const UOp* sink = clone_graph(g, graph, buffers);
   absl::flat_hash_map<const UOp*, HostTensor> inputs;
   for (size_t k = 0; k < buffers.size(); ++k) inputs.emplace(buffers[k], std::move((*hosts)[k]));
-  auto outs = interpret(g, sink, inputs);
+  auto outs = compute(g, sink, inputs);
   if (!outs.ok()) return outs.status();
-  return detail::host_results(graph, *std::move(outs));
+  return host_results(graph, *std::move(outs));
+}
+
+}  // namespace detail
+
+absl::StatusOr<std::vector<LeafStorage>> InterpRealizer::run(Graph&, const CanonicalGraph& graph, const RealizeOptions&) {
+  return detail::realize_on_host(graph, [](Graph& g, const UOp* sink, const absl::flat_hash_map<const UOp*, HostTensor>& inputs) {
+    return interpret(g, sink, inputs);
+  });
 }
 
 }  // namespace uop::client

@@ -19,11 +19,13 @@
 // in-process LocalRunner.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "client/client.h"
 #include "client/tensor.h"
@@ -138,6 +140,12 @@ const UOp* clone_graph(Graph& dst, const CanonicalGraph& graph, std::vector<cons
 // LocalRunner return: a MULTI assembled): a multi-device output is cut back into its
 // shards by its placement (a replicated one repeated per device).
 absl::StatusOr<std::vector<LeafStorage>> host_results(const CanonicalGraph& graph, std::vector<HostTensor> logical);
+// A realizer that computes in this process: the inputs' host data bound to a clone of the
+// graph, `compute` (the interpreter, LocalRunner) gives one logical value per output, and
+// host_results cuts them into Realizer::run's results.
+using HostCompute = std::function<absl::StatusOr<std::vector<HostTensor>>(
+    Graph& g, const UOp* sink, const absl::flat_hash_map<const UOp*, HostTensor>& inputs)>;
+absl::StatusOr<std::vector<LeafStorage>> realize_on_host(const CanonicalGraph& graph, const HostCompute& compute);
 }  // namespace detail
 
 }  // namespace uop::client
