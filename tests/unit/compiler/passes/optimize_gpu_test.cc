@@ -17,23 +17,13 @@
 #include <utility>
 #include <vector>
 
-#include "compiler/interp/interp.h"
+#include "tests/unit/compiler/passes/interp_check.h"
 #include "tests/unit/compiler/passes/kernel_builder.h"
 
 namespace uop {
 namespace {
 
 using testing::KernelBuilder;
-
-int64_t trip(const UOp* r) { return r->src(0)->const_value() ? r->src(0)->const_value()->to_int() : -1; }
-
-std::vector<int64_t> trips_of(const UOp* k, AxisType type) {
-  std::vector<int64_t> out;
-  for (const UOp* r : testing::nodes_of(k, Op::RANGE))
-    if (r->arg_as<RangeArg>().type == type) out.push_back(trip(r));
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 // The Global ranges, blockIdx.x first (the largest axis id first).
 std::vector<const UOp*> globals_of(const UOp* k) {
@@ -42,29 +32,6 @@ std::vector<const UOp*> globals_of(const UOp* k) {
     if (r->arg_as<RangeArg>().type == AxisType::Global) out.push_back(r);
   std::sort(out.begin(), out.end(), [](const UOp* a, const UOp* b) { return a->arg_as<RangeArg>().axis_id > b->arg_as<RangeArg>().axis_id; });
   return out;
-}
-
-void expect_same_values(const UOp* before, const UOp* after, const std::vector<std::pair<Scalar, int64_t>>& slots) {
-  std::vector<HostTensor> want, got;
-  for (size_t i = 0; i < slots.size(); ++i) {
-    HostTensor t = i == 0 ? HostTensor::zeros(slots[i].first, {slots[i].second})
-                          : HostTensor::random(slots[i].first, {slots[i].second}, 21 + i);
-    want.push_back(t);
-    got.push_back(t);
-  }
-  std::vector<HostTensor*> pw, pg;
-  for (size_t i = 0; i < slots.size(); ++i) {
-    pw.push_back(&want[i]);
-    pg.push_back(&got[i]);
-  }
-  absl::Status a = interpret_kernel(before, pw, {});
-  ASSERT_TRUE(a.ok()) << a;
-  absl::Status b = interpret_kernel(after, pg, {});
-  ASSERT_TRUE(b.ok()) << b;
-  for (size_t i = 0; i < slots.size(); ++i) {
-    CompareResult c = compare(want[i], got[i], Tolerance::for_dtype(want[i].dtype));
-    EXPECT_TRUE(c.ok) << "slot " << i << ": " << c.message;
-  }
 }
 
 // out[i] = sum over r of in[K i + r] (rows x K, float32): a contiguous reduce loop.
@@ -117,20 +84,20 @@ TEST(OptimizeGpu, AReductionWithFewOutputsIsSpreadOverABlock) {
   const UOp* before = row_sums(k, 4, 1024);
   auto after = optimize_gpu(k.g, before, {});
   ASSERT_TRUE(after.ok()) << after.status();
-  EXPECT_EQ(trips_of(*after, AxisType::GroupReduce), std::vector<int64_t>{256});
-  EXPECT_EQ(trips_of(*after, AxisType::Reduce), std::vector<int64_t>{4});
+  EXPECT_EQ(testing::trips_of(*after, AxisType::GroupReduce), std::vector<int64_t>{256});
+  EXPECT_EQ(testing::trips_of(*after, AxisType::Reduce), std::vector<int64_t>{4});
   auto g = globals_of(*after);
   ASSERT_EQ(g.size(), 1u);
-  EXPECT_EQ(trip(g[0]), 4);
-  expect_same_values(before, *after, {{Scalar::Float32, 4}, {Scalar::Float32, 4096}});
+  EXPECT_EQ(testing::trip_of(g[0]), 4);
+  testing::expect_interpreter_agrees(before, *after, {{Scalar::Float32, 4}, {Scalar::Float32, 4096}});
 
   // max_threads bounds L: 64 threads make Reduce 16 x GroupReduce 64.
   GpuOptimizeOptions small;
   small.max_threads = 64;
   auto narrow = optimize_gpu(k.g, before, small);
   ASSERT_TRUE(narrow.ok()) << narrow.status();
-  EXPECT_EQ(trips_of(*narrow, AxisType::GroupReduce), std::vector<int64_t>{64});
-  EXPECT_EQ(trips_of(*narrow, AxisType::Reduce), std::vector<int64_t>{16});
+  EXPECT_EQ(testing::trips_of(*narrow, AxisType::GroupReduce), std::vector<int64_t>{64});
+  EXPECT_EQ(testing::trips_of(*narrow, AxisType::Reduce), std::vector<int64_t>{16});
 }
 
 // K = 1000: none of 256, 128, 64, 32 divides it. ceil(1000 / 256) = 4 x 256 threads, the
@@ -140,10 +107,10 @@ TEST(OptimizeGpu, AReduceLoopNoBlockDividesHasItsTailMasked) {
   const UOp* before = row_sums(k, 3, 1000);
   auto after = optimize_gpu(k.g, before, {});
   ASSERT_TRUE(after.ok()) << after.status();
-  EXPECT_EQ(trips_of(*after, AxisType::GroupReduce), std::vector<int64_t>{256});
-  EXPECT_EQ(trips_of(*after, AxisType::Reduce), std::vector<int64_t>{4});
+  EXPECT_EQ(testing::trips_of(*after, AxisType::GroupReduce), std::vector<int64_t>{256});
+  EXPECT_EQ(testing::trips_of(*after, AxisType::Reduce), std::vector<int64_t>{4});
   EXPECT_EQ(testing::nodes_of(*after, Op::WHERE).size(), 1u) << "the tail's mask";
-  expect_same_values(before, *after, {{Scalar::Float32, 3}, {Scalar::Float32, 3000}});
+  testing::expect_interpreter_agrees(before, *after, {{Scalar::Float32, 3}, {Scalar::Float32, 3000}});
 }
 
 // No GroupReduce: too few values per output (16 < 64), or too many outputs (4096 > 2048)
@@ -154,10 +121,10 @@ TEST(OptimizeGpu, ShortOrStridedReductionsStayPerThread) {
     const UOp* before = row_sums(k, 8, 16);
     auto after = optimize_gpu(k.g, before, {});
     ASSERT_TRUE(after.ok()) << after.status();
-    EXPECT_TRUE(trips_of(*after, AxisType::GroupReduce).empty());
-    EXPECT_EQ(trips_of(*after, AxisType::Reduce), std::vector<int64_t>{16});
+    EXPECT_TRUE(testing::trips_of(*after, AxisType::GroupReduce).empty());
+    EXPECT_EQ(testing::trips_of(*after, AxisType::Reduce), std::vector<int64_t>{16});
     EXPECT_EQ(globals_of(*after).size(), 1u);
-    expect_same_values(before, *after, {{Scalar::Float32, 8}, {Scalar::Float32, 128}});
+    testing::expect_interpreter_agrees(before, *after, {{Scalar::Float32, 8}, {Scalar::Float32, 128}});
   }
   {
     KernelBuilder k;
@@ -169,8 +136,8 @@ TEST(OptimizeGpu, ShortOrStridedReductionsStayPerThread) {
     const UOp* before = k.sink({k.store(out, j, k.reduce(ReduceOp::Add, k.load(in, k.alu(Op::ADD, k.alu(Op::MUL, r, k.ix(N)), j)), {r}), {j})});
     auto after = optimize_gpu(k.g, before, {});
     ASSERT_TRUE(after.ok()) << after.status();
-    EXPECT_TRUE(trips_of(*after, AxisType::GroupReduce).empty());
-    EXPECT_EQ(trips_of(*after, AxisType::Reduce), std::vector<int64_t>{K});
+    EXPECT_TRUE(testing::trips_of(*after, AxisType::GroupReduce).empty());
+    EXPECT_EQ(testing::trips_of(*after, AxisType::Reduce), std::vector<int64_t>{K});
   }
 }
 
@@ -190,14 +157,14 @@ TEST(OptimizeGpu, ALongContiguousOutputLoopIsUpcastByAVectorsLanes) {
     auto g = globals_of(*after);
     ASSERT_EQ(g.size(), 2u);
     if (cols == 1024) {
-      EXPECT_EQ(trips_of(*after, AxisType::Upcast), std::vector<int64_t>{4});
-      EXPECT_EQ(trip(g[0]), 256) << "blockIdx.x is the contiguous loop's outer half";
+      EXPECT_EQ(testing::trips_of(*after, AxisType::Upcast), std::vector<int64_t>{4});
+      EXPECT_EQ(testing::trip_of(g[0]), 256) << "blockIdx.x is the contiguous loop's outer half";
     } else {
-      EXPECT_TRUE(trips_of(*after, AxisType::Upcast).empty());
-      EXPECT_EQ(trip(g[0]), 128);
+      EXPECT_TRUE(testing::trips_of(*after, AxisType::Upcast).empty());
+      EXPECT_EQ(testing::trip_of(g[0]), 128);
     }
-    EXPECT_EQ(trip(g[1]), 2);
-    expect_same_values(before, *after, {{Scalar::Float32, 2 * cols}, {Scalar::Float32, 2 * cols}});
+    EXPECT_EQ(testing::trip_of(g[1]), 2);
+    testing::expect_interpreter_agrees(before, *after, {{Scalar::Float32, 2 * cols}, {Scalar::Float32, 2 * cols}});
   }
 }
 
@@ -217,11 +184,11 @@ TEST(OptimizeGpu, TheGridTakesTheContiguousLoopAsXAndAtMostThreeLoops) {
     ASSERT_TRUE(after.ok()) << after.status();
     auto g = globals_of(*after);
     ASSERT_EQ(g.size(), 3u);
-    EXPECT_EQ(trip(g[0]), 7) << "x";
-    EXPECT_EQ(trip(g[1]), 5) << "y";
-    EXPECT_EQ(trip(g[2]), 3) << "z";
-    EXPECT_EQ(trips_of(*after, AxisType::Loop), std::vector<int64_t>{2});
-    expect_same_values(before, *after, {{Scalar::Int32, 210}});
+    EXPECT_EQ(testing::trip_of(g[0]), 7) << "x";
+    EXPECT_EQ(testing::trip_of(g[1]), 5) << "y";
+    EXPECT_EQ(testing::trip_of(g[2]), 3) << "z";
+    EXPECT_EQ(testing::trips_of(*after, AxisType::Loop), std::vector<int64_t>{2});
+    testing::expect_interpreter_agrees(before, *after, {{Scalar::Int32, 210}});
   }
   {
     KernelBuilder k;
@@ -236,9 +203,9 @@ TEST(OptimizeGpu, TheGridTakesTheContiguousLoopAsXAndAtMostThreeLoops) {
     ASSERT_TRUE(after.ok()) << after.status();
     auto g = globals_of(*after);
     ASSERT_EQ(g.size(), 2u);
-    EXPECT_EQ(trip(g[0]), 4);
-    EXPECT_EQ(trip(g[1]), 2) << "70000 does not fit blockIdx.y: the next loop out takes it";
-    EXPECT_EQ(trips_of(*after, AxisType::Loop), std::vector<int64_t>{big});
+    EXPECT_EQ(testing::trip_of(g[0]), 4);
+    EXPECT_EQ(testing::trip_of(g[1]), 2) << "70000 does not fit blockIdx.y: the next loop out takes it";
+    EXPECT_EQ(testing::trips_of(*after, AxisType::Loop), std::vector<int64_t>{big});
   }
 }
 

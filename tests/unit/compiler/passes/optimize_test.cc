@@ -16,10 +16,10 @@
 #include <utility>
 #include <vector>
 
-#include "compiler/interp/interp.h"
 #include "compiler/passes/expand.h"
 #include "compiler/passes/linearize.h"
 #include "compiler/passes/lower_reduce.h"
+#include "tests/unit/compiler/passes/interp_check.h"
 #include "tests/unit/compiler/passes/kernel_builder.h"
 #include "tests/unit/compiler/passes/run_on_cpu.h"
 
@@ -27,17 +27,6 @@ namespace uop {
 namespace {
 
 using testing::KernelBuilder;
-
-int64_t trip(const UOp* r) { return r->src(0)->const_value() ? r->src(0)->const_value()->to_int() : -1; }
-
-// The constant trip counts of the ranges of `type`, in ascending order.
-std::vector<int64_t> trips_of(const UOp* k, AxisType type) {
-  std::vector<int64_t> out;
-  for (const UOp* r : testing::nodes_of(k, Op::RANGE))
-    if (r->arg_as<RangeArg>().type == type) out.push_back(trip(r));
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 const UOp* range_with_id(const UOp* k, int64_t id) {
   for (const UOp* r : testing::nodes_of(k, Op::RANGE))
@@ -49,31 +38,6 @@ OptimizeOptions with_bits(int bits) {
   OptimizeOptions o;
   o.vector_bits = bits;
   return o;
-}
-
-// The interpreter on `before` and on `after` agrees on every param (slot 0 zeros, others
-// random): the interpreter runs every axis type as a plain loop.
-void expect_same_values(const UOp* before, const UOp* after, const std::vector<std::pair<Scalar, int64_t>>& slots) {
-  std::vector<HostTensor> want, got;
-  for (size_t i = 0; i < slots.size(); ++i) {
-    HostTensor t = i == 0 ? HostTensor::zeros(slots[i].first, {slots[i].second})
-                          : HostTensor::random(slots[i].first, {slots[i].second}, 3 + i);
-    want.push_back(t);
-    got.push_back(t);
-  }
-  std::vector<HostTensor*> pw, pg;
-  for (size_t i = 0; i < slots.size(); ++i) {
-    pw.push_back(&want[i]);
-    pg.push_back(&got[i]);
-  }
-  absl::Status a = interpret_kernel(before, pw, {});
-  ASSERT_TRUE(a.ok()) << a;
-  absl::Status b = interpret_kernel(after, pg, {});
-  ASSERT_TRUE(b.ok()) << b;
-  for (size_t i = 0; i < slots.size(); ++i) {
-    CompareResult c = compare(want[i], got[i], Tolerance::for_dtype(want[i].dtype));
-    EXPECT_TRUE(c.ok) << "slot " << i << ": " << c.message;
-  }
 }
 
 // out[cols i + j] = in[cols i + j] + 1 over rows x cols, of `dt`.
@@ -94,13 +58,13 @@ TEST(Optimize, TheContiguousOutputLoopIsUpcastByTheVectorsLanes) {
   const UOp* before = elementwise(k, dtypes::float32, 4, 16);
   auto after = optimize_cpu(k.g, before, with_bits(256));
   ASSERT_TRUE(after.ok()) << after.status();
-  EXPECT_EQ(trips_of(*after, AxisType::Upcast), std::vector<int64_t>{8});
-  EXPECT_EQ(trips_of(*after, AxisType::Loop), (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(testing::trips_of(*after, AxisType::Upcast), std::vector<int64_t>{8});
+  EXPECT_EQ(testing::trips_of(*after, AxisType::Loop), (std::vector<int64_t>{2, 4}));
   ASSERT_NE(range_with_id(*after, 1), nullptr);
-  EXPECT_EQ(trip(range_with_id(*after, 1)), 2) << "j keeps its id as the outer half";
-  EXPECT_EQ(trip(range_with_id(*after, 0)), 4);
-  EXPECT_TRUE(trips_of(*after, AxisType::Thread).empty()) << "64 elements are not worth threads";
-  expect_same_values(before, *after, {{Scalar::Float32, 64}, {Scalar::Float32, 64}});
+  EXPECT_EQ(testing::trip_of(range_with_id(*after, 1)), 2) << "j keeps its id as the outer half";
+  EXPECT_EQ(testing::trip_of(range_with_id(*after, 0)), 4);
+  EXPECT_TRUE(testing::trips_of(*after, AxisType::Thread).empty()) << "64 elements are not worth threads";
+  testing::expect_interpreter_agrees(before, *after, {{Scalar::Float32, 64}, {Scalar::Float32, 64}});
 }
 
 // The lanes follow the width and the element size: 512 bits of float32 are 16 lanes, 256
@@ -111,15 +75,15 @@ TEST(Optimize, TheLanesAreTheVectorWidthOverTheElementSize) {
     const UOp* before = elementwise(k, dtypes::float32, 2, 32);
     auto after = optimize_cpu(k.g, before, with_bits(512));
     ASSERT_TRUE(after.ok()) << after.status();
-    EXPECT_EQ(trips_of(*after, AxisType::Upcast), std::vector<int64_t>{16});
+    EXPECT_EQ(testing::trips_of(*after, AxisType::Upcast), std::vector<int64_t>{16});
   }
   {
     KernelBuilder k;
     const UOp* before = elementwise(k, dtypes::int8, 2, 64);
     auto after = optimize_cpu(k.g, before, with_bits(256));
     ASSERT_TRUE(after.ok()) << after.status();
-    EXPECT_EQ(trips_of(*after, AxisType::Upcast), std::vector<int64_t>{32});
-    expect_same_values(before, *after, {{Scalar::Int8, 128}, {Scalar::Int8, 128}});
+    EXPECT_EQ(testing::trips_of(*after, AxisType::Upcast), std::vector<int64_t>{32});
+    testing::expect_interpreter_agrees(before, *after, {{Scalar::Int8, 128}, {Scalar::Int8, 128}});
   }
 }
 
@@ -130,7 +94,7 @@ TEST(Optimize, ALoopTheWidthDoesNotDivideIsNotSplit) {
   const UOp* before = elementwise(k, dtypes::float32, 4, 12);
   auto after = optimize_cpu(k.g, before, with_bits(256));
   ASSERT_TRUE(after.ok()) << after.status();
-  EXPECT_TRUE(trips_of(*after, AxisType::Upcast).empty());
+  EXPECT_TRUE(testing::trips_of(*after, AxisType::Upcast).empty());
   EXPECT_EQ(*after, before);
 }
 
@@ -159,13 +123,13 @@ TEST(Optimize, AMatmulKeepsATileOfAccumulators) {
   const UOp* before = k.sink({k.store(c, k.alu(Op::ADD, k.alu(Op::MUL, i, k.ix(16)), j), k.reduce(ReduceOp::Add, prod, {r}), {i, j})});
   auto after = optimize_cpu(k.g, before, with_bits(256));
   ASSERT_TRUE(after.ok()) << after.status();
-  EXPECT_EQ(trips_of(*after, AxisType::Upcast), (std::vector<int64_t>{4, 16}));
-  EXPECT_EQ(trips_of(*after, AxisType::Reduce), std::vector<int64_t>{8}) << "the reduce loop is not split";
+  EXPECT_EQ(testing::trips_of(*after, AxisType::Upcast), (std::vector<int64_t>{4, 16}));
+  EXPECT_EQ(testing::trips_of(*after, AxisType::Reduce), std::vector<int64_t>{8}) << "the reduce loop is not split";
   const UOp* store = (*after)->src(0);
   ASSERT_EQ(store->op(), Op::STORE);
   ASSERT_GE(store->num_src(), 3u);
   EXPECT_EQ(store->src(2)->arg_as<RangeArg>().axis_id, 1) << "the column-panel loop j is outermost";
-  expect_same_values(before, *after, {{Scalar::Float32, 128}, {Scalar::Float32, 64}, {Scalar::Float32, 128}});
+  testing::expect_interpreter_agrees(before, *after, {{Scalar::Float32, 128}, {Scalar::Float32, 64}, {Scalar::Float32, 128}});
 
   auto expanded = expand_upcasts(k.g, *after);
   ASSERT_TRUE(expanded.ok()) << expanded.status();
@@ -188,9 +152,9 @@ TEST(Optimize, AFullReductionUpcastsItsReduceLoop) {
     auto after = optimize_cpu(k.g, before, with_bits(256));
     ASSERT_TRUE(after.ok()) << after.status();
     if (n == 64) {
-      EXPECT_EQ(trips_of(*after, AxisType::Upcast), std::vector<int64_t>{32});
-      EXPECT_EQ(trips_of(*after, AxisType::Reduce), std::vector<int64_t>{2});
-      expect_same_values(before, *after, {{Scalar::Float32, 1}, {Scalar::Float32, n}});
+      EXPECT_EQ(testing::trips_of(*after, AxisType::Upcast), std::vector<int64_t>{32});
+      EXPECT_EQ(testing::trips_of(*after, AxisType::Reduce), std::vector<int64_t>{2});
+      testing::expect_interpreter_agrees(before, *after, {{Scalar::Float32, 1}, {Scalar::Float32, n}});
     } else {
       EXPECT_EQ(*after, before) << "40 lanes do not split by 32";
     }
@@ -206,18 +170,18 @@ TEST(Optimize, TheOutermostLoopRunsOnThreadsWhenTheWorkPaysForThem) {
   low.min_parallel_work = 64;
   auto threaded = optimize_cpu(k.g, before, low);
   ASSERT_TRUE(threaded.ok()) << threaded.status();
-  EXPECT_EQ(trips_of(*threaded, AxisType::Thread), std::vector<int64_t>{16});
+  EXPECT_EQ(testing::trips_of(*threaded, AxisType::Thread), std::vector<int64_t>{16});
   ASSERT_NE(range_with_id(*threaded, 0), nullptr);
   EXPECT_EQ(range_with_id(*threaded, 0)->arg_as<RangeArg>().type, AxisType::Thread);
-  expect_same_values(before, *threaded, {{Scalar::Float32, 1024}, {Scalar::Float32, 1024}});
+  testing::expect_interpreter_agrees(before, *threaded, {{Scalar::Float32, 1024}, {Scalar::Float32, 1024}});
 
   low.min_parallel_work = 129;
   auto serial = optimize_cpu(k.g, before, low);
   ASSERT_TRUE(serial.ok()) << serial.status();
-  EXPECT_TRUE(trips_of(*serial, AxisType::Thread).empty()) << "128 iterations are below 129";
+  EXPECT_TRUE(testing::trips_of(*serial, AxisType::Thread).empty()) << "128 iterations are below 129";
   auto by_default = optimize_cpu(k.g, before, with_bits(256));
   ASSERT_TRUE(by_default.ok()) << by_default.status();
-  EXPECT_TRUE(trips_of(*by_default, AxisType::Thread).empty());
+  EXPECT_TRUE(testing::trips_of(*by_default, AxisType::Thread).empty());
 }
 
 // Only a kernel of one STORE is shaped: two stores come back as they are.
@@ -248,11 +212,11 @@ TEST(SplitRange, SplitsIntoAnOuterAndAnInnerRangeClosedInItsPlace) {
   const UOp* r1 = store->src(3);
   EXPECT_EQ(r0->arg_as<RangeArg>().axis_id, 0);
   EXPECT_EQ(r0->arg_as<RangeArg>().type, AxisType::Loop);
-  EXPECT_EQ(trip(r0), 2);
+  EXPECT_EQ(testing::trip_of(r0), 2);
   EXPECT_EQ(r1->arg_as<RangeArg>().axis_id, 1);
   EXPECT_EQ(r1->arg_as<RangeArg>().type, AxisType::Unroll);
-  EXPECT_EQ(trip(r1), 4);
-  expect_same_values(before, *after, {{Scalar::Int32, 8}});
+  EXPECT_EQ(testing::trip_of(r1), 4);
+  testing::expect_interpreter_agrees(before, *after, {{Scalar::Int32, 8}});
 
   absl::Status odd = split_range(k.g, before, r, 3, AxisType::Upcast).status();
   EXPECT_FALSE(odd.ok());

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "compiler/interp/interp.h"
+#include "tests/unit/compiler/passes/interp_check.h"
 #include "tests/unit/compiler/passes/kernel_builder.h"
 
 namespace uop {
@@ -21,28 +21,6 @@ using testing::KernelBuilder;
 
 bool is_range_of(const UOp* u, int64_t end) {
   return u->op() == Op::RANGE && u->src(0)->const_value() && u->src(0)->const_value()->to_int() == end;
-}
-
-// The interpreter on `before` and on `after`, from the same inputs, agrees on every param
-// (slot 0 zeros, the others random).
-void expect_same_values(const UOp* before, const UOp* after, const std::vector<std::pair<Scalar, int64_t>>& slots) {
-  std::vector<HostTensor> want, got;
-  for (size_t i = 0; i < slots.size(); ++i) {
-    HostTensor t = i == 0 ? HostTensor::zeros(slots[i].first, {slots[i].second})
-                          : HostTensor::random(slots[i].first, {slots[i].second}, 11 + i);
-    want.push_back(t);
-    got.push_back(t);
-  }
-  std::vector<HostTensor*> pw, pg;
-  for (size_t i = 0; i < slots.size(); ++i) {
-    pw.push_back(&want[i]);
-    pg.push_back(&got[i]);
-  }
-  absl::Status a = interpret_kernel(before, pw, {});
-  ASSERT_TRUE(a.ok()) << a;
-  absl::Status b = interpret_kernel(after, pg, {});
-  ASSERT_TRUE(b.ok()) << b;
-  for (size_t i = 0; i < slots.size(); ++i) EXPECT_EQ(want[i], got[i]) << "slot " << i << ": " << got[i].str();
 }
 
 // out[i + j] = in[i + j] * 2 over i < 4, j < 1: j is the index 0 and the STORE closes i alone.
@@ -61,7 +39,7 @@ TEST(UnitRanges, ARangeOfOneIterationBecomesZeroAndIsNoLongerClosed) {
   ASSERT_EQ(stores.size(), 1u);
   ASSERT_EQ(stores[0]->num_src(), 3u) << "the STORE closes i only";
   EXPECT_EQ(stores[0]->src(2), i);
-  expect_same_values(before, *after, {{Scalar::Float32, 4}, {Scalar::Float32, 4}});
+  testing::expect_interpreter_agrees(before, *after, {{Scalar::Float32, 4}, {Scalar::Float32, 4}});
 }
 
 // out[i] = sum over r < 1 of in[i + r]: the REDUCE closes nothing more (its value is in[i]).
@@ -77,7 +55,7 @@ TEST(UnitRanges, AReduceOverOneIterationKeepsItsValue) {
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(testing::count_of(*after, [](const UOp* u) { return is_range_of(u, 1); }), 0);
   for (const UOp* red : testing::nodes_of(*after, Op::REDUCE)) EXPECT_EQ(red->num_src(), 1u) << "it closes no range";
-  expect_same_values(before, *after, {{Scalar::Int32, 3}, {Scalar::Int32, 3}});
+  testing::expect_interpreter_agrees(before, *after, {{Scalar::Int32, 3}, {Scalar::Int32, 3}});
 }
 
 // out[i] = max over r < 0 of in[r]: no iteration, so the value stored is Max's identity.
@@ -97,7 +75,7 @@ TEST(UnitRanges, AReduceOverALoopThatNeverRunsIsItsIdentity) {
   const ConstValue* v = stores[0]->src(1)->const_value();
   ASSERT_NE(v, nullptr) << "the stored value is a constant";
   EXPECT_TRUE(std::isinf(v->to_double()) && v->to_double() < 0) << "Max's identity is -inf";
-  expect_same_values(before, *after, {{Scalar::Float32, 2}, {Scalar::Float32, 2}});
+  testing::expect_interpreter_agrees(before, *after, {{Scalar::Float32, 2}, {Scalar::Float32, 2}});
 }
 
 // Two stores, one over a loop of no iterations: that one leaves the SINK, the other stays.
@@ -114,7 +92,7 @@ TEST(UnitRanges, AStoreOverALoopThatNeverRunsLeavesTheSink) {
   ASSERT_EQ((*after)->num_src(), 1u);
   EXPECT_EQ((*after)->src(0), kept);
   EXPECT_EQ((*after)->arg(), before->arg()) << "the kernel keeps its info";
-  expect_same_values(before, *after, {{Scalar::Int32, 4}});
+  testing::expect_interpreter_agrees(before, *after, {{Scalar::Int32, 4}});
 }
 
 // An END that closed only a loop of one iteration is gone: what it closed stands in for it.
@@ -130,7 +108,7 @@ TEST(UnitRanges, AnEndWithNothingLeftToCloseIsItsBody) {
   EXPECT_TRUE(testing::nodes_of(*after, Op::RANGE).empty());
   ASSERT_EQ((*after)->num_src(), 1u);
   EXPECT_EQ((*after)->src(0)->op(), Op::STORE);
-  expect_same_values(before, *after, {{Scalar::Int32, 1}});
+  testing::expect_interpreter_agrees(before, *after, {{Scalar::Int32, 1}});
 }
 
 // Loops of two or more iterations (and a variable one) are not unit ranges: the kernel
