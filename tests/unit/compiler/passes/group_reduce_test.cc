@@ -14,7 +14,6 @@
 #include <gtest/gtest.h>
 
 #include <deque>
-#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
