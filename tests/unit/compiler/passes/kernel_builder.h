@@ -3,6 +3,8 @@
 // order they are made, INDEX / LOAD / STORE, REDUCE, and the SINK[kernel] over the stores.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <vector>
@@ -72,6 +74,17 @@ inline int count_of(const UOp* root, const std::function<bool(const UOp*)>& pred
   int n = 0;
   for (const UOp* u : toposort(root)) n += pred(u);
   return n;
+}
+
+// A RANGE's constant trip count; -1 for a variable one.
+inline int64_t trip_of(const UOp* r) { return r->src(0)->const_value() ? r->src(0)->const_value()->to_int() : -1; }
+// The trip counts of the RANGEs of `type` under `root`, in ascending order.
+inline std::vector<int64_t> trips_of(const UOp* root, AxisType type) {
+  std::vector<int64_t> out;
+  for (const UOp* r : nodes_of(root, Op::RANGE))
+    if (r->arg_as<RangeArg>().type == type) out.push_back(trip_of(r));
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace uop::testing

@@ -15,6 +15,7 @@
 #include "compiler/codegen/llvm_cpu.h"
 #include "compiler/interp/host_tensor.h"
 #include "compiler/interp/interp.h"
+#include "tests/unit/compiler/passes/interp_check.h"
 #include "worker/cpu/cpu_program.h"
 
 namespace uop::testing {
@@ -46,25 +47,13 @@ inline absl::Status run_on_cpu(const UOp* linear, std::vector<HostTensor>& param
 // The interpreter on `kernel` (what a pass started from) and the CPU backend on `linear`
 // (what became of it) agree on every param: one of each (dtype, size) in `slots`, slot 0
 // zeros (the output), the others random.
-inline void expect_cpu_matches_interpreter(const UOp* kernel, const UOp* linear,
-                                           const std::vector<std::pair<Scalar, int64_t>>& slots) {
-  std::vector<HostTensor> want, got;
-  for (size_t i = 0; i < slots.size(); ++i) {
-    HostTensor t = i == 0 ? HostTensor::zeros(slots[i].first, {slots[i].second})
-                          : HostTensor::random(slots[i].first, {slots[i].second}, 7 + i);
-    want.push_back(t);
-    got.push_back(t);
-  }
-  std::vector<HostTensor*> ptrs;
-  for (HostTensor& t : want) ptrs.push_back(&t);
-  absl::Status interpreted = interpret_kernel(kernel, ptrs, {});
+inline void expect_cpu_matches_interpreter(const UOp* kernel, const UOp* linear, const Slots& slots) {
+  std::vector<HostTensor> want = params_for(slots), got = want;
+  absl::Status interpreted = interpret_kernel(kernel, pointers(want), {});
   ASSERT_TRUE(interpreted.ok()) << interpreted;
   absl::Status ran = run_on_cpu(linear, got);
   ASSERT_TRUE(ran.ok()) << ran;
-  for (size_t i = 0; i < want.size(); ++i) {
-    CompareResult c = compare(want[i], got[i], Tolerance::for_dtype(want[i].dtype));
-    EXPECT_TRUE(c.ok) << "slot " << i << ": " << c.message;
-  }
+  expect_same_params(want, got);
 }
 
 }  // namespace uop::testing

@@ -1,0 +1,230 @@
+// optimize for the CPU (compiler/passes/optimize.h) on kernels built by hand, for given
+// vector widths: the innermost contiguous output loop is split into an outer loop and an
+// Upcast range of the vector's lanes (twice that when the kernel reduces, with a second
+// output loop upcast by 4 and the lane loop moved outermost); a full reduction upcasts its
+// reduce loop by 4 vectors; a loop whose trip count the width does not divide is not split;
+// the outermost output loop runs on threads only when the kernel does enough work. Each
+// optimized kernel computes what the interpreter computes on the kernel before (the matmul
+// also through expand, lower_reduce, linearize and the CPU backend). split_range on its own,
+// and its refusal of a factor that does not divide.
+#include "compiler/passes/optimize.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "compiler/passes/expand.h"
+#include "compiler/passes/linearize.h"
+#include "compiler/passes/lower_reduce.h"
+#include "tests/unit/compiler/passes/interp_check.h"
+#include "tests/unit/compiler/passes/kernel_builder.h"
+#include "tests/unit/compiler/passes/run_on_cpu.h"
+
+namespace uop {
+namespace {
+
+using testing::KernelBuilder;
+
+const UOp* range_with_id(const UOp* k, int64_t id) {
+  for (const UOp* r : testing::nodes_of(k, Op::RANGE))
+    if (r->arg_as<RangeArg>().axis_id == id) return r;
+  return nullptr;
+}
+
+OptimizeOptions with_bits(int bits) {
+  OptimizeOptions o;
+  o.vector_bits = bits;
+  return o;
+}
+
+// out[cols i + j] = in[cols i + j] + 1 over rows x cols, of `dt`.
+const UOp* elementwise(KernelBuilder& k, DType dt, int64_t rows, int64_t cols) {
+  const UOp* out = k.param(0, dt, rows * cols);
+  const UOp* in = k.param(1, dt, rows * cols);
+  const UOp* i = k.range(rows);
+  const UOp* j = k.range(cols);
+  const UOp* at = k.alu(Op::ADD, k.alu(Op::MUL, i, k.ix(cols)), j);
+  const UOp* one = dt.is_float() ? k.g.cnst(dt, 1.0) : k.g.cnst_int(dt, 1);
+  return k.sink({k.store(out, at, k.alu(Op::ADD, k.load(in, at), one), {i, j})});
+}
+
+// float32 with 256-bit vectors: 8 lanes. The contiguous loop j (axis 1) of 16 becomes
+// 2 x Upcast 8; i, which strides by 16, is not touched.
+TEST(Optimize, TheContiguousOutputLoopIsUpcastByTheVectorsLanes) {
+  KernelBuilder k;
+  const UOp* before = elementwise(k, dtypes::float32, 4, 16);
+  auto after = optimize_cpu(k.g, before, with_bits(256));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(testing::trips_of(*after, AxisType::Upcast), std::vector<int64_t>{8});
+  EXPECT_EQ(testing::trips_of(*after, AxisType::Loop), (std::vector<int64_t>{2, 4}));
+  ASSERT_NE(range_with_id(*after, 1), nullptr);
+  EXPECT_EQ(testing::trip_of(range_with_id(*after, 1)), 2) << "j keeps its id as the outer half";
+  EXPECT_EQ(testing::trip_of(range_with_id(*after, 0)), 4);
+  EXPECT_TRUE(testing::trips_of(*after, AxisType::Thread).empty()) << "64 elements are not worth threads";
+  testing::expect_interpreter_agrees(before, *after, {{Scalar::Float32, 64}, {Scalar::Float32, 64}});
+}
+
+// The lanes follow the width and the element size: 512 bits of float32 are 16 lanes, 256
+// bits of int8 are 32.
+TEST(Optimize, TheLanesAreTheVectorWidthOverTheElementSize) {
+  {
+    KernelBuilder k;
+    const UOp* before = elementwise(k, dtypes::float32, 2, 32);
+    auto after = optimize_cpu(k.g, before, with_bits(512));
+    ASSERT_TRUE(after.ok()) << after.status();
+    EXPECT_EQ(testing::trips_of(*after, AxisType::Upcast), std::vector<int64_t>{16});
+  }
+  {
+    KernelBuilder k;
+    const UOp* before = elementwise(k, dtypes::int8, 2, 64);
+    auto after = optimize_cpu(k.g, before, with_bits(256));
+    ASSERT_TRUE(after.ok()) << after.status();
+    EXPECT_EQ(testing::trips_of(*after, AxisType::Upcast), std::vector<int64_t>{32});
+    testing::expect_interpreter_agrees(before, *after, {{Scalar::Int8, 128}, {Scalar::Int8, 128}});
+  }
+}
+
+// A trip count the width does not divide (12 columns, 8 lanes) is not split: no remainder
+// code. The row loop strides by 12, so it is no candidate either: the kernel comes back.
+TEST(Optimize, ALoopTheWidthDoesNotDivideIsNotSplit) {
+  KernelBuilder k;
+  const UOp* before = elementwise(k, dtypes::float32, 4, 12);
+  auto after = optimize_cpu(k.g, before, with_bits(256));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(testing::trips_of(*after, AxisType::Upcast).empty());
+  EXPECT_EQ(*after, before);
+}
+
+// Upcasting off (vector_bits 0): the kernel comes back.
+TEST(Optimize, NoVectorsNoUpcast) {
+  KernelBuilder k;
+  const UOp* before = elementwise(k, dtypes::float32, 4, 16);
+  auto after = optimize_cpu(k.g, before, with_bits(0));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(*after, before);
+}
+
+// C[16 i + j] = sum over r of A[8 i + r] * B[16 r + j], 8 x 16 x 8, float32, 256 bits: a
+// reducing kernel upcasts j by 2 x 8 = 16 and i by 4 (a 4 x 16 tile of accumulators), and
+// j's loop goes outermost in the STORE. Values through the CPU backend too.
+TEST(Optimize, AMatmulKeepsATileOfAccumulators) {
+  KernelBuilder k;
+  const UOp* c = k.param(0, dtypes::float32, 128);
+  const UOp* a = k.param(1, dtypes::float32, 64);
+  const UOp* b = k.param(2, dtypes::float32, 128);
+  const UOp* i = k.range(8);
+  const UOp* j = k.range(16);
+  const UOp* r = k.range(8, AxisType::Reduce);
+  const UOp* prod = k.alu(Op::MUL, k.load(a, k.alu(Op::ADD, k.alu(Op::MUL, i, k.ix(8)), r)),
+                          k.load(b, k.alu(Op::ADD, k.alu(Op::MUL, r, k.ix(16)), j)));
+  const UOp* before = k.sink({k.store(c, k.alu(Op::ADD, k.alu(Op::MUL, i, k.ix(16)), j), k.reduce(ReduceOp::Add, prod, {r}), {i, j})});
+  auto after = optimize_cpu(k.g, before, with_bits(256));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(testing::trips_of(*after, AxisType::Upcast), (std::vector<int64_t>{4, 16}));
+  EXPECT_EQ(testing::trips_of(*after, AxisType::Reduce), std::vector<int64_t>{8}) << "the reduce loop is not split";
+  const UOp* store = (*after)->src(0);
+  ASSERT_EQ(store->op(), Op::STORE);
+  ASSERT_GE(store->num_src(), 3u);
+  EXPECT_EQ(store->src(2)->arg_as<RangeArg>().axis_id, 1) << "the column-panel loop j is outermost";
+  testing::expect_interpreter_agrees(before, *after, {{Scalar::Float32, 128}, {Scalar::Float32, 64}, {Scalar::Float32, 128}});
+
+  auto expanded = expand_upcasts(k.g, *after);
+  ASSERT_TRUE(expanded.ok()) << expanded.status();
+  auto lowered = lower_reduce(k.g, *expanded);
+  ASSERT_TRUE(lowered.ok()) << lowered.status();
+  auto linear = linearize(k.g, *lowered);
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  testing::expect_cpu_matches_interpreter(before, *linear, {{Scalar::Float32, 128}, {Scalar::Float32, 64}, {Scalar::Float32, 128}});
+}
+
+// A full reduction has no output loop: its reduce loop is upcast by 4 x 8 = 32 lanes when
+// 32 divides it (64), and left alone when not (40).
+TEST(Optimize, AFullReductionUpcastsItsReduceLoop) {
+  for (int64_t n : {64, 40}) {
+    KernelBuilder k;
+    const UOp* out = k.param(0, dtypes::float32, 1);
+    const UOp* in = k.param(1, dtypes::float32, n);
+    const UOp* r = k.range(n, AxisType::Reduce);
+    const UOp* before = k.sink({k.store(out, k.ix(0), k.reduce(ReduceOp::Add, k.load(in, r), {r}), {})});
+    auto after = optimize_cpu(k.g, before, with_bits(256));
+    ASSERT_TRUE(after.ok()) << after.status();
+    if (n == 64) {
+      EXPECT_EQ(testing::trips_of(*after, AxisType::Upcast), std::vector<int64_t>{32});
+      EXPECT_EQ(testing::trips_of(*after, AxisType::Reduce), std::vector<int64_t>{2});
+      testing::expect_interpreter_agrees(before, *after, {{Scalar::Float32, 1}, {Scalar::Float32, n}});
+    } else {
+      EXPECT_EQ(*after, before) << "40 lanes do not split by 32";
+    }
+  }
+}
+
+// 16 x 64 float32: after the upcast, 16 x 8 iterations. Worth threads at a threshold of 64
+// (the outermost output loop becomes Thread, its trip count kept), not at the default.
+TEST(Optimize, TheOutermostLoopRunsOnThreadsWhenTheWorkPaysForThem) {
+  KernelBuilder k;
+  const UOp* before = elementwise(k, dtypes::float32, 16, 64);
+  OptimizeOptions low = with_bits(256);
+  low.min_parallel_work = 64;
+  auto threaded = optimize_cpu(k.g, before, low);
+  ASSERT_TRUE(threaded.ok()) << threaded.status();
+  EXPECT_EQ(testing::trips_of(*threaded, AxisType::Thread), std::vector<int64_t>{16});
+  ASSERT_NE(range_with_id(*threaded, 0), nullptr);
+  EXPECT_EQ(range_with_id(*threaded, 0)->arg_as<RangeArg>().type, AxisType::Thread);
+  testing::expect_interpreter_agrees(before, *threaded, {{Scalar::Float32, 1024}, {Scalar::Float32, 1024}});
+
+  low.min_parallel_work = 129;
+  auto serial = optimize_cpu(k.g, before, low);
+  ASSERT_TRUE(serial.ok()) << serial.status();
+  EXPECT_TRUE(testing::trips_of(*serial, AxisType::Thread).empty()) << "128 iterations are below 129";
+  auto by_default = optimize_cpu(k.g, before, with_bits(256));
+  ASSERT_TRUE(by_default.ok()) << by_default.status();
+  EXPECT_TRUE(testing::trips_of(*by_default, AxisType::Thread).empty());
+}
+
+// Only a kernel of one STORE is shaped: two stores come back as they are.
+TEST(Optimize, AKernelOfTwoStoresIsLeftAlone) {
+  KernelBuilder k;
+  const UOp* out = k.param(0, dtypes::float32, 64);
+  const UOp* r = k.range(32);
+  const UOp* s = k.range(32);
+  const UOp* before = k.sink({k.store(out, r, k.f32(1), {r}), k.store(out, k.alu(Op::ADD, s, k.ix(32)), k.f32(2), {s})});
+  auto after = optimize_cpu(k.g, before, with_bits(256));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(*after, before);
+}
+
+// split_range(r, 4): r0 keeps r's id and type with trip 8 / 4, r1 is a new id of the type
+// asked, and where r was closed both are, r0 first. A factor that does not divide, or a
+// range whose trip count is no constant, is refused.
+TEST(SplitRange, SplitsIntoAnOuterAndAnInnerRangeClosedInItsPlace) {
+  KernelBuilder k;
+  const UOp* out = k.param(0, dtypes::int32, 8);
+  const UOp* r = k.range(8);
+  const UOp* before = k.sink({k.store(out, r, k.i32(3), {r})});
+  auto after = split_range(k.g, before, r, 4, AxisType::Unroll);
+  ASSERT_TRUE(after.ok()) << after.status();
+  const UOp* store = (*after)->src(0);
+  ASSERT_EQ(store->num_src(), 4u);
+  const UOp* r0 = store->src(2);
+  const UOp* r1 = store->src(3);
+  EXPECT_EQ(r0->arg_as<RangeArg>().axis_id, 0);
+  EXPECT_EQ(r0->arg_as<RangeArg>().type, AxisType::Loop);
+  EXPECT_EQ(testing::trip_of(r0), 2);
+  EXPECT_EQ(r1->arg_as<RangeArg>().axis_id, 1);
+  EXPECT_EQ(r1->arg_as<RangeArg>().type, AxisType::Unroll);
+  EXPECT_EQ(testing::trip_of(r1), 4);
+  testing::expect_interpreter_agrees(before, *after, {{Scalar::Int32, 8}});
+
+  absl::Status odd = split_range(k.g, before, r, 3, AxisType::Upcast).status();
+  EXPECT_FALSE(odd.ok());
+  EXPECT_NE(std::string(odd.message()).find("divide"), std::string::npos) << odd;
+  const UOp* v = k.range(k.var("n", 1, 8));
+  const UOp* varying = k.sink({k.store(out, v, k.i32(3), {v})});
+  EXPECT_FALSE(split_range(k.g, varying, v, 2, AxisType::Upcast).ok());
+}
+
+}  // namespace
+}  // namespace uop

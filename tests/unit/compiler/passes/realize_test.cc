@@ -1,0 +1,136 @@
+// plan_realize (compiler/passes/realize.h) on tensor graphs built by hand: what becomes a
+// buffer. Every output and every CONTIGUOUS; a reduction read through a broadcasting
+// EXPAND (softmax's max and sum); a reduction read by two kernels. Not realized, so fused
+// into the kernel that reads it: elementwise values, a reduction with its elementwise
+// prologue and epilogue, a reduction one kernel reads twice without broadcasting it, the
+// EXPANDs inside a matmul. A graph whose shapes do not hold is refused with the shape
+// error, not planned.
+#include "compiler/passes/realize.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "absl/container/flat_hash_set.h"
+#include "compiler/ir/shape.h"
+#include "compiler/ir/tensor_builder.h"
+
+namespace uop {
+namespace {
+
+using Set = absl::flat_hash_set<const UOp*>;
+
+absl::StatusOr<Set> plan(Graph& g, const UOp* sink) {
+  ShapeInference shapes(g);
+  return plan_realize(sink, shapes);
+}
+
+// (x * 2 + 1) - x: one kernel, only the output.
+TEST(PlanRealize, AnElementwiseChainIsOneKernel) {
+  Graph g;
+  TensorBuilder tb(g);
+  const UOp* x = tb.input(Scalar::Float32, {4, 8});
+  const UOp* y = tb.alu(Op::ADD, {tb.alu(Op::MUL, {x, tb.full(Scalar::Float32, 2.0, {4, 8})}), tb.full(Scalar::Float32, 1.0, {4, 8})});
+  const UOp* out = tb.alu(Op::SUB, {y, x});
+  auto r = plan(g, tb.sink({out}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, Set{out});
+}
+
+// Every output is realized, and a CONTIGUOUS even where nothing else would make it one.
+TEST(PlanRealize, OutputsAndContiguousAreRealized) {
+  Graph g;
+  TensorBuilder tb(g);
+  const UOp* x = tb.input(Scalar::Float32, {4, 8});
+  const UOp* c = tb.contiguous(tb.alu(Op::MUL, {x, x}));
+  const UOp* a = tb.alu(Op::ADD, {c, x});
+  const UOp* b = tb.alu(Op::SUB, {x, x});
+  auto r = plan(g, tb.sink({a, b}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, (Set{a, b, c}));
+}
+
+// softmax over rows: the max and the sum are each read by every element of their row
+// (through a broadcast): both realized, so three kernels.
+TEST(PlanRealize, AReductionReadThroughABroadcastIsRealized) {
+  Graph g;
+  TensorBuilder tb(g);
+  const UOp* x = tb.input(Scalar::Float32, {3, 5});
+  const UOp* m = tb.reduce(x, ReduceOp::Max, {1});
+  const UOp* e = tb.alu(Op::EXP2, {tb.alu(Op::SUB, {x, m})});
+  const UOp* s = tb.reduce(e, ReduceOp::Add, {1});
+  const UOp* out = tb.alu(Op::FDIV, {e, s});
+  ASSERT_EQ(m->op(), Op::REDUCE_AXIS);
+  ASSERT_EQ(s->op(), Op::REDUCE_AXIS);
+  auto r = plan(g, tb.sink({out}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, (Set{out, m, s}));
+}
+
+// sum(x * 2, axis 1) + 1: the reduction with its prologue and epilogue stays one kernel.
+TEST(PlanRealize, AReductionWithItsPrologueAndEpilogueIsOneKernel) {
+  Graph g;
+  TensorBuilder tb(g);
+  const UOp* x = tb.input(Scalar::Float32, {3, 5});
+  const UOp* s = tb.reduce(tb.alu(Op::MUL, {x, tb.full(Scalar::Float32, 2.0, {3, 5})}), ReduceOp::Add, {1});
+  const UOp* out = tb.alu(Op::ADD, {s, tb.full(Scalar::Float32, 1.0, {3, 1})});
+  auto r = plan(g, tb.sink({out}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, Set{out});
+}
+
+// A sum read by two outputs is computed once: realized. Read twice by one kernel, and not
+// broadcast, it is not.
+TEST(PlanRealize, AReductionReadByTwoKernelsIsRealizedOnce) {
+  {
+    Graph g;
+    TensorBuilder tb(g);
+    const UOp* x = tb.input(Scalar::Float32, {3, 5});
+    const UOp* s = tb.reduce(x, ReduceOp::Add, {1});
+    const UOp* o1 = tb.alu(Op::MUL, {s, s});
+    const UOp* o2 = tb.alu(Op::NEG, {s});
+    auto r = plan(g, tb.sink({o1, o2}));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(*r, (Set{o1, o2, s}));
+  }
+  {
+    Graph g;
+    TensorBuilder tb(g);
+    const UOp* x = tb.input(Scalar::Float32, {3, 5});
+    const UOp* s = tb.reduce(x, ReduceOp::Add, {1});
+    const UOp* out = tb.alu(Op::MUL, {s, s});
+    auto r = plan(g, tb.sink({out}));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(*r, Set{out});
+  }
+}
+
+// A matmul's EXPANDs are below its reduction, not above it: one kernel.
+TEST(PlanRealize, AMatmulIsOneKernel) {
+  Graph g;
+  TensorBuilder tb(g);
+  const UOp* a = tb.input(Scalar::Float32, {4, 6});
+  const UOp* b = tb.input(Scalar::Float32, {6, 3});
+  const UOp* out = tb.matmul(a, b);
+  auto r = plan(g, tb.sink({out}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, Set{out});
+}
+
+// An EXPAND of a 3 x 5 value to 4 x 5 (3 is no broadcast dim): the shape error comes back.
+TEST(PlanRealize, AGraphWhoseShapesDoNotHoldIsRefused) {
+  Graph g;
+  TensorBuilder tb(g);
+  const UOp* x = tb.input(Scalar::Float32, {3, 5});
+  const UOp* ok = tb.expand(tb.input(Scalar::Float32, {1, 5}), {4, 5});
+  ASSERT_EQ(ok->op(), Op::EXPAND);
+  const UOp* bad = g.make(Op::EXPAND, x->dtype(), {x, ok->src(1)});
+  const UOp* out = g.alu(Op::ADD, {bad, ok});
+  auto r = plan(g, g.make(Op::SINK, dtypes::void_, {out}));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_NE(r.status().message().find("[shape.expand]"), std::string::npos) << r.status();
+}
+
+}  // namespace
+}  // namespace uop
