@@ -5,6 +5,7 @@
 // gets no profile and has no launch timed.
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include "absl/container/flat_hash_map.h"
@@ -23,25 +24,34 @@ namespace {
 using client::Client;
 using client::EmbeddedServer;
 
-struct Uopd {
+// One uopd with one CPU worker and its /metrics, and a session on it, for each test.
+class Profile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto dir = std::filesystem::temp_directory_path() / cat("uopd-profile-", ::getpid());
+    auto p = EmbeddedServer::start(UOPD_BINARY, {"--workers=1", "--metrics-listen=127.0.0.1:0", "--cache-dir=" + dir.string()});
+    ASSERT_TRUE(p.ok()) << p.status();
+    proc = std::move(*p);
+    client::ClientOptions o;
+    o.address = proc->address();
+    auto c = Client::connect(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    client = std::move(*c);
+    metrics = testing::metrics_address(*proc);
+    ASSERT_FALSE(metrics.empty()) << proc->log_tail();
+    auto s = client->create_session();
+    ASSERT_TRUE(s.ok()) << s.status();
+    session.emplace(std::move(*s));
+  }
+  double kernel_seconds_count() const {
+    return testing::gauge(testing::scrape(metrics), "uopd_kernel_seconds_count{kind=\"cpu\"}");
+  }
+
   std::unique_ptr<EmbeddedServer> proc;
   std::unique_ptr<Client> client;
+  std::string metrics;
+  std::optional<client::Session> session;
 };
-
-Uopd start_uopd() {
-  Uopd u;
-  auto dir = std::filesystem::temp_directory_path() / cat("uopd-profile-", ::getpid());
-  auto p = EmbeddedServer::start(UOPD_BINARY, {"--workers=1", "--metrics-listen=127.0.0.1:0", "--cache-dir=" + dir.string()});
-  EXPECT_TRUE(p.ok()) << p.status();
-  if (!p.ok()) return u;
-  u.proc = std::move(*p);
-  client::ClientOptions o;
-  o.address = u.proc->address();
-  auto c = Client::connect(o);
-  EXPECT_TRUE(c.ok()) << c.status();
-  if (c.ok()) u.client = std::move(*c);
-  return u;
-}
 
 // C = A @ B for N x N float matrices (one kernel: 2 N^3 flops), and D = X + Y over M
 // floats (one kernel: M flops, 3 M * 4 bytes loaded and stored, whatever its schedule).
@@ -64,17 +74,7 @@ struct Graphs {
   }
 };
 
-double kernel_seconds_count(const std::string& metrics) {
-  return testing::gauge(testing::scrape(metrics), "uopd_kernel_seconds_count{kind=\"cpu\"}");
-}
-
-TEST(Profile, TimingsAddUpNamesMatchCompileAndCountsMatchTheGraph) {
-  Uopd u = start_uopd();
-  ASSERT_TRUE(u.client);
-  const std::string metrics = testing::metrics_address(*u.proc);
-  ASSERT_FALSE(metrics.empty()) << u.proc->log_tail();
-  auto session = u.client->create_session();
-  ASSERT_TRUE(session.ok()) << session.status();
+TEST_F(Profile, TimingsAddUpNamesMatchCompileAndCountsMatchTheGraph) {
   Graphs gr;
   HostTensor a = HostTensor::random(Scalar::Float32, {Graphs::N * Graphs::N}, 1);
   HostTensor b = HostTensor::random(Scalar::Float32, {Graphs::N * Graphs::N}, 2);
@@ -94,7 +94,7 @@ TEST(Profile, TimingsAddUpNamesMatchCompileAndCountsMatchTheGraph) {
   };
   uint64_t timed = 0;
   for (Case& c : cases) {
-    auto compiled = u.client->compile(c.root, {});
+    auto compiled = client->compile(c.root, {});
     ASSERT_TRUE(compiled.ok()) << compiled.status();
     std::set<std::string> compile_names;
     for (const client::Kernel& k : compiled->kernels) compile_names.insert(k.name);
@@ -136,30 +136,24 @@ TEST(Profile, TimingsAddUpNamesMatchCompileAndCountsMatchTheGraph) {
       EXPECT_DOUBLE_EQ(p.gflops, p.flops / (p.total_ms * 1e6));
     }
   }
-  auto stats = u.client->stats();
+  auto stats = client->stats();
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->launches_timed, timed);
   // Every timed launch went into the histogram, by its device's kind.
-  EXPECT_EQ(kernel_seconds_count(metrics), static_cast<double>(timed));
+  EXPECT_EQ(kernel_seconds_count(), static_cast<double>(timed));
 }
 
 // Without `profile` the workers are not asked to time anything: no profile comes back,
 // the launches ran (kernels_run grows) and none was timed (launches_timed and the
 // histogram stay where they were).
-TEST(Profile, ARunWithoutProfileTimesNothing) {
-  Uopd u = start_uopd();
-  ASSERT_TRUE(u.client);
-  const std::string metrics = testing::metrics_address(*u.proc);
-  ASSERT_FALSE(metrics.empty()) << u.proc->log_tail();
-  auto session = u.client->create_session();
-  ASSERT_TRUE(session.ok()) << session.status();
+TEST_F(Profile, ARunWithoutProfileTimesNothing) {
   Graphs gr;
   HostTensor x = HostTensor::random(Scalar::Float32, {Graphs::M}, 3);
   HostTensor y = HostTensor::random(Scalar::Float32, {Graphs::M}, 4);
   auto profiled = session->run(gr.add_root, {}, {{gr.x, x}, {gr.y, y}}, false, /*profile=*/true);
   ASSERT_TRUE(profiled.ok()) << profiled.status();
   ASSERT_EQ(profiled->profile.size(), 1u);
-  auto before = u.client->stats();
+  auto before = client->stats();
   ASSERT_TRUE(before.ok()) << before.status();
   EXPECT_EQ(before->launches_timed, 1u);
   for (int i = 0; i < 3; ++i) {
@@ -167,11 +161,11 @@ TEST(Profile, ARunWithoutProfileTimesNothing) {
     ASSERT_TRUE(plain.ok()) << plain.status();
     EXPECT_TRUE(plain->profile.empty());
   }
-  auto after = u.client->stats();
+  auto after = client->stats();
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(after->kernels_run, before->kernels_run + 3);
   EXPECT_EQ(after->launches_timed, before->launches_timed);
-  EXPECT_EQ(kernel_seconds_count(metrics), 1.0);
+  EXPECT_EQ(kernel_seconds_count(), 1.0);
 }
 
 }  // namespace
