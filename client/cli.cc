@@ -1,7 +1,10 @@
 // Argument parsing and naming for the `uop` command; see cli.h.
 #include "client/cli.h"
 
+#include <algorithm>
+
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "compiler/support/status_macros.h"
 #include "compiler/support/strings.h"
 
@@ -33,6 +36,8 @@ flags::Tool uop_flags(bool onnx) {
   run.string("random", "SEED", "fill unbound inputs with seeded random values (the same values as `uopc run --random SEED`)");
   run.string("out", "NAME=FILE.npy", "write the output called NAME; without any, outputs are summarized on stdout").repeatable();
   run.string("device", "NAME", "the server's device to run on").shown_default("its first CPU");
+  run.flag("profile", "time every kernel launch on the workers and print a table, slowest first: launches, total and "
+                      "per-launch ms, GFLOPS and GB/s (from the compiler's estimate) and the kernel's schedule");
 
   flags::Command& compile = t.command("compile", "compile every kernel: name, digest, cache status and tier, ABI");
   compile.positional("GRAPH");
@@ -119,5 +124,29 @@ std::string file_name_for(std::string_view kernel_name) {
 
 std::string_view binary_extension(const client::Target& t) { return t.backend == "cuda" ? ".cubin" : ".o"; }
 std::string_view source_extension(const client::Target& t) { return t.backend == "cuda" ? ".cu" : ".ll"; }
+
+std::string profile_table(const std::vector<client::KernelProfile>& profile) {
+  std::vector<std::vector<std::string>> rows{{"kernel", "launches", "total ms", "per launch ms", "GFLOPS", "GB/s", "schedule"}};
+  auto fixed = [](double v, int digits) { return absl::StrFormat("%.*f", digits, v); };
+  for (const client::KernelProfile& k : profile)
+    rows.push_back({k.name, cat(k.launches), fixed(k.total_ms, 3), fixed(k.per_launch_ms, 3),
+                    k.flops > 0 && k.total_ms > 0 ? fixed(k.gflops, 2) : "-",
+                    k.bytes > 0 && k.total_ms > 0 ? fixed(k.gbytes_per_s, 2) : "-", k.schedule});
+  std::vector<size_t> width(rows[0].size(), 0);
+  for (const auto& r : rows)
+    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  std::string out;
+  for (const auto& r : rows) {
+    std::string line;
+    for (size_t i = 0; i < r.size(); ++i) {
+      // The name and the schedule left-aligned, the numbers right-aligned.
+      const bool left = i == 0 || i + 1 == r.size();
+      std::string pad(width[i] - r[i].size(), ' ');
+      line += (i ? "  " : "") + (left ? r[i] + (i + 1 == r.size() ? "" : pad) : pad + r[i]);
+    }
+    out += line + "\n";
+  }
+  return out;
+}
 
 }  // namespace uop::cli

@@ -48,4 +48,9 @@ std::string file_name_for(std::string_view kernel_name);
 std::string_view binary_extension(const client::Target& t);
 std::string_view source_extension(const client::Target& t);
 
+// `uop run --profile`'s table, in the order given (the server's: slowest first): kernel,
+// launches, total ms, per-launch ms, GFLOPS, GB/s and its schedule, one row per kernel;
+// a rate without an estimate is "-".
+std::string profile_table(const std::vector<client::KernelProfile>& profile);
+
 }  // namespace uop::cli

@@ -388,6 +388,7 @@ absl::StatusOr<Stats> Client::stats() {
   out.kernels_run = r.kernels_run();
   out.worker_executes_lane = r.worker_executes_lane();
   out.worker_executes_grpc = r.worker_executes_grpc();
+  out.launches_timed = r.launches_timed();
   out.sessions = r.sessions();
   out.buffers = r.buffers();
   out.buffer_bytes = r.buffer_bytes();
@@ -557,11 +558,13 @@ absl::StatusOr<HostTensor> Session::download_tensor(const RunOutput& out) {
   return t;
 }
 
-absl::StatusOr<RunResult> Session::run(const UOp* root, const Names& names, const std::vector<Input>& inputs, bool keep_outputs) {
+absl::StatusOr<RunResult> Session::run(const UOp* root, const Names& names, const std::vector<Input>& inputs, bool keep_outputs,
+                                       bool profile) {
   pb::RunRequest req;
   req.set_session_id(id_);
   encode_proto(root, names, req.mutable_graph());
   req.set_keep_outputs(keep_outputs);
+  req.set_profile(profile);
   std::optional<absl::flat_hash_map<const UOp*, uint32_t>> index;  // built on first need
   for (const Input& in : inputs) {
     pb::Binding* b = req.add_inputs();
@@ -616,6 +619,9 @@ absl::StatusOr<RunResult> Session::run(const UOp* root, const Names& names, cons
   out.compile_ms = resp.compile_ms();
   out.run_ms = resp.run_ms();
   out.collective_ms = resp.collective_ms();
+  for (const pb::KernelProfile& k : resp.profile())
+    out.profile.push_back({k.name(), k.digest(), k.device(), k.launches(), k.total_ms(), k.per_launch_ms(), k.flops(),
+                           k.bytes(), k.gflops(), k.gbytes_per_s(), k.schedule()});
   return out;
 }
 

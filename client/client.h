@@ -126,6 +126,7 @@ struct Stats {
   // The compile pool (the caller's tenant's share with tokens): tasks waiting, tasks
   // running, requests holding a compile slot.
   uint64_t compile_queue_depth = 0, compile_tasks_running = 0, compiles_in_progress = 0;
+  uint64_t launches_timed = 0;  // launches the workers timed (profiled Runs only)
   std::vector<WorkerStatus> workers;
   std::string compiler_build_id;
 };
@@ -149,12 +150,23 @@ struct RunOutput {
   bool kept() const { return !buffer_id.empty(); }
 };
 
+// One kernel's share of a profiled run (uopd.proto's KernelProfile).
+struct KernelProfile {
+  std::string name, digest, device;
+  uint64_t launches = 0;
+  double total_ms = 0, per_launch_ms = 0;
+  double flops = 0, bytes = 0;          // the compiler's estimate, all launches
+  double gflops = 0, gbytes_per_s = 0;  // 0 where there is no estimate or no time
+  std::string schedule;                 // the axis types of its ranges
+};
+
 struct RunResult {
   std::vector<RunOutput> outputs;
   std::vector<Kernel> kernels;  // what ran, with cache status
   std::string device;
   double plan_ms = 0, compile_ms = 0, run_ms = 0;
   double collective_ms = 0;  // multi-device: the collectives between kernels
+  std::vector<KernelProfile> profile;  // run(..., profile = true) only: slowest first
 };
 
 // The one conversion of a gRPC status (code as its number) into absl::Status: same code,
@@ -208,9 +220,9 @@ class Session {
   // session as buffers and only their ids, dtypes and shapes come back. Without it, an
   // output larger than the server returns inline (uopd --max-inline-output-bytes) is
   // downloaded from the session, streamed, and freed there: the result has its data
-  // either way.
+  // either way. With profile, the workers time every launch (RunResult::profile).
   absl::StatusOr<RunResult> run(const UOp* root, const Names& names, const std::vector<Input>& inputs,
-                                bool keep_outputs = false);
+                                bool keep_outputs = false, bool profile = false);
 
   // Closes the session on the server. After it (whatever it returns) the destructor does
   // nothing more; the other calls still go to the server, which answers NOT_FOUND.

@@ -212,10 +212,12 @@ int cmd_run(Context& c, RunPlan& plan) {
     if (!id.ok()) return failed(id.status());
     in.value = *id;
   }
-  auto result = session->run(c.graph->root, c.graph->names, plan.inputs, /*keep_outputs=*/true);
+  const bool profile = c.args.has("profile");
+  auto result = session->run(c.graph->root, c.graph->names, plan.inputs, /*keep_outputs=*/true, profile);
   if (!result.ok()) return failed(result.status(), path);
   for (const client::Kernel& k : result->kernels)
     std::cerr << "kernel " << k.name << " " << k.digest.substr(0, 12) << ": " << client::describe_cache(k) << "\n";
+  if (profile) std::cout << cli::profile_table(result->profile);
 
   std::vector<std::string> got_names;
   for (const client::RunOutput& o : result->outputs) got_names.push_back(o.name);

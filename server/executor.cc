@@ -66,8 +66,10 @@ bool nccl_has(Scalar t) {
 std::optional<absl::Status> execute_on_lane(ExecLane& lane, const wpb::ExecuteRequest& req, uint64_t reply_bytes,
                                             absl::Time deadline, wpb::ExecuteResponse* resp) {
   const size_t n = 1 + req.ByteSizeLong();
-  // The reply's framing: a tag and a length per output, and run_ms.
-  const uint64_t reply_bound = reply_bytes + 16 * static_cast<uint64_t>(req.read_back_size()) + 16;
+  // The reply's framing: a tag and a length per output, and run_ms; a profiled one's
+  // launch times are packed, 8 bytes each behind one tag and length.
+  const uint64_t reply_bound = reply_bytes + 16 * static_cast<uint64_t>(req.read_back_size()) + 16 +
+                               (req.profile() ? 8 * static_cast<uint64_t>(req.launches_size()) + 16 : 0);
   if (n > lane.capacity() || reply_bound > lane.capacity()) return std::nullopt;
   std::optional<ExecLane::Call> call = lane.claim();
   if (!call) return std::nullopt;
@@ -91,6 +93,7 @@ struct Executor::RunState {
   absl::Time deadline;
   std::string session_device;  // where a single-device plan runs
   std::string tenant;          // whose workers (WorkerPool::worker_for)
+  bool profile = false;        // the workers time each launch
   struct Device {
     std::string name;
     Worker w;
@@ -105,6 +108,7 @@ struct Executor::RunState {
     uint64_t pending_inline = 0;   // data bytes in pending.allocs
     uint64_t pending_out = 0;      // bytes of the buffers in pending.read_back
     wpb::ExecuteResponse answer;   // the last Execute's (its outputs)
+    std::vector<size_t> pending_kernels;  // the plan kernel of each launch in pending
   };
   std::vector<Device> devices;  // in first-use order
   std::vector<size_t> device_of;  // per plan buffer: index into devices
@@ -146,6 +150,7 @@ absl::Status Executor::flush_launches(RunState& rs) {
   auto execute = [&](size_t k) {
     RunState::Device& d = rs.devices[busy[k]];
     d.answer.Clear();
+    if (rs.profile && d.pending.launches_size() > 0) d.pending.set_profile(true);
     if (std::shared_ptr<ExecLane> lane = d.w->lane()) {
       if (auto done = execute_on_lane(*lane, d.pending, d.pending_out, rs.deadline, &d.answer)) {
         lane_executes_.fetch_add(1, std::memory_order_relaxed);
@@ -169,8 +174,17 @@ absl::Status Executor::flush_launches(RunState& rs) {
   std::vector<std::pair<Worker, absl::Status>> failures;
   for (size_t k = 0; k < busy.size(); ++k) {
     RunState::Device& d = rs.devices[busy[k]];
+    if (status[k].ok() && rs.profile && d.pending.launches_size() > 0 &&
+        d.answer.launch_ms_size() != d.pending.launches_size())
+      status[k] = absl::InternalError(cat("the worker timed ", d.answer.launch_ms_size(), " of ",
+                                          d.pending.launches_size(), " launches"));
     if (status[k].ok()) {
       rs.out.kernels_run += d.pending.launches_size();
+      if (rs.profile) {
+        for (int i = 0; i < d.answer.launch_ms_size(); ++i)
+          rs.out.launch_times.push_back({d.pending_kernels[i], d.name, d.answer.launch_ms(i)});
+        launches_timed_.fetch_add(d.answer.launch_ms_size(), std::memory_order_relaxed);
+      }
       // Freed by the worker: nothing left for cleanup. (After a failure they stay listed:
       // a request that never reached the worker freed nothing.)
       if (d.pending.free_after_size() > 0) {
@@ -182,6 +196,7 @@ absl::Status Executor::flush_launches(RunState& rs) {
       failures.emplace_back(d.w, status[k]);
     }
     d.pending.Clear();
+    d.pending_kernels.clear();
     d.pending_inline = 0;
     d.pending_out = 0;
   }
@@ -536,7 +551,9 @@ absl::Status Executor::add_launch(RunState& rs, size_t kernel) {
   const Plan& plan = *rs.plan;
   const PlannedKernel& pk = plan.kernels[kernel];
   const CompiledKernel& ck = (*rs.kernels)[kernel];
-  wpb::Launch* l = rs.devices[rs.kernel_device[kernel]].pending.add_launches();
+  RunState::Device& d = rs.devices[rs.kernel_device[kernel]];
+  d.pending_kernels.push_back(kernel);
+  wpb::Launch* l = d.pending.add_launches();
   l->set_key(ck.key);
   std::vector<uint64_t> slots(ck.abi.num_buffers(), 0);
   for (const KernelParam& p : ck.abi.params) slots[p.slot] = rs.ids.at(pk.buffers.at(p.slot));
@@ -655,7 +672,7 @@ absl::Status Executor::read_outputs(RunState& rs, const std::vector<bool>& keep)
 absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const std::string& tenant, const Plan& plan,
                                          const std::vector<CompiledKernel>& kernels,
                                          const absl::flat_hash_map<int, BoundInput>& inputs, const std::vector<bool>& keep,
-                                         absl::Time deadline) {
+                                         absl::Time deadline, bool profile) {
   if (keep.size() != plan.outputs.size())
     return absl::InternalError(cat("run: ", keep.size(), " keep flags for ", plan.outputs.size(), " outputs"));
   RunState rs;
@@ -664,6 +681,7 @@ absl::StatusOr<RunOutcome> Executor::run(const std::string& device, const std::s
   rs.deadline = deadline;
   rs.session_device = device;
   rs.tenant = tenant;
+  rs.profile = profile;
   rs.out.outputs.resize(plan.outputs.size());
   rs.out.kept.resize(plan.outputs.size());
   // Whatever happens from here, the run's temporaries go (kept outputs are none).

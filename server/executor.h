@@ -46,6 +46,13 @@ struct RunOutcome {
   uint64_t bytes_in = 0, bytes_out = 0;      // moved to / from the workers
   double run_ms = 0;                         // kernels and copies (devices side by side)
   double collective_ms = 0;                  // collectives between the kernels
+  // A profiled run only: every launch as its worker timed it, in the order they ran.
+  struct LaunchTime {
+    size_t kernel = 0;  // index into the plan's kernels
+    std::string device;
+    double ms = 0;
+  };
+  std::vector<LaunchTime> launch_times;
 };
 
 // How collectives between workers are run (docs/ARCHITECTURE.md, The service): members on one host reduce through
@@ -78,11 +85,12 @@ class Executor {
   // side. A worker that dies during a step fails the run with UNAVAILABLE naming it.
   // keep[i]: plan output i stays on its worker as a buffer for the session (else it is
   // read back). `tenant` picks its workers (WorkerPool::worker_for: its own processes
-  // under tenant isolation).
+  // under tenant isolation). `profile`: the workers time every launch
+  // (RunOutcome::launch_times); otherwise they are not asked to time anything.
   absl::StatusOr<RunOutcome> run(const std::string& device, const std::string& tenant, const Plan& plan,
                                  const std::vector<CompiledKernel>& kernels,
                                  const absl::flat_hash_map<int, BoundInput>& inputs, const std::vector<bool>& keep,
-                                 absl::Time deadline);
+                                 absl::Time deadline, bool profile = false);
   // What run() allocates on the workers for one run: every plan buffer not bound to a
   // session buffer (intermediates, outputs, inline inputs, unbound kernel-level buffers).
   static uint64_t run_bytes(const Plan& plan, const absl::flat_hash_map<int, BoundInput>& inputs);
@@ -120,6 +128,8 @@ class Executor {
     uint64_t lane = 0, grpc = 0;
   };
   ExecuteCounts execute_counts() const { return {lane_executes_.load(), grpc_executes_.load()}; }
+  // Launches the workers timed for profiled runs, so far.
+  uint64_t launches_timed() const { return launches_timed_.load(); }
 
   // A fresh id for a buffer on `w` (the scheduler names them): random, so that an id
   // tells nothing about the others (WorkerHandle::new_buffer_id).
@@ -178,6 +188,7 @@ class Executor {
   WorkerPool* pool_;
   CollectiveOptions collectives_;
   std::atomic<uint64_t> lane_executes_{0}, grpc_executes_{0};
+  std::atomic<uint64_t> launches_timed_{0};
 };
 
 }  // namespace uop::server

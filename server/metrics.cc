@@ -2,6 +2,7 @@
 
 #include <mutex>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "compiler/support/strings.h"
 #include "prometheus/collectable.h"
@@ -63,6 +64,9 @@ struct Metrics::Impl {
   prometheus::Counter* bytes_in = nullptr;
   prometheus::Counter* bytes_out = nullptr;
   prometheus::Counter* kernels = nullptr;
+  prometheus::Family<prometheus::Histogram>* kernel_seconds = nullptr;
+  std::mutex kernel_mu;  // Family::Add is thread-safe; the cache of its children is ours
+  absl::flat_hash_map<std::string, prometheus::Histogram*> kernel_by_kind;
 };
 
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::create(const std::string& listen) {
@@ -77,6 +81,10 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::create(const std::string& list
                    .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10});
   i.bytes_in = &prometheus::BuildCounter().Name("uopd_bytes_received_total").Help("buffer and tensor bytes received from clients").Register(*i.registry).Add({});
   i.bytes_out = &prometheus::BuildCounter().Name("uopd_bytes_sent_total").Help("buffer and tensor bytes sent to clients").Register(*i.registry).Add({});
+  i.kernel_seconds = &prometheus::BuildHistogram()
+                          .Name("uopd_kernel_seconds")
+                          .Help("one kernel launch as its worker timed it (profiled Runs), by device kind")
+                          .Register(*i.registry);
   i.kernels = &prometheus::BuildCounter().Name("uopd_kernels_run_total").Help("kernel launches run on workers").Register(*i.registry).Add({});
   if (!listen.empty()) {
     try {  // prometheus-cpp reports a bind failure by throwing; keep it at this boundary
@@ -107,6 +115,19 @@ void Metrics::compile_seconds(double s) { impl_->compile->Observe(s); }
 void Metrics::bytes_in(uint64_t n) { impl_->bytes_in->Increment(static_cast<double>(n)); }
 void Metrics::bytes_out(uint64_t n) { impl_->bytes_out->Increment(static_cast<double>(n)); }
 void Metrics::kernels_run(uint64_t n) { impl_->kernels->Increment(static_cast<double>(n)); }
+void Metrics::kernel_seconds(std::string_view kind, double s) {
+  prometheus::Histogram* h = nullptr;
+  {
+    std::lock_guard l(impl_->kernel_mu);
+    auto [it, fresh] = impl_->kernel_by_kind.try_emplace(std::string(kind), nullptr);
+    if (fresh)
+      it->second = &impl_->kernel_seconds->Add(
+          {{"kind", std::string(kind)}},
+          prometheus::Histogram::BucketBoundaries{1e-6, 1e-5, 1e-4, 1e-3, 0.01, 0.1, 1, 10});
+    h = it->second;
+  }
+  h->Observe(s);
+}
 void Metrics::add_sampler(std::function<std::vector<SampledFamily>()> fn) { impl_->sampled->add(std::move(fn)); }
 
 std::string Metrics::scrape() const {

@@ -50,6 +50,8 @@ class Metrics {
   void bytes_in(uint64_t n);
   void bytes_out(uint64_t n);
   void kernels_run(uint64_t n);
+  // One launch of a profiled Run, as its worker timed it; `kind` is its device's ("cpu").
+  void kernel_seconds(std::string_view kind, double s);
   // Families computed at each scrape.
   void add_sampler(std::function<std::vector<SampledFamily>()> fn);
 

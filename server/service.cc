@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -52,6 +53,58 @@ void fill_kernel(const CompiledKernel& k, bool binary, bool source, pb::Kernel* 
   out->set_abi(k.abi.serialize());
   if (binary) out->set_binary(k.object);
   if (source) out->set_source(k.source);
+}
+
+// A profiled Run's answer (RunRequest.profile): the launches of each kernel on each
+// device summed, with the rates its ABI's work estimate gives, slowest first; each launch
+// also goes into uopd_kernel_seconds, by the kind of its device.
+void fill_profile(const Plan& plan, const std::vector<CompiledKernel>& kernels,
+                  const std::vector<RunOutcome::LaunchTime>& times, Metrics& metrics, pb::RunResponse* resp) {
+  struct Sum {
+    size_t kernel = 0;
+    std::string device;
+    uint64_t launches = 0;
+    double ms = 0, flops = 0, bytes = 0;
+  };
+  std::vector<Sum> sums;
+  absl::flat_hash_map<std::pair<std::string, std::string>, size_t> index;  // (cache key, device)
+  for (const RunOutcome::LaunchTime& t : times) {
+    const CompiledKernel& k = kernels.at(t.kernel);
+    auto [it, fresh] = index.try_emplace(std::make_pair(k.key, t.device), sums.size());
+    if (fresh) sums.push_back({t.kernel, t.device});
+    Sum& s = sums[it->second];
+    ++s.launches;
+    s.ms += t.ms;
+    if (k.abi.work) {
+      std::vector<int64_t> vars;
+      for (const KernelVar& v : k.abi.vars) {
+        auto var = plan.vars.find(v.name);
+        vars.push_back(var == plan.vars.end() ? 0 : var->second);
+      }
+      s.flops += static_cast<double>(k.abi.work->flops.eval(vars));
+      s.bytes += static_cast<double>(k.abi.work->bytes.eval(vars));
+    }
+    metrics.kernel_seconds(backend_for_device(t.device).name, t.ms / 1000);
+  }
+  std::stable_sort(sums.begin(), sums.end(), [](const Sum& a, const Sum& b) { return a.ms > b.ms; });
+  for (const Sum& s : sums) {
+    const CompiledKernel& k = kernels[s.kernel];
+    pb::KernelProfile* out = resp->add_profile();
+    out->set_name(k.name);
+    out->set_digest(k.digest.hex());
+    out->set_device(s.device);
+    out->set_launches(s.launches);
+    out->set_total_ms(s.ms);
+    out->set_per_launch_ms(s.ms / static_cast<double>(s.launches));
+    out->set_flops(s.flops);
+    out->set_bytes(s.bytes);
+    // A launch too short for the clock has no rate, not an infinite one.
+    if (s.ms > 0) {
+      out->set_gflops(s.flops / (s.ms * 1e6));
+      out->set_gbytes_per_s(s.bytes / (s.ms * 1e6));
+    }
+    out->set_schedule(k.abi.schedule_str());
+  }
 }
 
 // The arch of the programs a device runs, as its worker reports it (Info's backend and
@@ -547,8 +600,9 @@ absl::Status UopdService::run_graph(grpc::ServerContextBase* ctx, Tenant& tenant
     fill_kernel(k, false, false, resp->add_kernels());
   }
 
-  auto outcome = d_.executor->run(devices.front(), who, p, *kernels, in.inputs, keep, deadline(ctx));
+  auto outcome = d_.executor->run(devices.front(), who, p, *kernels, in.inputs, keep, deadline(ctx), req->profile());
   if (!outcome.ok()) return outcome.status();
+  if (req->profile()) fill_profile(p, *kernels, outcome->launch_times, *d_.metrics, resp);
   d_.metrics->kernels_run(outcome->kernels_run);
   kernels_run_ += outcome->kernels_run;
   d_.metrics->bytes_in(in.inline_bytes);
@@ -635,6 +689,7 @@ grpc::Status UopdService::Stats(grpc::ServerContext* ctx, const pb::StatsRequest
   const Executor::ExecuteCounts executes = d_.executor->execute_counts();
   resp->set_worker_executes_lane(executes.lane);
   resp->set_worker_executes_grpc(executes.grpc);
+  resp->set_launches_timed(d_.executor->launches_timed());
   resp->set_plan_cache_misses(d_.planner->plan_misses());
   if (d_.tenants->enabled()) {  // a tenant counts its own sessions and compile tasks only
     TenantUsage u = d_.sessions->usage(who);

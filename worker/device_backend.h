@@ -77,8 +77,12 @@ class DeviceBackend {
   // `stop` (null: none) is the launch's stop word (compiler/abi/kernel_abi.h), set by the
   // runtime when the launch must end: a backend whose kernels watch it hands it to them;
   // one whose kernels cannot is ended with its process (worker/launch_watchdog.h).
+  // `device_ms` (null: the launch is not timed): a backend with a timer of its own (CUDA
+  // events) writes the launch's device time there; one without leaves it, and the
+  // runtime's clock around run() is the launch's time.
   virtual absl::Status run(const DeviceProgram& program, std::span<DeviceMemory* const> buffers,
-                           std::span<const int64_t> vars, const std::atomic<uint32_t>* stop = nullptr) = 0;
+                           std::span<const int64_t> vars, const std::atomic<uint32_t>* stop = nullptr,
+                           double* device_ms = nullptr) = 0;
 };
 
 // The checks every backend makes before a launch, given each slot's device address (0

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <thread>
 
 #include "compiler/abi/kernel_abi.h"
@@ -150,7 +151,7 @@ bool WorkerRuntime::has_program(const std::string& key) const {
 }
 
 absl::Status WorkerRuntime::run_launch(size_t index, const LaunchSpec& launch, const std::function<bool()>& cancelled,
-                                       absl::Time deadline) const {
+                                       absl::Time deadline, double* launch_ms) const {
   auto where = [&] { return cat("launch ", index, " (program ", launch.key, "): "); };
   std::shared_ptr<const DeviceProgram> prog;
   {
@@ -191,7 +192,13 @@ absl::Status WorkerRuntime::run_launch(size_t index, const LaunchSpec& launch, c
                                             " x ", p.dtype.str(), ")"));
   }
   LaunchWatchdog::Watch watch(watchdog_, cat("launch ", index, " (program ", launch.key, ")"), deadline, &cancelled);
-  absl::Status st = backend_->run(*prog, ptrs, launch.vars, watch.word());
+  // Timed only when asked: the clock around the backend's run, which a backend with its
+  // own timer (CUDA events) replaces with the device's time.
+  std::optional<std::chrono::steady_clock::time_point> start;
+  double device_ms = -1;
+  if (launch_ms) start = std::chrono::steady_clock::now();
+  absl::Status st = backend_->run(*prog, ptrs, launch.vars, watch.word(), launch_ms ? &device_ms : nullptr);
+  if (launch_ms) *launch_ms = device_ms >= 0 ? device_ms : ms_since(*start);
   // Stopped: whatever the kernel wrote is incomplete, whether or not it noticed in time.
   if (absl::Status stopped = watch.status(); !stopped.ok()) st = stopped;
   if (!st.ok()) return absl::Status(st.code(), cat(where(), st.message()));
@@ -199,14 +206,17 @@ absl::Status WorkerRuntime::run_launch(size_t index, const LaunchSpec& launch, c
 }
 
 absl::StatusOr<double> WorkerRuntime::execute(std::span<const LaunchSpec> launches,
-                                              const std::function<bool()>& cancelled, absl::Time deadline) const {
+                                              const std::function<bool()>& cancelled, absl::Time deadline,
+                                              std::vector<double>* launch_ms) const {
   auto start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < launches.size(); ++i) {
     if (cancelled && cancelled())
       return absl::CancelledError(cat("cancelled by the caller before launch ", i, " of ", launches.size()));
     if (absl::Now() >= deadline)
       return absl::DeadlineExceededError(cat("the deadline passed before launch ", i, " of ", launches.size()));
-    if (absl::Status st = run_launch(i, launches[i], cancelled, deadline); !st.ok()) return st;
+    double ms = 0;
+    if (absl::Status st = run_launch(i, launches[i], cancelled, deadline, launch_ms ? &ms : nullptr); !st.ok()) return st;
+    if (launch_ms) launch_ms->push_back(ms);
   }
   return ms_since(start);
 }
@@ -223,7 +233,7 @@ absl::StatusOr<ExecuteResult> WorkerRuntime::execute(const ExecuteBatch& batch, 
       if (s.ok()) s = write_buffer(a.id, 0, a.data);
       if (!s.ok()) return absl::Status(s.code(), cat("allocating buffer ", a.id, ": ", s.message()));
     }
-    auto ms = execute(batch.launches, cancelled, deadline);
+    auto ms = execute(batch.launches, cancelled, deadline, batch.profile ? &result.launch_ms : nullptr);
     if (!ms.ok()) return ms.status();
     result.run_ms = *ms;
     for (uint64_t id : batch.read_back) {
@@ -365,9 +375,11 @@ absl::Status run_execute(WorkerRuntime& rt, const wv1::ExecuteRequest& req, wv1:
     batch.launches.push_back({l.key(), {l.buffer_ids().begin(), l.buffer_ids().end()}, {l.vars().begin(), l.vars().end()}});
   batch.read_back.assign(req.read_back().begin(), req.read_back().end());
   batch.free_after.assign(req.free_after().begin(), req.free_after().end());
+  batch.profile = req.profile();
   auto result = rt.execute(batch, cancelled, deadline);
   if (!result.ok()) return result.status();
   resp->set_run_ms(result->run_ms);
+  for (double ms : result->launch_ms) resp->add_launch_ms(ms);
   for (const BufferSlice& out : result->outputs) resp->add_outputs(out.data, out.length);
   return absl::OkStatus();
 }

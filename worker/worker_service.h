@@ -58,11 +58,13 @@ struct ExecuteBatch {
   std::vector<LaunchSpec> launches;   // then in order
   std::vector<uint64_t> read_back;    // then each buffer whole
   std::vector<uint64_t> free_after;   // last, whatever happened before
+  bool profile = false;               // time each launch (ExecuteResult::launch_ms)
 };
 
 struct ExecuteResult {
   double run_ms = 0;                 // the launches
   std::vector<BufferSlice> outputs;  // one per read_back (they stay valid after the frees)
+  std::vector<double> launch_ms;     // with ExecuteBatch::profile: one per launch, in order
 };
 
 struct WorkerInfo {
@@ -98,9 +100,12 @@ class WorkerRuntime {
   // launch. `cancelled`, if given, is asked between launches and while one runs (a caller
   // that went away does not keep the worker busy); at `deadline` the launch running is
   // stopped: DEADLINE_EXCEEDED, or CANCELLED, naming it. Returns the time spent running,
-  // in milliseconds.
+  // in milliseconds. With `launch_ms`, each launch is timed and its time appended there
+  // (the device's own timer where its backend has one, else a monotonic clock around
+  // the launch); without it nothing is timed per launch.
   absl::StatusOr<double> execute(std::span<const LaunchSpec> launches, const std::function<bool()>& cancelled = {},
-                                 absl::Time deadline = absl::InfiniteFuture()) const;
+                                 absl::Time deadline = absl::InfiniteFuture(),
+                                 std::vector<double>* launch_ms = nullptr) const;
 
   // An ExecuteBatch: alloc_buffer + write_buffer for each of its allocs, the launches as
   // execute() runs them, read_buffer of each read_back buffer, then free_buffers of
@@ -122,7 +127,7 @@ class WorkerRuntime {
  private:
   absl::StatusOr<std::shared_ptr<DeviceMemory>> find_buffer(uint64_t id) const;
   absl::Status run_launch(size_t index, const LaunchSpec& launch, const std::function<bool()>& cancelled,
-                          absl::Time deadline) const;
+                          absl::Time deadline, double* launch_ms) const;
 
   WorkerRuntimeOptions options_;
   // First, so it goes last: buffers and programs are the backend's.

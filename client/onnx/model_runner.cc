@@ -28,7 +28,8 @@ absl::StatusOr<std::string> read_file(const std::string& path) {
   return ss.str();
 }
 
-absl::StatusOr<std::vector<HostTensor>> run_on_session(client::Session& s, const ImportedModel& m) {
+absl::StatusOr<std::vector<HostTensor>> run_on_session(client::Session& s, const ImportedModel& m,
+                                                       std::vector<client::KernelProfile>* profile) {
   std::vector<client::Input> inputs;
   for (const auto& [node, data] : m.bindings) {
     HostTensor flat = data;
@@ -44,8 +45,9 @@ absl::StatusOr<std::vector<HostTensor>> run_on_session(client::Session& s, const
     }
     inputs.push_back(std::move(in));
   }
-  auto r = s.run(m.root, m.names, inputs, /*keep_outputs=*/true);
+  auto r = s.run(m.root, m.names, inputs, /*keep_outputs=*/true, /*profile=*/profile != nullptr);
   if (!r.ok()) return r.status();
+  if (profile) *profile = std::move(r->profile);
   if (r->outputs.size() != m.outputs.size())
     return absl::InternalError(cat("uopd returned ", r->outputs.size(), " outputs for ", m.outputs.size()));
   std::vector<HostTensor> out;

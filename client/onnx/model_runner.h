@@ -20,8 +20,10 @@ namespace uop::onnx_import {
 using Executor = std::function<absl::StatusOr<std::vector<HostTensor>>(const ImportedModel&)>;
 
 // Through a session of uopd: inputs over 1 MiB are uploaded as buffers first, outputs are
-// kept in the session and downloaded.
-absl::StatusOr<std::vector<HostTensor>> run_on_session(client::Session& s, const ImportedModel& m);
+// kept in the session and downloaded. With `profile`, the run is profiled and its
+// kernels' rows (RunResult::profile) land there.
+absl::StatusOr<std::vector<HostTensor>> run_on_session(client::Session& s, const ImportedModel& m,
+                                                       std::vector<client::KernelProfile>* profile = nullptr);
 // Through the reference interpreter in this process (slow; for checking the importer).
 absl::StatusOr<std::vector<HostTensor>> run_interpreted(const ImportedModel& m);
 

@@ -116,8 +116,10 @@ int run_model(const cli::Args& a, const std::string& self_exe) {
   }
   Service svc;
   if (absl::Status s = connect(a, self_exe, svc); !s.ok()) return invalid(message(s));
-  auto got = run_on_session(*svc.session, *imported);
+  std::vector<client::KernelProfile> profile;
+  auto got = run_on_session(*svc.session, *imported, a.has("profile") ? &profile : nullptr);
   if (!got.ok()) return invalid(cat(path, ": ", message(got.status())));
+  if (a.has("profile")) std::cout << cli::profile_table(profile);
   for (size_t i = 0; i < got->size(); ++i) {
     HostTensor t = (*got)[i];
     t.shape = imported->outputs[i].shape;

@@ -3,7 +3,9 @@
 // Version 1 is the CPU form; version 2 appends the GPU launch dims, so every version-1
 // text stays what it was; version 3 adds a `stop` line after `tasks` (the GPU dims, if
 // any, follow it), and is written only for kernels that check a stop word, so a kernel
-// without one keeps its version 1 or 2 text.
+// without one keeps its version 1 or 2 text; version 4 is version 3 with the stop line
+// always there (`stop 0` or `stop 1`) and the work estimate after it, written for every
+// kernel that has one, so that texts without an estimate keep their older versions.
 #include "compiler/abi/kernel_abi.h"
 
 #include <algorithm>
@@ -21,7 +23,8 @@ namespace {
 constexpr std::string_view kMagic = "uopd-abi";
 constexpr int kVersion = 1;     // without GPU launch dims
 constexpr int kGpuVersion = 2;  // with them
-constexpr int kStopVersion = kAbiVersion;  // with a stop word, GPU dims optional
+constexpr int kStopVersion = 3;  // with a stop word, GPU dims optional
+constexpr int kWorkVersion = kAbiVersion;  // a stop line and the work estimate, GPU dims optional
 constexpr int kMaxExprDepth = 256;
 
 bool is_launch_op(Op op) {
@@ -178,6 +181,105 @@ std::optional<std::pair<bool, int>> special_dim(std::string_view name) {
   return std::nullopt;
 }
 
+// Floating point operations of one ALU op, counting each lane (MULACC is a multiply and an
+// add); 0 for integer and index arithmetic, which is addressing and loop bookkeeping.
+int64_t flops_of(const UOp* u) {
+  if (!is_alu(u->op()) || !u->dtype().is_float()) return 0;
+  return (u->is(Op::MULACC) ? 2 : 1) * static_cast<int64_t>(u->dtype().count);
+}
+
+// Bytes a LOAD or STORE moves to or from a kernel buffer (a PARAM); 0 for registers.
+int64_t bytes_of(const UOp* u) {
+  if (!u->is(Op::LOAD) && !u->is(Op::STORE)) return 0;
+  const UOp* idx = index_of(u->src(u->is(Op::LOAD) ? 1 : 0));
+  const UOp* buf = idx ? buffer_of(idx) : nullptr;
+  if (!buf || !buf->is(Op::PARAM)) return 0;
+  const UOp* value = u->is(Op::LOAD) ? u : u->src(1);
+  return static_cast<int64_t>(value->dtype().bytes());
+}
+
+// The work estimate of KernelAbi::work: the LINEAR's listed ops walked in order with the
+// ranges open at each; the ops of one scope (one stack of open ranges) are summed first,
+// so the expression has one product per scope, not one per op. nullopt where an open
+// range's extent is not a launch expression.
+std::optional<KernelAbi::Work> work_of(const UOp* linear, const KernelAbi& abi, const NodeIndex& ix) {
+  using Term = LaunchExpr::Term;
+  struct Scope {
+    std::vector<const UOp*> ranges;
+    int64_t flops = 0, bytes = 0;
+  };
+  KernelAbi::Work work;
+  std::vector<const UOp*> loops;
+  std::vector<Scope> scopes;
+  absl::flat_hash_map<std::vector<const UOp*>, size_t> scope_of;
+  std::vector<const UOp*> open;
+  auto add = [&](int64_t flops, int64_t bytes) {
+    auto [it, fresh] = scope_of.try_emplace(open, scopes.size());
+    if (fresh) scopes.push_back({open});
+    scopes[it->second].flops += flops;
+    scopes[it->second].bytes += bytes;
+  };
+  for (const UOp* u : linear->src()) {
+    if (u->is(Op::RANGE)) {
+      open.push_back(u);
+      loops.push_back(u);
+    } else if (u->is(Op::END)) {
+      for (size_t i = 1; i < u->num_src(); ++i) std::erase(open, u->src(i));
+    } else if (int64_t f = flops_of(u), b = bytes_of(u); f > 0 || b > 0) {
+      add(f, b);
+      if (f > 0) work.lanes = std::max<int64_t>(work.lanes, u->dtype().count);
+    }
+  }
+  // Each range's extent once: a product per scope refers to them.
+  absl::flat_hash_map<const UOp*, std::vector<Term>> extents;
+  for (const UOp* r : loops) {
+    if (extents.contains(r)) continue;
+    std::vector<Term> terms;
+    if (r->num_src() < 1 || !to_launch_terms(r->src(0), abi, 0, terms, ix).ok()) return std::nullopt;
+    auto extent = LaunchExpr::from_terms(terms, abi.vars.size());
+    if (!extent.ok()) return std::nullopt;
+    work.loops.push_back({r->arg_as<RangeArg>().type, *std::move(extent)});
+    // A range runs max(extent, 0) times.
+    terms.push_back({Term::Kind::Const, 0, Op::ADD});
+    terms.push_back({Term::Kind::Op, 0, Op::MAX});
+    extents.emplace(r, std::move(terms));
+  }
+  // A GPU kernel's LINEAR is one thread's work: every thread of the grid does it.
+  std::vector<Term> threads;
+  if (abi.gpu)
+    for (const auto* dims : {&abi.gpu->grid, &abi.gpu->block})
+      for (const LaunchExpr& d : *dims) {
+        threads.insert(threads.end(), d.terms().begin(), d.terms().end());
+        threads.push_back({Term::Kind::Const, 0, Op::ADD});
+        threads.push_back({Term::Kind::Op, 0, Op::MAX});
+        threads.push_back({Term::Kind::Op, 0, Op::MUL});
+      }
+  auto total = [&](int64_t Scope::*field) -> std::optional<LaunchExpr> {
+    std::vector<Term> terms{{Term::Kind::Const, 0, Op::ADD}};
+    for (const Scope& s : scopes) {
+      if (s.*field == 0) continue;
+      terms.push_back({Term::Kind::Const, s.*field, Op::ADD});
+      for (const UOp* r : s.ranges) {
+        const auto& e = extents.at(r);
+        terms.insert(terms.end(), e.begin(), e.end());
+        terms.push_back({Term::Kind::Op, 0, Op::MUL});
+      }
+      terms.insert(terms.end(), threads.begin(), threads.end());
+      terms.push_back({Term::Kind::Op, 0, Op::ADD});
+    }
+    if (terms.size() > (1 << 16)) return std::nullopt;  // what parse_abi reads back
+    auto expr = LaunchExpr::from_terms(std::move(terms), abi.vars.size());
+    if (!expr.ok()) return std::nullopt;
+    return *std::move(expr);
+  };
+  auto flops = total(&Scope::flops);
+  auto bytes = total(&Scope::bytes);
+  if (!flops || !bytes) return std::nullopt;
+  work.flops = *std::move(flops);
+  work.bytes = *std::move(bytes);
+  return work;
+}
+
 }  // namespace
 
 bool GpuDims::empty() const {
@@ -258,6 +360,15 @@ GpuDims KernelAbi::eval_gpu(std::span<const int64_t> var_values) const {
   return d;
 }
 
+std::string KernelAbi::schedule_str() const {
+  if (!work) return "";
+  std::string out;
+  for (const Loop& l : work->loops)
+    out += cat(out.empty() ? "" : " ", axis_type_name(l.type), "(", l.extent.str(vars), ")");
+  if (work->lanes > 1) out += cat(out.empty() ? "" : " ", "lanes=", work->lanes);
+  return out.empty() ? "scalar" : out;
+}
+
 int KernelAbi::var_position(std::string_view name) const {
   for (size_t i = 0; i < vars.size(); ++i)
     if (vars[i].name == name) return static_cast<int>(i);
@@ -265,7 +376,8 @@ int KernelAbi::var_position(std::string_view name) const {
 }
 
 std::string KernelAbi::serialize() const {
-  std::string out = cat(kMagic, " ", stop_word ? kStopVersion : gpu ? kGpuVersion : kVersion, "\nparams ", params.size(), "\n");
+  const int version = work ? kWorkVersion : stop_word ? kStopVersion : gpu ? kGpuVersion : kVersion;
+  std::string out = cat(kMagic, " ", version, "\nparams ", params.size(), "\n");
   for (const KernelParam& p : params)
     out += cat(p.slot, " ", scalar_name(p.dtype.scalar), " ", p.dtype.count, " ", p.size, " ",
                p.read ? "r" : "-", p.written ? "w" : "-", "\n");
@@ -278,7 +390,20 @@ std::string KernelAbi::serialize() const {
     else out += cat(" ", op_symbol(t.op));
   }
   out += "\n";
-  if (stop_word) out += "stop 1\n";
+  if (work) {
+    out += cat("stop ", stop_word ? 1 : 0, "\nflops ");
+    write_terms(out, work->flops);
+    out += "\nbytes ";
+    write_terms(out, work->bytes);
+    out += cat("\nlanes ", work->lanes, "\nloops ", work->loops.size(), "\n");
+    for (const Loop& l : work->loops) {
+      out += cat(axis_type_name(l.type), " ");
+      write_terms(out, l.extent);
+      out += "\n";
+    }
+  } else if (stop_word) {
+    out += "stop 1\n";
+  }
   if (gpu) {
     out += cat("gpu shared ", gpu->dynamic_shared_bytes, "\n");
     for (int i = 0; i < 3; ++i) {
@@ -302,7 +427,8 @@ absl::StatusOr<KernelAbi> parse_abi(std::string_view text) {
   Reader r(text);
   int64_t version = 0, n = 0;
   if (!r.expect(kMagic) || !r.integer(version)) return bad("header");
-  if (version != kVersion && version != kGpuVersion && version != kStopVersion) return bad(cat("version ", version));
+  if (version != kVersion && version != kGpuVersion && version != kStopVersion && version != kWorkVersion)
+    return bad(cat("version ", version));
   KernelAbi abi;
   if (!r.expect("params") || !r.integer(n) || n < 0 || n > (1 << 20)) return bad("params");
   for (int64_t i = 0; i < n; ++i) {
@@ -356,7 +482,29 @@ absl::StatusOr<KernelAbi> parse_abi(std::string_view text) {
     if (!r.expect("stop") || !r.integer(stop) || stop != 1) return bad("stop");
     abi.stop_word = true;
   }
-  if (version == kGpuVersion || (version == kStopVersion && !r.at_end())) {
+  if (version == kWorkVersion) {
+    int64_t stop = 0;
+    if (!r.expect("stop") || !r.integer(stop) || (stop != 0 && stop != 1)) return bad("stop");
+    abi.stop_word = stop == 1;
+    KernelAbi::Work w;
+    if (!r.expect("flops") || !read_terms(r, abi.vars.size(), w.flops)) return bad("flops");
+    if (!r.expect("bytes") || !read_terms(r, abi.vars.size(), w.bytes)) return bad("bytes");
+    if (!r.expect("lanes") || !r.integer(w.lanes) || w.lanes < 1 || w.lanes > (1 << 16)) return bad("lanes");
+    if (!r.expect("loops") || !r.integer(n) || n < 0 || n > (1 << 16)) return bad("loops");
+    for (int64_t i = 0; i < n; ++i) {
+      std::string_view name;
+      KernelAbi::Loop l;
+      if (!r.token(name)) return bad("loop");
+      std::optional<AxisType> type;
+      for (int t = 0; t <= static_cast<int>(AxisType::Unroll); ++t)
+        if (axis_type_name(static_cast<AxisType>(t)) == name) type = static_cast<AxisType>(t);
+      if (!type || !read_terms(r, abi.vars.size(), l.extent)) return bad("loop");
+      l.type = *type;
+      w.loops.push_back(std::move(l));
+    }
+    abi.work = std::move(w);
+  }
+  if (version == kGpuVersion || (version >= kStopVersion && !r.at_end())) {
     GpuLaunch gl;
     if (!r.expect("gpu") || !r.expect("shared") || !r.integer(gl.dynamic_shared_bytes) || gl.dynamic_shared_bytes < 0)
       return bad("gpu");
@@ -469,6 +617,7 @@ absl::StatusOr<KernelAbi> abi_of(const UOp* linear) {
     if (!expr.ok()) return bad(u, cat(expr.status().message()));
     (dim->first ? abi.gpu->block : abi.gpu->grid)[dim->second] = *std::move(expr);
   }
+  abi.work = work_of(linear, abi, ix);
   if (thread) {
     std::vector<LaunchExpr::Term> terms;
     if (thread->num_src() < 1) return bad(thread, "RANGE without an end [abi.thread]");

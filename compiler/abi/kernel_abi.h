@@ -30,8 +30,9 @@
 //
 // The ABI travels with every cached artifact, so it has a stable text form
 // (serialize / parse_abi): version 1 for kernels without GPU dims (byte for byte what
-// it always was), version 2 adds the `gpu` section, version 3 (kAbiVersion) says that the
-// kernel checks a stop word, with or without the `gpu` section; parse_abi reads all three.
+// it always was), version 2 adds the `gpu` section, version 3 says that the
+// kernel checks a stop word, with or without the `gpu` section; version 4 adds the work
+// estimate (`work` below) after the stop line; parse_abi reads all four.
 // A kernel that does not check the word (an older artifact, a CUDA kernel today) can only
 // be stopped by ending its worker. LLVM-free: the server and the workers use it.
 #pragma once
@@ -124,6 +125,28 @@ struct KernelAbi {
   // The kernel watches a stop word (see above). Set by the backend that renders it, not
   // derived from the LINEAR.
   bool stop_word = false;
+  // The compiler's estimate of one launch's work, for profiles (GFLOPS, GB/s): floating
+  // point ALU operations (per lane, MULACC as two) and bytes loaded from and stored to the
+  // kernel's buffers, each op weighted by the trip counts of the ranges around it in the
+  // LINEAR (an op under an IF counts as if the IF were taken). Expressions over the
+  // kernel's variables, like the launch extent; nullopt where a range's extent is not one
+  // (and for artifacts of older ABI versions). `loops` are the ranges the estimate
+  // multiplies over, in the LINEAR's order, and `lanes` the widest vector of its floating
+  // point ops: what the optimize stage made of the kernel (its schedule), for profiles.
+  struct Loop {
+    AxisType type = AxisType::Loop;
+    LaunchExpr extent;
+    bool operator==(const Loop&) const = default;
+  };
+  struct Work {
+    LaunchExpr flops, bytes;
+    std::vector<Loop> loops;
+    int64_t lanes = 1;
+    bool operator==(const Work&) const = default;
+  };
+  std::optional<Work> work;
+  // "Thread(n) Loop(16) Reduce(64) lanes=4": `work`'s loops and lanes; "" without it.
+  std::string schedule_str() const;
 
   // How many buffer pointers a launch passes: max slot + 1 (a slot no op uses is a
   // null-tolerant hole), 0 without params.
@@ -142,13 +165,14 @@ struct KernelAbi {
 
 absl::StatusOr<KernelAbi> parse_abi(std::string_view text);
 
-// The newest text version serialize() writes (with a stop word). Backends name it in their
+// The newest text version serialize() writes (with a work estimate). Backends name it in their
 // build ids, so that kernels of an older ABI never share a cache key with newer ones.
-inline constexpr int kAbiVersion = 3;
+inline constexpr int kAbiVersion = 4;
 
 // The ABI of a LINEAR: params from PARAM (read / written from the LOADs and STOREs that
 // reach them through INDEX), vars from DEFINE_VAR, the launch extent from the Thread
-// RANGE, GPU launch dims from SPECIAL (its end is the dim's extent). INVALID_ARGUMENT
+// RANGE, GPU launch dims from SPECIAL (its end is the dim's extent), the work estimate
+// from the ALU ops, LOADs and STOREs and the RANGEs around them. INVALID_ARGUMENT
 // when the LINEAR breaks the ABI's rules: conflicting PARAMs for one slot or DEFINE_VARs
 // for one name, more than one Thread range, a Thread range that is not outermost, a
 // Thread extent that is not a LaunchExpr, a buffer store outside the Thread range (each

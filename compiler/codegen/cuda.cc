@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "absl/status/status.h"
+#include "compiler/abi/kernel_abi.h"
 #include "compiler/support/strings.h"
 #include "compiler/support/timing.h"
 
@@ -141,7 +142,9 @@ std::string nvrtc_version() {
   return "none";
 }
 
-std::string cuda_build_id() { return cat("uopd-cuda/", kBackendVersion, " nvrtc-", nvrtc_version()); }
+// The ABI version is in it, as in the CPU build id: a kernel of an older ABI text (without
+// the work estimate) never shares a cache key with a newer one.
+std::string cuda_build_id() { return cat("uopd-cuda/", kBackendVersion, " abi-", kAbiVersion, " nvrtc-", nvrtc_version()); }
 
 absl::StatusOr<CudaModule> nvrtc_compile(std::string_view source, const CudaTarget& target,
                                          const CudaCompileOptions& options, std::string_view file_name) {

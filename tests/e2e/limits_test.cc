@@ -31,6 +31,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/uopd.grpc.pb.h"
 #include "tests/e2e/hostile_graphs.h"
+#include "tests/e2e/metrics_scrape.h"
 #include "tests/e2e/proc_status.h"
 #include "tests/e2e/raw_requests.h"
 #include "tests/e2e/softmax_model.h"
@@ -49,6 +50,10 @@ using testing::memory_kib;
 using testing::put_field;
 using testing::raw_unary;
 using testing::wait_until;
+using testing::connect_to;
+using testing::gauge;
+using testing::metrics_address;
+using testing::scrape;
 namespace pb = ::uopd::v1;
 
 std::string scratch(const std::string& tag) {
@@ -313,15 +318,6 @@ TEST(Limits, OutputsPastTheInlineLimitAreDownloadedByTheClient) {
   EXPECT_EQ(*second, (*want)[1].data);
 }
 
-// A gauge's value on /metrics ("name value"); -1 when it is not there.
-double gauge(const std::string& metrics_body, const std::string& name) {
-  for (size_t at = metrics_body.find(name + " "); at != std::string::npos; at = metrics_body.find(name + " ", at + 1))
-    if (at == 0 || metrics_body[at - 1] == '\n') return std::stod(metrics_body.substr(at + name.size() + 1));
-  return -1;
-}
-
-std::string metrics_address(const EmbeddedServer& p);
-std::string scrape(const std::string& address);
 
 // Requests share one budget for bytes in flight: while a slow Run holds its 32 MiB of
 // inline outputs, another that needs as much again is refused naming the limit; once the
@@ -518,48 +514,6 @@ TEST(Limits, SessionsHaveLimitsWithoutATokensFile) {
 
 // ---- The metrics port ----
 
-// host:port of uopd's /metrics, from its log line.
-std::string metrics_address(const EmbeddedServer& p) {
-  std::string address;
-  wait_until([&] {
-    std::string log = p.log_tail(1 << 16);
-    auto at = log.find("metrics on http://");
-    if (at == std::string::npos) return false;
-    at += std::strlen("metrics on http://");
-    address = log.substr(at, log.find('/', at) - at);
-    return true;
-  });
-  return address;
-}
-
-// A TCP connection to host:port, with a receive timeout so that no read blocks the test.
-int connect_to(const std::string& address) {
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1))));
-  inet_pton(AF_INET, address.substr(0, address.rfind(':')).c_str(), &sa.sin_addr);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  timeval tv{60, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// GET /metrics; the body, or "" when the server did not answer.
-std::string scrape(const std::string& address) {
-  int fd = connect_to(address);
-  if (fd < 0) return "";
-  std::string req = "GET /metrics HTTP/1.0\r\nHost: uopd\r\n\r\n";
-  (void)!write(fd, req.data(), req.size());
-  std::string out;
-  char buf[65536];
-  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
-  close(fd);
-  return out.rfind("HTTP/1.", 0) == 0 ? out : "";
-}
 
 // Connections that send half a request and wait hold nothing the scrapes need: a scrape
 // is answered while they are still open (not after the server gave up on them).

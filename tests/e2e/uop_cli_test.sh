@@ -2,7 +2,8 @@
 # `uop` against the real uopd (and its uop-worker processes) on loopback: every example
 # runs through --embedded with the same results as `uopc run` on this machine; against
 # one long-lived server the second compile of a graph is a cache hit; stats show the
-# work; nothing started here is left running.
+# work; `run --profile` names the kernels as `compile` does; nothing started here is left
+# running.
 #   uop_cli_test.sh UOP UOPD UOPC EXAMPLES
 set -u
 uop=$1; uopd=$2; uopc=$3; examples=$4
@@ -75,6 +76,11 @@ fi
 expect 0 "$uop" --server="$addr" compile "$g";  has "$tmp/out" "miss, compiled in"
 expect 0 "$uop" --server="$addr" compile "$g";  has "$tmp/out" "hit (memory)"
 UOPD_ADDRESS=$addr expect 0 "$uop" run "$g" --random 1;  has "$tmp/err" "hit (memory)"
+# --profile: a table whose one row is the kernel `uop compile` named, run once.
+expect 0 "$uop" --server="$addr" compile "$g";  kernel=$(sed -n 2p "$tmp/out" | awk '{print $1}')
+expect 0 "$uop" --server="$addr" run "$g" --random 1 --profile
+has "$tmp/out" "GFLOPS"
+grep -qE "^$kernel +1 " "$tmp/out" || { echo "FAIL: no profile row for kernel '$kernel' launched once"; cat "$tmp/out"; fail=1; }
 expect 0 "$uop" --server="$addr" stats
 has "$tmp/out" "workers: 1"
 grep -q 'hits [1-9][0-9]* memory' "$tmp/out" || { echo "FAIL: stats count no memory hits"; cat "$tmp/out"; fail=1; }

@@ -61,7 +61,7 @@ absl::StatusOr<std::shared_ptr<const DeviceProgram>> CpuBackend::load_program(co
 }
 
 absl::Status CpuBackend::run(const DeviceProgram& program, std::span<DeviceMemory* const> buffers,
-                             std::span<const int64_t> vars, const std::atomic<uint32_t>* stop) {
+                             std::span<const int64_t> vars, const std::atomic<uint32_t>* stop, double*) {
   std::vector<void*> ptrs(buffers.size(), nullptr);
   for (size_t slot = 0; slot < buffers.size(); ++slot)
     if (buffers[slot]) ptrs[slot] = static_cast<HostMemory*>(buffers[slot])->data();

@@ -45,9 +45,11 @@ class CpuBackend final : public DeviceBackend {
   // A kernel whose buffers hold under kSerialBytes together runs on the calling thread:
   // waking the pool costs more than its work (microseconds on an idle machine, far more
   // when the worker shares its cores), and small kernels are what a latency-bound cached
-  // Run launches. Larger ones split their Thread range over the pool.
+  // Run launches. Larger ones split their Thread range over the pool. No timer of its own:
+  // `device_ms` is left to the runtime's clock.
   absl::Status run(const DeviceProgram& program, std::span<DeviceMemory* const> buffers,
-                   std::span<const int64_t> vars, const std::atomic<uint32_t>* stop = nullptr) override;
+                   std::span<const int64_t> vars, const std::atomic<uint32_t>* stop = nullptr,
+                   double* device_ms = nullptr) override;
   static constexpr uint64_t kSerialBytes = 64 << 10;
 
  private:

@@ -161,7 +161,7 @@ absl::StatusOr<std::shared_ptr<const DeviceProgram>> CudaDevice::load_program(co
 }
 
 absl::Status CudaDevice::run(const DeviceProgram& program, std::span<DeviceMemory* const> buffers,
-                             std::span<const int64_t> vars, const std::atomic<uint32_t>*) {
+                             std::span<const int64_t> vars, const std::atomic<uint32_t>*, double* device_ms) {
   const auto& prog = static_cast<const CudaProgram&>(program);
   std::vector<uintptr_t> addresses(buffers.size(), 0);
   std::vector<cu::DevicePtr> ptrs(buffers.size(), 0);
@@ -174,7 +174,7 @@ absl::Status CudaDevice::run(const DeviceProgram& program, std::span<DeviceMemor
   std::lock_guard lock(launch_mu_);
   if (absl::Status st = enter(); !st.ok()) return st;
   bool lost = false;
-  absl::Status st = prog.launch(ptrs, vars, stream_, limits_, &lost);
+  absl::Status st = prog.launch(ptrs, vars, stream_, limits_, &lost, device_ms);
   if (lost) lose_context(absl::Status(st.code(), cat("kernel ", prog.key(), ": ", st.message())));
   return st;
 }

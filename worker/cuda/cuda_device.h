@@ -75,9 +75,11 @@ class CudaDevice final : public DeviceBackend {
   absl::StatusOr<std::shared_ptr<const DeviceProgram>> load_program(const std::string& key, std::string_view object,
                                                                    const KernelAbi& abi) override;
   // CUDA kernels do not watch a stop word yet: `stop` is not read, and a launch past its
-  // deadline ends with the worker (worker/launch_watchdog.h).
+  // deadline ends with the worker (worker/launch_watchdog.h). A timed launch is timed by
+  // events on the device's stream (CudaProgram::launch).
   absl::Status run(const DeviceProgram& program, std::span<DeviceMemory* const> buffers,
-                   std::span<const int64_t> vars, const std::atomic<uint32_t>* stop = nullptr) override;
+                   std::span<const int64_t> vars, const std::atomic<uint32_t>* stop = nullptr,
+                   double* device_ms = nullptr) override;
 
   // Loads a program with a launch shape given outright instead of read from its ABI
   // (tests with hand-written kernels).

@@ -103,6 +103,16 @@ absl::Status resolve_all(void* lib, const std::string& library, CudaApi& api) {
   UOP_RESOLVE(cuStreamDestroy);
   UOP_RESOLVE(cuGetErrorName);
   UOP_RESOLVE(cuGetErrorString);
+  // Optional (CudaApi::has_events): a missing one costs profiles their device timer only.
+  for (auto [name, field] : std::initializer_list<std::pair<const char*, void**>>{
+           {"cuEventCreate", reinterpret_cast<void**>(&api.cuEventCreate)},
+           {"cuEventRecord", reinterpret_cast<void**>(&api.cuEventRecord)},
+           {"cuEventSynchronize", reinterpret_cast<void**>(&api.cuEventSynchronize)},
+           {"cuEventElapsedTime", reinterpret_cast<void**>(&api.cuEventElapsedTime)},
+           {"cuEventDestroy", reinterpret_cast<void**>(&api.cuEventDestroy)}}) {
+    dlerror();
+    *field = dlsym(lib, std::string(driver_symbol(name)).c_str());
+  }
   return absl::OkStatus();
 }
 
@@ -124,6 +134,8 @@ std::string_view driver_symbol(std::string_view function) {
       {"cuMemcpyDtoD", "cuMemcpyDtoD_v2"},
       {"cuMemsetD8", "cuMemsetD8_v2"},
       {"cuStreamDestroy", "cuStreamDestroy_v2"},
+      {"cuEventElapsedTime", "cuEventElapsedTime_v2"},
+      {"cuEventDestroy", "cuEventDestroy_v2"},
   };
   for (const auto& [name, symbol] : kVersioned)
     if (name == function) return symbol;

@@ -27,10 +27,12 @@ struct ContextOpaque;
 struct ModuleOpaque;
 struct FunctionOpaque;
 struct StreamOpaque;
+struct EventOpaque;
 using Context = ContextOpaque*;
 using Module = ModuleOpaque*;
 using Function = FunctionOpaque*;
 using Stream = StreamOpaque*;
+using Event = EventOpaque*;
 
 // CUresult values the worker reacts to (cuda.h's CUDA_SUCCESS, CUDA_ERROR_*).
 inline constexpr Result kSuccess = 0;
@@ -110,6 +112,16 @@ struct CudaApi {
   cu::Result (*cuStreamSynchronize)(cu::Stream stream) = nullptr;
   cu::Result (*cuStreamQuery)(cu::Stream stream) = nullptr;  // kSuccess when done, kErrorNotReady while busy
   cu::Result (*cuStreamDestroy)(cu::Stream stream) = nullptr;  // _v2
+  // Profiled launches only, and optional: a driver without them (or a fake table) leaves
+  // them null, and a launch is then timed by the host's clock.
+  cu::Result (*cuEventCreate)(cu::Event* event, unsigned flags) = nullptr;
+  cu::Result (*cuEventRecord)(cu::Event event, cu::Stream stream) = nullptr;
+  cu::Result (*cuEventSynchronize)(cu::Event event) = nullptr;
+  cu::Result (*cuEventElapsedTime)(float* ms, cu::Event start, cu::Event end) = nullptr;  // _v2
+  cu::Result (*cuEventDestroy)(cu::Event event) = nullptr;  // _v2
+  bool has_events() const {
+    return cuEventCreate && cuEventRecord && cuEventSynchronize && cuEventElapsedTime && cuEventDestroy;
+  }
   cu::Result (*cuGetErrorName)(cu::Result error, const char** name) = nullptr;
   cu::Result (*cuGetErrorString)(cu::Result error, const char** text) = nullptr;
 };

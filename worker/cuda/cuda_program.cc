@@ -131,20 +131,42 @@ CudaProgram::~CudaProgram() {
 }
 
 absl::Status CudaProgram::launch(std::span<const cu::DevicePtr> buffers, std::span<const int64_t> vars,
-                                 cu::Stream stream, const GpuLimits& limits, bool* context_lost) const {
+                                 cu::Stream stream, const GpuLimits& limits, bool* context_lost,
+                                 double* device_ms) const {
   *context_lost = false;
   auto dims = eval_launch_dims(shape_, abi_.vars, vars, limits);
   if (!dims.ok()) return dims.status();
-  if (dims->empty) return absl::OkStatus();
+  if (dims->empty) {
+    if (device_ms) *device_ms = 0;
+    return absl::OkStatus();
+  }
   KernelArgs args = pack_kernel_args(buffers, vars);
   const CudaDriver& drv = ctx_->driver();
   const CudaApi& api = drv.api();
+  // A pair of events around the launch when it is timed: the device's time, without the
+  // launch overhead and the host's wait. An event that cannot be made only costs the timer.
+  cu::Event events[2] = {nullptr, nullptr};
+  bool timed = device_ms && api.has_events() && api.cuEventCreate(&events[0], 0) == cu::kSuccess;
+  if (timed && api.cuEventCreate(&events[1], 0) != cu::kSuccess) {
+    (void)api.cuEventDestroy(events[0]);
+    timed = false;
+  }
+  if (timed && api.cuEventRecord(events[0], stream) != cu::kSuccess) timed = false;
   cu::Result r = api.cuLaunchKernel(fn_, dims->grid[0], dims->grid[1], dims->grid[2], dims->block[0], dims->block[1],
                                     dims->block[2], dims->shared_bytes, stream, args.pointers.data(), nullptr);
   std::string_view where = "cuLaunchKernel";
+  if (r == cu::kSuccess && timed && api.cuEventRecord(events[1], stream) != cu::kSuccess) timed = false;
   if (r == cu::kSuccess) {
     r = api.cuStreamSynchronize(stream);
     where = "cuStreamSynchronize";
+  }
+  if (events[0]) {
+    float ms = 0;
+    if (r == cu::kSuccess && timed && api.cuEventSynchronize(events[1]) == cu::kSuccess &&
+        api.cuEventElapsedTime(&ms, events[0], events[1]) == cu::kSuccess)
+      *device_ms = ms;
+    (void)api.cuEventDestroy(events[0]);
+    (void)api.cuEventDestroy(events[1]);
   }
   if (r == cu::kSuccess) return absl::OkStatus();
   *context_lost = is_sticky(r);

@@ -86,9 +86,11 @@ class CudaProgram final : public DeviceProgram {
   // One launch on `stream`, waited for, so that an error belongs to this kernel. The
   // caller checked the arguments (check_launch_args) and made the context current. Errors
   // give the dims and the CUDA error; `context_lost` is set for one that leaves the
-  // context unusable (the kernel faulted).
+  // context unusable (the kernel faulted). `device_ms` (null: not timed): the launch's
+  // time between two events recorded around it on `stream`, where the driver has events
+  // (otherwise left as it is).
   absl::Status launch(std::span<const cu::DevicePtr> buffers, std::span<const int64_t> vars, cu::Stream stream,
-                      const GpuLimits& limits, bool* context_lost) const;
+                      const GpuLimits& limits, bool* context_lost, double* device_ms = nullptr) const;
 
  private:
   CudaProgram(std::shared_ptr<const CudaContext> ctx, std::string key, KernelAbi abi, GpuLaunchShape shape,

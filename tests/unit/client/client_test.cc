@@ -269,6 +269,35 @@ TEST(ParseArgs, NameFilePairs) {
   }
 }
 
+// `uop run --profile`'s table: a header and one row per kernel in the order given, the
+// numbers right-aligned, a rate without an estimate shown as "-"; the flag parses.
+TEST(ProfileTable, OneRowPerKernelInOrder) {
+  std::vector<client::KernelProfile> p = {
+      {"r_64_64_64", "d1", "CPU:0", 2, 3.5, 1.75, 1e9, 2e9, 285.71, 571.43, "Thread(64) Loop(16) Reduce(64) lanes=4"},
+      {"E_4096", "d2", "CPU:0", 1, 0.01, 0.01, 0, 0, 0, 0, ""},
+  };
+  std::string table = profile_table(p);
+  std::vector<std::string> lines;
+  for (size_t at = 0, nl; (nl = table.find('\n', at)) != std::string::npos; at = nl + 1) lines.push_back(table.substr(at, nl - at));
+  ASSERT_EQ(lines.size(), 3u) << table;
+  EXPECT_TRUE(lines[0].starts_with("kernel")) << lines[0];
+  EXPECT_NE(lines[0].find("GFLOPS"), std::string::npos);
+  EXPECT_NE(lines[0].find("GB/s"), std::string::npos);
+  EXPECT_TRUE(lines[1].starts_with("r_64_64_64 ")) << lines[1];
+  EXPECT_NE(lines[1].find("3.500"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("285.71"), std::string::npos) << lines[1];
+  EXPECT_TRUE(lines[1].ends_with("Thread(64) Loop(16) Reduce(64) lanes=4")) << lines[1];
+  EXPECT_TRUE(lines[2].starts_with("E_4096 ")) << lines[2];
+  EXPECT_NE(lines[2].find(" - "), std::string::npos) << lines[2];
+  // Columns line up: "launches" ends where each row's launch count does.
+  const size_t launches_end = lines[0].find("launches") + std::string("launches").size();
+  EXPECT_EQ(lines[1][launches_end - 1], '2') << table;
+  EXPECT_EQ(lines[2][launches_end - 1], '1') << table;
+  auto a = parse({"run", "g", "--profile"});
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(a->has("profile"));
+}
+
 TEST(ParseArgs, Numbers) {
   EXPECT_EQ(*parse_seed("42"), 42u);
   EXPECT_EQ(*parse_seed("18446744073709551615"), UINT64_MAX);

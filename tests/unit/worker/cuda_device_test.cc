@@ -50,6 +50,10 @@ struct FakeGpu {
   std::vector<uint64_t> args;
   // The kernel, run on the host over every (block, thread) of the launch.
   void (*kernel)(const FakeGpu&, uint64_t global_thread) = nullptr;
+  // Events (with_events): how many were made and are still alive, and the launch count
+  // each was recorded at.
+  int events_made = 0, events_alive = 0;
+  std::map<cu::Event, int> recorded_at;
 };
 FakeGpu* gpu = nullptr;
 
@@ -140,6 +144,24 @@ CudaApi fake_api() {
   a.cuStreamDestroy = [](cu::Stream) { return cu::kSuccess; };
   a.cuGetErrorName = fake_error_name;
   a.cuGetErrorString = fake_error_string;
+  return a;
+}
+
+// fake_api() with events: two recorded around one launch are 2.5 ms apart; any other
+// pair is an error.
+CudaApi with_events(CudaApi a) {
+  a.cuEventCreate = [](cu::Event* e, unsigned) {
+    ++gpu->events_alive;
+    return *e = reinterpret_cast<cu::Event>(uintptr_t{0x5000} + ++gpu->events_made), cu::kSuccess;
+  };
+  a.cuEventRecord = [](cu::Event e, cu::Stream) { return gpu->recorded_at[e] = gpu->launches, cu::kSuccess; };
+  a.cuEventSynchronize = [](cu::Event) { return cu::kSuccess; };
+  a.cuEventElapsedTime = [](float* ms, cu::Event start, cu::Event end) {
+    if (!gpu->recorded_at.contains(start) || gpu->recorded_at[end] != gpu->recorded_at[start] + 1)
+      return cu::kErrorInvalidValue;
+    return *ms = 2.5f, cu::kSuccess;
+  };
+  a.cuEventDestroy = [](cu::Event) { return --gpu->events_alive, cu::kSuccess; };
   return a;
 }
 
@@ -286,6 +308,48 @@ TEST_F(CudaDeviceFake, LaunchesWithDimsFromTheShapeAndArgumentsBySlot) {
   EXPECT_EQ(fake_.launches, 1);
   prog->reset();
   EXPECT_EQ(fake_.unloads, 1);
+}
+
+// A timed launch is timed by a pair of events around it on the stream, freed after; an
+// untimed one makes no event; a driver without events leaves the time to the runtime's
+// clock; an empty launch took no time.
+TEST_F(CudaDeviceFake, ATimedLaunchIsTimedByEventsAroundIt) {
+  std::vector<int64_t> n = {N};
+  {
+    auto dev = open();  // the fake driver has no events
+    ASSERT_TRUE(dev);
+    auto prog = dev->load_program("scale-key", "image", scale_abi(), scale_shape());
+    ASSERT_TRUE(prog.ok()) << prog.status();
+    auto out = dev->allocate(N * 4), in = dev->allocate(N * 4);
+    ASSERT_TRUE(out.ok() && in.ok());
+    std::vector<DeviceMemory*> buffers = {out->get(), in->get()};
+    double ms = -1;
+    ASSERT_TRUE(dev->run(**prog, buffers, n, nullptr, &ms).ok());
+    EXPECT_EQ(ms, -1);
+  }
+  auto d = CudaDriver::from_table(with_events(fake_api()), "fake with events");
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto opened = CudaDevice::open(d->get(), {});
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  auto& dev = *opened;
+  auto prog = dev->load_program("scale-key", "image", scale_abi(), scale_shape());
+  ASSERT_TRUE(prog.ok()) << prog.status();
+  auto out = dev->allocate(N * 4), in = dev->allocate(N * 4);
+  ASSERT_TRUE(out.ok() && in.ok());
+  std::vector<DeviceMemory*> buffers = {out->get(), in->get()};
+  fake_.nargs = 3;
+  fake_.kernel = scale_kernel;
+  ASSERT_TRUE(dev->run(**prog, buffers, n).ok());
+  EXPECT_EQ(fake_.events_made, 0) << "an untimed launch makes no event";
+  double ms = -1;
+  ASSERT_TRUE(dev->run(**prog, buffers, n, nullptr, &ms).ok());
+  EXPECT_EQ(ms, 2.5);
+  EXPECT_EQ(fake_.events_made, 2);
+  EXPECT_EQ(fake_.events_alive, 0);
+  ms = -1;
+  ASSERT_TRUE(dev->run(**prog, buffers, std::vector<int64_t>{0}, nullptr, &ms).ok());
+  EXPECT_EQ(ms, 0);
+  EXPECT_EQ(fake_.events_made, 2) << "an empty launch is not launched, nor timed";
 }
 
 // What the compiler hands the worker: the scale kernel's ABI with its launch dims in

@@ -32,6 +32,9 @@
 #undef cuStreamDestroy
 #undef cuStreamSynchronize
 #undef cuLaunchKernel
+#undef cuEventRecord
+#undef cuEventElapsedTime
+#undef cuEventDestroy
 #endif
 
 namespace uop {
@@ -82,6 +85,9 @@ TEST(CudaDriver, VersionedSymbolsAsCudaHMapsThem) {
   EXPECT_EQ(driver_symbol("cuDevicePrimaryCtxRelease"), "cuDevicePrimaryCtxRelease_v2");
   EXPECT_EQ(driver_symbol("cuStreamDestroy"), "cuStreamDestroy_v2");
   EXPECT_EQ(driver_symbol("cuLaunchKernel"), "cuLaunchKernel");
+  EXPECT_EQ(driver_symbol("cuEventElapsedTime"), "cuEventElapsedTime_v2");
+  EXPECT_EQ(driver_symbol("cuEventDestroy"), "cuEventDestroy_v2");
+  EXPECT_EQ(driver_symbol("cuEventRecord"), "cuEventRecord");
   EXPECT_EQ(driver_symbol("cuInit"), "cuInit");
 }
 
@@ -145,6 +151,11 @@ UOP_SAME_SHAPE(cuStreamSynchronize, cuStreamSynchronize);
 UOP_SAME_SHAPE(cuStreamDestroy, cuStreamDestroy_v2);
 UOP_SAME_SHAPE(cuGetErrorName, cuGetErrorName);
 UOP_SAME_SHAPE(cuGetErrorString, cuGetErrorString);
+UOP_SAME_SHAPE(cuEventCreate, cuEventCreate);
+UOP_SAME_SHAPE(cuEventRecord, cuEventRecord);
+UOP_SAME_SHAPE(cuEventSynchronize, cuEventSynchronize);
+UOP_SAME_SHAPE(cuEventElapsedTime, cuEventElapsedTime_v2);
+UOP_SAME_SHAPE(cuEventDestroy, cuEventDestroy_v2);
 #undef UOP_SAME_SHAPE
 #endif
 

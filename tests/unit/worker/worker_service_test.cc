@@ -186,6 +186,37 @@ TEST(WorkerRuntime, LoadsByKeyAndRunsLaunchesInOrder) {
   for (int i = 0; i < N; ++i) ASSERT_EQ(out[i], i < 10 ? in[i] * 5 + i : 0) << i;
 }
 
+// Timed only when asked: one time per launch, in order, which together fit in the time the
+// launches took; an untimed execute, and an ExecuteBatch without `profile`, time none.
+TEST(WorkerRuntime, TimesEachLaunchOnlyWhenAsked) {
+  WorkerRuntime rt = make_runtime();
+  CpuArtifact times2 = scale_kernel(2), times5 = scale_kernel(5);
+  ASSERT_TRUE(rt.load_program("k2", times2.object, times2.abi.serialize()).ok());
+  ASSERT_TRUE(rt.load_program("k5", times5.object, times5.abi.serialize()).ok());
+  for (uint64_t id : {1, 2, 3}) ASSERT_TRUE(rt.alloc_buffer(id, N * 4).ok());
+  std::vector<LaunchSpec> launches = {{"k2", {2, 1}, {N}}, {"k5", {3, 2}, {N}}, {"k2", {2, 3}, {N}}};
+  std::vector<double> each;
+  auto total = rt.execute(launches, {}, absl::InfiniteFuture(), &each);
+  ASSERT_TRUE(total.ok()) << total.status();
+  ASSERT_EQ(each.size(), launches.size());
+  double sum = 0;
+  for (double ms : each) {
+    EXPECT_GE(ms, 0);
+    sum += ms;
+  }
+  EXPECT_LE(sum, *total);
+
+  ExecuteBatch batch;
+  batch.launches = launches;
+  auto untimed = rt.execute(batch);
+  ASSERT_TRUE(untimed.ok()) << untimed.status();
+  EXPECT_TRUE(untimed->launch_ms.empty());
+  batch.profile = true;
+  auto timed = rt.execute(batch);
+  ASSERT_TRUE(timed.ok()) << timed.status();
+  EXPECT_EQ(timed->launch_ms.size(), launches.size());
+}
+
 TEST(WorkerRuntime, ALoopKernelCounts) {
   WorkerRuntime rt = make_runtime();
   CpuArtifact art = count_kernel();

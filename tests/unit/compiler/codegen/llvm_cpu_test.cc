@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "compiler/support/strings.h"
 #include "tests/unit/compiler/codegen/linear_builder.h"
 
 namespace uop {
@@ -682,6 +683,63 @@ TEST(KernelAbi, DerivedFromTheLinear) {
     bad[pos] = bad[pos] == '9' ? '/' : '9';
     (void)parse_abi(bad);
   }
+}
+
+// The work estimate weighs each op by the trip counts of the ranges open around it, each
+// lane of a vector op counted, registers not counted as memory; it survives the text form,
+// and an ABI without one keeps its older text version.
+TEST(KernelAbi, WorkEstimateWeighsOpsByTheirRanges) {
+  LinearBuilder lb;
+  const UOp* out = lb.param(0, dtypes::float32, 800);
+  const UOp* in = lb.param(1, dtypes::float32.vec(4), 8);
+  const UOp* acc = lb.reg(dtypes::float32, 1);
+  const UOp* n = lb.var("n", 1, 100);
+  const UOp* r0 = lb.range(n, 0, AxisType::Thread);
+  const UOp* r1 = lb.range(lb.idx(8), 1, AxisType::Reduce);
+  const UOp* x = lb.load(in, lb.index(in, r1));               // 16 bytes per r1
+  const UOp* sq = lb.alu(Op::MUL, {x, x});                      // 4 flops per r1
+  const UOp* a = lb.load(acc, lb.index(acc, lb.idx(0)));        // a register: no bytes
+  const UOp* sum = lb.alu(Op::ADD, {a, lb.make(Op::GEP, dtypes::float32, std::array{sq}, IntsArg{{0}})});  // 1 flop
+  const UOp* st = lb.store(lb.index(acc, lb.idx(0)), sum);
+  const UOp* e1 = lb.end(st, r1);
+  const UOp* doubled = lb.alu(Op::MUL, {lb.load(acc, lb.index(acc, lb.idx(0))), lb.cnst(dtypes::float32, ConstValue::Float(2))});
+  lb.end(lb.after(lb.store(lb.index(out, r0), doubled), {e1}), r0);  // 1 flop, 4 bytes per r0
+  auto abi = abi_of(lb.linear());
+  ASSERT_TRUE(abi.ok()) << abi.status();
+  ASSERT_TRUE(abi->work.has_value());
+  for (int64_t nv : {1, 7, 100}) {
+    std::array<int64_t, 1> vars{nv};
+    EXPECT_EQ(abi->work->flops.eval(vars), nv * (8 * (4 + 1) + 1)) << nv;
+    EXPECT_EQ(abi->work->bytes.eval(vars), nv * (8 * 16 + 4)) << nv;
+  }
+  EXPECT_EQ(abi->schedule_str(), "Thread(n) Reduce(8) lanes=4");
+  std::string text = abi->serialize();
+  EXPECT_TRUE(text.starts_with(cat("uopd-abi ", kAbiVersion, "\n"))) << text;
+  auto back = parse_abi(text);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << text;
+  EXPECT_EQ(*back, *abi);
+  for (size_t len = 0; len + 1 < text.size(); ++len) EXPECT_FALSE(parse_abi(text.substr(0, len)).ok()) << len;
+  std::string bad_axis = text;
+  bad_axis.replace(bad_axis.find("Reduce"), 6, "Reduse");
+  EXPECT_EQ(parse_abi(bad_axis).status().code(), absl::StatusCode::kDataLoss);
+  // With GPU launch dims after it.
+  KernelAbi gpu = *abi;
+  gpu.gpu.emplace();
+  gpu.gpu->block[0] = LaunchExpr::constant(128);
+  auto gpu_back = parse_abi(gpu.serialize());
+  ASSERT_TRUE(gpu_back.ok()) << gpu_back.status() << "\n" << gpu.serialize();
+  EXPECT_EQ(*gpu_back, gpu);
+
+  // Without an estimate (an artifact of an older ABI), the text is what it was.
+  KernelAbi old = *abi;
+  old.work.reset();
+  EXPECT_TRUE(old.serialize().starts_with("uopd-abi 1\n")) << old.serialize();
+  auto old_back = parse_abi(old.serialize());
+  ASSERT_TRUE(old_back.ok()) << old_back.status();
+  EXPECT_EQ(*old_back, old);
+  EXPECT_EQ(old.schedule_str(), "");
+  old.stop_word = true;
+  EXPECT_TRUE(old.serialize().starts_with("uopd-abi 3\n")) << old.serialize();
 }
 
 TEST(KernelAbi, LaunchExprFollowsEval) {
