@@ -12,7 +12,7 @@
 #include <optional>
 
 #include "client/embedded_server.h"
-#include "client/onnx/importer.h"
+#include "compiler/onnx/importer.h"
 #include "client/onnx/model_runner.h"
 #include "compiler/interp/npy.h"
 #include "compiler/support/status_macros.h"
