@@ -394,6 +394,8 @@ absl::StatusOr<Stats> Client::stats() {
   out.compile_queue_depth = r.compile_queue_depth();
   out.compile_tasks_running = r.compile_tasks_running();
   out.compiles_in_progress = r.compiles_in_progress();
+  out.model_weight_buffers_written = r.model_weight_buffers_written();
+  out.model_weight_bytes_written = r.model_weight_bytes_written();
   out.compiler_build_id = r.compiler_build_id();
   for (const pb::WorkerStatus& w : r.workers())
     out.workers.push_back({w.id(), w.device(), w.address(), w.state(), w.pid(), w.restarts(), w.last_error()});
@@ -557,6 +559,43 @@ absl::StatusOr<HostTensor> Session::download_tensor(const RunOutput& out) {
   return t;
 }
 
+namespace {
+// A Run's answer as the caller sees it (Run and RunModel answer alike).
+absl::StatusOr<RunResult> run_result(Session& session, pb::RunResponse& resp, bool keep_outputs) {
+  RunResult out;
+  for (const pb::Output& o : resp.outputs()) {
+    std::string what = cat("output ", o.name());
+    absl::StatusOr<HostTensor> t = tensor_header(what, o.dtype(), o.shape());
+    if (!t.ok()) return t.status();
+    RunOutput r{o.name(), std::move(*t), ""};
+    if (o.value_case() == pb::Output::kBufferId && !keep_outputs) {
+      // Over the server's inline limit: it stays in the session for us to stream down,
+      // then it is freed (here whatever the download did, so nothing is left behind).
+      r.buffer_id = o.buffer_id();
+      absl::StatusOr<HostTensor> data = session.download_tensor(r);
+      absl::Status freed = session.free_buffer(r.buffer_id);
+      if (!data.ok()) return data.status();
+      if (!freed.ok()) return freed;
+      r.tensor = std::move(*data);
+      r.buffer_id.clear();
+    } else if (o.value_case() == pb::Output::kBufferId) {
+      r.buffer_id = o.buffer_id();
+    } else {
+      if (absl::Status s = check_data_size(what, r.tensor, o.data().size()); !s.ok()) return s;
+      r.tensor.data = o.data();
+    }
+    out.outputs.push_back(std::move(r));
+  }
+  out.kernels = kernels_from_wire(resp.kernels());
+  out.device = resp.device();
+  out.plan_ms = resp.plan_ms();
+  out.compile_ms = resp.compile_ms();
+  out.run_ms = resp.run_ms();
+  out.collective_ms = resp.collective_ms();
+  return out;
+}
+}  // namespace
+
 absl::StatusOr<RunResult> Session::run(const UOp* root, const Names& names, const std::vector<Input>& inputs, bool keep_outputs) {
   pb::RunRequest req;
   req.set_session_id(id_);
@@ -586,37 +625,66 @@ absl::StatusOr<RunResult> Session::run(const UOp* root, const Names& names, cons
   auto ctx = conn_->context();
   if (absl::Status s = to_status(conn_->stub->Run(ctx.get(), req, &resp)); !s.ok()) return s;
 
-  RunResult out;
-  for (const pb::Output& o : resp.outputs()) {
-    std::string what = cat("output ", o.name());
-    absl::StatusOr<HostTensor> t = tensor_header(what, o.dtype(), o.shape());
-    if (!t.ok()) return t.status();
-    RunOutput r{o.name(), std::move(*t), ""};
-    if (o.value_case() == pb::Output::kBufferId && !keep_outputs) {
-      // Over the server's inline limit: it stays in the session for us to stream down,
-      // then it is freed (here whatever the download did, so nothing is left behind).
-      r.buffer_id = o.buffer_id();
-      absl::StatusOr<HostTensor> data = download_tensor(r);
-      absl::Status freed = free_buffer(r.buffer_id);
-      if (!data.ok()) return data.status();
-      if (!freed.ok()) return freed;
-      r.tensor = std::move(*data);
-      r.buffer_id.clear();
-    } else if (o.value_case() == pb::Output::kBufferId) {
-      r.buffer_id = o.buffer_id();
-    } else {
-      if (absl::Status s = check_data_size(what, r.tensor, o.data().size()); !s.ok()) return s;
-      r.tensor.data = o.data();
+  return run_result(*this, resp, keep_outputs);
+}
+
+
+absl::StatusOr<LoadedModel> Session::load_model(std::string_view onnx_bytes,
+                                                const std::map<std::string, std::vector<int64_t>>& input_shapes) {
+  pb::LoadModelResponse resp;
+  auto ctx = conn_->context();
+  std::unique_ptr<grpc::ClientWriter<pb::LoadModelChunk>> writer = conn_->stub->LoadModel(ctx.get(), &resp);
+  pb::LoadModelChunk chunk;
+  bool first = true;
+  for (const ByteRange& r : chunk_ranges(0, onnx_bytes.size(), conn_->options.chunk_bytes)) {
+    chunk.Clear();
+    if (first) {
+      chunk.set_session_id(id_);
+      for (const auto& [name, shape] : input_shapes) {
+        auto* s = chunk.add_input_shapes();
+        s->set_name(name);
+        for (int64_t d : shape) s->add_shape(d);
+      }
+      first = false;
     }
-    out.outputs.push_back(std::move(r));
+    chunk.set_data(onnx_bytes.data() + r.offset, r.length);
+    if (!writer->Write(chunk)) break;  // the server ended the call; Finish() says why
   }
-  out.kernels = kernels_from_wire(resp.kernels());
-  out.device = resp.device();
-  out.plan_ms = resp.plan_ms();
-  out.compile_ms = resp.compile_ms();
-  out.run_ms = resp.run_ms();
-  out.collective_ms = resp.collective_ms();
-  return out;
+  writer->WritesDone();
+  if (absl::Status s = to_status(writer->Finish()); !s.ok()) return s;
+  LoadedModel m;
+  m.id = resp.model_id();
+  auto tensors = [](const auto& from, std::vector<ModelTensor>& to) {
+    for (const pb::ModelTensor& t : from) to.push_back({t.name(), static_cast<Scalar>(t.dtype()), {t.shape().begin(), t.shape().end()}});
+  };
+  tensors(resp.inputs(), m.inputs);
+  tensors(resp.outputs(), m.outputs);
+  m.weight_buffers = resp.weight_buffers();
+  m.weight_bytes = resp.weight_bytes();
+  m.import_ms = resp.import_ms();
+  return m;
+}
+
+absl::StatusOr<RunResult> Session::run_model(const std::string& model_id, const std::vector<Input>& inputs, bool keep_outputs) {
+  pb::RunModelRequest req;
+  req.set_session_id(id_);
+  req.set_model_id(model_id);
+  req.set_keep_outputs(keep_outputs);
+  for (const Input& in : inputs) {
+    const std::string* name = std::get_if<std::string>(&in.node);
+    if (!name) return absl::InvalidArgumentError("a model's input is bound by its name");
+    pb::Binding* b = req.add_inputs();
+    b->set_name(*name);
+    if (const std::string* id = std::get_if<std::string>(&in.value)) {
+      b->set_buffer_id(*id);
+    } else if (absl::Status s = tensor_to_wire(std::get<HostTensor>(in.value), b->mutable_tensor()); !s.ok()) {
+      return s;
+    }
+  }
+  pb::RunResponse resp;
+  auto ctx = conn_->context();
+  if (absl::Status s = to_status(conn_->stub->RunModel(ctx.get(), req, &resp)); !s.ok()) return s;
+  return run_result(*this, resp, keep_outputs);
 }
 
 }  // namespace uop::client

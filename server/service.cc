@@ -652,6 +652,8 @@ grpc::Status UopdService::Stats(grpc::ServerContext* ctx, const pb::StatsRequest
     resp->set_buffer_bytes(d_.sessions->bytes());
   }
   resp->set_compiles_in_progress((*tenant)->compiles_running());
+  resp->set_model_weight_buffers_written(weight_buffers_written_.load());
+  resp->set_model_weight_bytes_written(weight_bytes_written_.load());
   resp->set_compiler_build_id(compiler_build_id());
   // Tenants see what a device is doing, not where its worker is: addresses, pids and the
   // last error (which names both) are the operator's. Without a tokens file there is one

@@ -211,6 +211,15 @@ grpc::ServerUnaryReactor* UopdService::Run(grpc::CallbackServerContext* ctx, con
       });
 }
 
+grpc::ServerUnaryReactor* UopdService::RunModel(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                                grpc::ByteBuffer* response) {
+  return serve_raw<pb::RunModelRequest, pb::RunResponse>(
+      "RunModel", ctx, request, response,
+      [this](grpc::ServerContextBase* c, pb::RunModelRequest* req, pb::RunResponse* resp, ByteBudget::Hold& held) {
+        return RunModel(c, req, resp, held);
+      });
+}
+
 grpc::ServerUnaryReactor* UopdService::Explain(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                                grpc::ByteBuffer* response) {
   return serve_raw<pb::ExplainRequest, pb::ExplainResponse>(

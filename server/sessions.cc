@@ -193,6 +193,30 @@ absl::StatusOr<BufferInfo> SessionManager::buffer(const std::string& session, co
   return it->second;
 }
 
+absl::StatusOr<std::string> SessionManager::add_model(const std::string& session, std::shared_ptr<const HeldModel> model,
+                                                     const std::string& tenant) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto s = find(session, tenant);
+  if (!s.ok()) return s.status();
+  // Bounded like buffers: a model holds at least one buffer or is refused before this.
+  if ((*s)->models.size() >= opts_.max_buffers)
+    return absl::ResourceExhaustedError(cat("session holds ", (*s)->models.size(), " models, the limit of its buffers"));
+  std::string id = random_id();
+  (*s)->models.emplace(id, std::move(model));
+  return id;
+}
+
+absl::StatusOr<std::shared_ptr<const HeldModel>> SessionManager::model(const std::string& session, const std::string& model_id,
+                                                                       const std::string& tenant) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto s = find(session, tenant);
+  if (!s.ok()) return s.status();
+  auto it = (*s)->models.find(model_id);
+  if (it == (*s)->models.end())
+    return absl::NotFoundError(cat("model '", model_id.substr(0, 64), "' does not exist in this session"));
+  return it->second;
+}
+
 absl::StatusOr<BufferInfo> SessionManager::remove_buffer(const std::string& session, const std::string& buffer_id,
                                                          const std::string& tenant) {
   std::lock_guard<std::mutex> l(mu_);
