@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
 #include <fstream>
 
 #include "client/client.h"
@@ -13,6 +16,7 @@
 #include "client/onnx/model_runner.h"
 #include "compiler/interp/npy.h"
 #include "compiler/onnx/importer.h"
+#include "proto/uopd.grpc.pb.h"
 #include "tests/e2e/scheduler_proc.h"
 
 namespace uop {
@@ -228,6 +232,40 @@ TEST(ModelsTenants, AModelIdOfAnotherTenantIsNotFound) {
   // Bob names Alice's model in his own session: it is not there for him.
   EXPECT_EQ(sb->run_model(m->id, {{std::string("x"), x}}).status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(sa->run_model(m->id, {{std::string("x"), x}}).ok());
+}
+
+// A LoadModel whose client stops sending, after a first chunk or before any, is ended by
+// the server's watchdog (the client sees the call cancelled, long before its own 120 s
+// deadline), and the server serves on.
+TEST(ModelsLimits, ALoadModelLeftOpenIsEndedByTheServer) {
+  auto srv = SchedulerProc::start(UOPD_BINARY, {"--cache-dir=", "--workers=1", "--stream-idle-timeout-s=1"});
+  ASSERT_TRUE(srv.client);
+  auto s = srv.client->create_session();
+  ASSERT_TRUE(s.ok());
+  auto channel = grpc::CreateChannel(srv.proc->address(), grpc::InsecureChannelCredentials());
+  auto stub = ::uopd::v1::Uopd::NewStub(channel);
+  const std::string model = mlp();
+  for (bool send_one : {true, false}) {
+    SCOPED_TRACE(send_one ? "after one chunk" : "before any chunk");
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    ::uopd::v1::LoadModelResponse resp;
+    auto writer = stub->LoadModel(&ctx, &resp);
+    if (send_one) {
+      ::uopd::v1::LoadModelChunk c;
+      c.set_session_id(s->id());
+      c.set_data(model.substr(0, model.size() / 2));
+      ASSERT_TRUE(writer->Write(c));
+    }
+    // No WritesDone: the client just stops. Finish waits for the server's verdict.
+    grpc::Status st = writer->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::CANCELLED) << st.error_message();
+  }
+  auto m = s->load_model(model);
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto stats = srv.client->stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->buffers, 3u);  // the one model's weights: nothing of the abandoned loads
 }
 
 // The `uop` command on a model file against a long-lived uopd: `uop run MODEL.onnx` goes
