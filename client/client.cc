@@ -19,6 +19,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/container/flat_hash_map.h"
+#include "compiler/support/status_macros.h"
 #include "compiler/support/strings.h"
 #include "proto/uopd.grpc.pb.h"
 
@@ -560,6 +561,15 @@ absl::StatusOr<HostTensor> Session::download_tensor(const RunOutput& out) {
 }
 
 namespace {
+// An input's value on the wire: a buffer id, or the tensor inline.
+absl::Status bind_value(const Input& in, pb::Binding* b) {
+  if (const std::string* id = std::get_if<std::string>(&in.value)) {
+    b->set_buffer_id(*id);
+    return absl::OkStatus();
+  }
+  return tensor_to_wire(std::get<HostTensor>(in.value), b->mutable_tensor());
+}
+
 // A Run's answer as the caller sees it (Run and RunModel answer alike).
 absl::StatusOr<RunResult> run_result(Session& session, pb::RunResponse& resp, bool keep_outputs) {
   RunResult out;
@@ -615,11 +625,7 @@ absl::StatusOr<RunResult> Session::run(const UOp* root, const Names& names, cons
       if (it == index->end()) return absl::InvalidArgumentError("an input node is not part of the graph being run");
       b->set_index(it->second);
     }
-    if (const std::string* id = std::get_if<std::string>(&in.value)) {
-      b->set_buffer_id(*id);
-    } else if (absl::Status s = tensor_to_wire(std::get<HostTensor>(in.value), b->mutable_tensor()); !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(bind_value(in, b));
   }
   pb::RunResponse resp;
   auto ctx = conn_->context();
@@ -627,7 +633,6 @@ absl::StatusOr<RunResult> Session::run(const UOp* root, const Names& names, cons
 
   return run_result(*this, resp, keep_outputs);
 }
-
 
 absl::StatusOr<LoadedModel> Session::load_model(std::string_view onnx_bytes,
                                                 const std::map<std::string, std::vector<int64_t>>& input_shapes) {
@@ -675,11 +680,7 @@ absl::StatusOr<RunResult> Session::run_model(const std::string& model_id, const 
     if (!name) return absl::InvalidArgumentError("a model's input is bound by its name");
     pb::Binding* b = req.add_inputs();
     b->set_name(*name);
-    if (const std::string* id = std::get_if<std::string>(&in.value)) {
-      b->set_buffer_id(*id);
-    } else if (absl::Status s = tensor_to_wire(std::get<HostTensor>(in.value), b->mutable_tensor()); !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(bind_value(in, b));
   }
   pb::RunResponse resp;
   auto ctx = conn_->context();

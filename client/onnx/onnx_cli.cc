@@ -84,6 +84,21 @@ std::string message(const absl::Status& s) {
   return cat(absl::StatusCodeToString(s.code()), ": ", s.message());
 }
 
+// The --in files of a model command, and the shapes they fix for LoadModel.
+struct GivenInputs {
+  std::map<std::string, HostTensor> tensors;
+  std::map<std::string, std::vector<int64_t>> shapes;
+};
+absl::StatusOr<GivenInputs> read_inputs(const std::vector<std::pair<std::string, std::string>>& ins) {
+  GivenInputs out;
+  for (auto& [name, file] : ins) {
+    ASSIGN_OR_RETURN(HostTensor t, read_npy(file));
+    out.shapes[name] = t.shape;
+    out.tensors[name] = std::move(t);
+  }
+  return out;
+}
+
 int run_model(const cli::Args& a, const std::string& self_exe) {
   const std::string& path = a.positional[0];
   auto ins = cli::name_file_pairs(a, "in");
@@ -94,17 +109,12 @@ int run_model(const cli::Args& a, const std::string& self_exe) {
   if (!model.ok()) return invalid(std::string(model.status().message()));
   // The model is imported by uopd (LoadModel): its weights go up once, into the session,
   // and only the inputs travel with the run. Inputs fix the shapes it is imported for.
-  std::map<std::string, HostTensor> inputs;
-  std::map<std::string, std::vector<int64_t>> shapes;
-  for (auto& [name, file] : *ins) {
-    auto t = read_npy(file);
-    if (!t.ok()) return invalid(std::string(t.status().message()));
-    shapes[name] = t->shape;
-    inputs[name] = std::move(*t);
-  }
+  auto given = read_inputs(*ins);
+  if (!given.ok()) return invalid(std::string(given.status().message()));
+  std::map<std::string, HostTensor>& inputs = given->tensors;
   Service svc;
   if (absl::Status s = connect(a, self_exe, svc); !s.ok()) return invalid(message(s));
-  auto loaded = svc.session->load_model(*model, shapes);
+  auto loaded = svc.session->load_model(*model, given->shapes);
   if (!loaded.ok()) return invalid(cat(path, ": ", message(loaded.status())));
   for (const client::ModelTensor& in : loaded->inputs)
     if (!inputs.contains(in.name)) return usage_error(cat("model input '", in.name, "' is not bound: give --in ", in.name, "=FILE.npy"));
@@ -148,24 +158,18 @@ int bench_model(const cli::Args& a, const std::string& self_exe) {
   if (!seed.ok()) return usage_error(std::string(seed.status().message()));
   auto model = read_file(path);
   if (!model.ok()) return invalid(std::string(model.status().message()));
-  std::map<std::string, HostTensor> given;
-  std::map<std::string, std::vector<int64_t>> shapes;
-  for (auto& [name, file] : *ins) {
-    auto t = read_npy(file);
-    if (!t.ok()) return invalid(std::string(t.status().message()));
-    shapes[name] = t->shape;
-    given[name] = std::move(*t);
-  }
+  auto given = read_inputs(*ins);
+  if (!given.ok()) return invalid(std::string(given.status().message()));
   Service svc;
   if (absl::Status s = connect(a, self_exe, svc); !s.ok()) return invalid(message(s));
   auto t0 = std::chrono::steady_clock::now();
-  auto loaded = svc.session->load_model(*model, shapes);
+  auto loaded = svc.session->load_model(*model, given->shapes);
   if (!loaded.ok()) return invalid(cat(path, ": ", message(loaded.status())));
   std::vector<client::Input> bound;
   uint64_t k = 0;
   for (const client::ModelTensor& in : loaded->inputs) {
-    auto it = given.find(in.name);
-    HostTensor t = it != given.end() ? std::move(it->second) : HostTensor::random(in.dtype, in.shape, *seed + k++);
+    auto it = given->tensors.find(in.name);
+    HostTensor t = it != given->tensors.end() ? std::move(it->second) : HostTensor::random(in.dtype, in.shape, *seed + k++);
     client::Input b{in.name, std::move(t)};
     // Large inputs go up once, as buffers, like the weights.
     if (std::get<HostTensor>(b.value).nbytes() > (int64_t{1} << 20)) {
