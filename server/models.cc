@@ -4,6 +4,7 @@
 
 #include "compiler/support/status_macros.h"
 #include "proto/uop.pb.h"
+#include "server/wire_scan.h"
 #include "compiler/support/strings.h"
 #if UOPD_ONNX
 #include "compiler/onnx/importer.h"
@@ -59,6 +60,7 @@ absl::StatusOr<ImportedModelGraph> import_model_graph(std::string_view bytes,
   uop::v1::Graph wire;
   encode_proto(m.root, graph_names, &wire);
   ASSIGN_OR_RETURN(DecodedGraph g, decode_proto(wire, limits));
+  out.graph_bytes = wire.ByteSizeLong() + kDecodedNodeBytes * g.nodes.size();
   out.graph = std::make_shared<const DecodedGraph>(std::move(g));
   for (const auto& in : declared) {
     const HostTensor& p = placeholders[in.name];

@@ -30,6 +30,7 @@ struct ImportedModelGraph {
   // The weights: the graph's name of each (Binding.name) and its data.
   std::vector<std::pair<std::string, HostTensor>> weights;
   std::vector<ModelTensorInfo> inputs, outputs;
+  uint64_t graph_bytes = 0;  // what the decoded graph holds in the scheduler, about
 };
 
 // UNIMPLEMENTED where uopd is built without libonnx-dev. INVALID_ARGUMENT for bytes that

@@ -760,11 +760,14 @@ grpc::Status UopdService::LoadModel(grpc::ServerContext* ctx, grpc::ServerReader
   auto devices = d_.sessions->devices(session, who);
   if (!devices.ok()) return finish("LoadModel", devices.status());
 
+  // The import holds the weights once more (as tensors) and then the graph it made.
+  if (absl::Status s = held.grow(bytes.size(), "LoadModel: importing the model"); !s.ok()) return finish("LoadModel", s);
   auto imported = import_model_graph(bytes, shapes, d_.limits.decode);
   if (!imported.ok()) {
     const absl::Status& s = imported.status();
     return finish("LoadModel", absl::Status(s.code(), cat("LoadModel: ", s.message())));
   }
+  if (absl::Status s = held.grow(imported->graph_bytes, "LoadModel: the model's graph"); !s.ok()) return finish("LoadModel", s);
   auto model = std::make_shared<HeldModel>();
   model->graph = imported->graph;
   model->inputs = imported->inputs;
@@ -787,8 +790,9 @@ grpc::Status UopdService::LoadModel(grpc::ServerContext* ctx, grpc::ServerReader
     model->weights.emplace_back(name, *id);
     weight_bytes += data.data.size();
   }
-  auto id = d_.sessions->add_model(session, model, who);
+  auto id = d_.sessions->add_model(session, model, imported->graph_bytes, who);
   if (!id.ok()) {
+    if (id.status().code() == absl::StatusCode::kResourceExhausted) (*tenant)->count_rejection("bytes");
     undo();
     return finish("LoadModel", id.status());
   }

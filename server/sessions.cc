@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 
+#include "compiler/support/status_macros.h"
 #include "compiler/support/strings.h"
 
 namespace uop::server {
@@ -194,15 +195,20 @@ absl::StatusOr<BufferInfo> SessionManager::buffer(const std::string& session, co
 }
 
 absl::StatusOr<std::string> SessionManager::add_model(const std::string& session, std::shared_ptr<const HeldModel> model,
-                                                     const std::string& tenant) {
+                                                     uint64_t bytes, const std::string& tenant) {
   std::lock_guard<std::mutex> l(mu_);
   auto s = find(session, tenant);
   if (!s.ok()) return s.status();
-  // Bounded like buffers: a model holds at least one buffer or is refused before this.
-  if ((*s)->models.size() >= opts_.max_buffers)
-    return absl::ResourceExhaustedError(cat("session holds ", (*s)->models.size(), " models, the limit of its buffers"));
+  Session& ss = **s;
+  if (ss.models.size() >= opts_.max_buffers)
+    return absl::ResourceExhaustedError(cat("session model count: limit ", opts_.max_buffers, " reached (--session-buffers)"));
+  Owner& o = owners_[ss.tenant];
+  RETURN_IF_ERROR(check_bytes_locked(ss, o, bytes, "for the model's graph"));
+  // Given back with the session's bytes when it closes (release_locked).
+  o.used.bytes += bytes;
+  ss.bytes += bytes;
   std::string id = random_id();
-  (*s)->models.emplace(id, std::move(model));
+  ss.models.emplace(id, std::move(model));
   return id;
 }
 

@@ -109,9 +109,11 @@ class SessionManager {
   absl::StatusOr<BufferInfo> remove_buffer(const std::string& session, const std::string& buffer_id,
                                            const std::string& tenant = "");
   // A model of the session: its id comes back (random, like a buffer's), and it goes
-  // when the session does. A model id of another session or tenant is NOT_FOUND.
+  // when the session does. A model id of another session or tenant is NOT_FOUND. The
+  // `bytes` the scheduler holds for it (its graph) count against the session's and the
+  // tenant's byte quotas like a buffer's (RESOURCE_EXHAUSTED naming the limit).
   absl::StatusOr<std::string> add_model(const std::string& session, std::shared_ptr<const HeldModel> model,
-                                        const std::string& tenant = "");
+                                        uint64_t bytes, const std::string& tenant = "");
   absl::StatusOr<std::shared_ptr<const HeldModel>> model(const std::string& session, const std::string& model_id,
                                                          const std::string& tenant = "");
 

@@ -209,7 +209,7 @@ TEST(ModelsLimits, AnOversizeModelIsRefusedBeforeItIsKept) {
 
 TEST(ModelsTenants, AModelIdOfAnotherTenantIsNotFound) {
   const std::string dir = testing::scratch_dir("models-tenants");
-  std::ofstream(dir + "/tokens") << "alice alice-secret-1\nbob bob-secret-2\n";
+  std::ofstream(dir + "/tokens") << "alice alice-secret-1\nbob bob-secret-2\ncarol carol-secret-3 bytes=2048\n";
   auto alice = SchedulerProc::start(UOPD_BINARY, {"--cache-dir=", "--workers=1", "--tokens-file=" + dir + "/tokens"},
                                     "alice-secret-1");
   ASSERT_TRUE(alice.client);
@@ -227,6 +227,19 @@ TEST(ModelsTenants, AModelIdOfAnotherTenantIsNotFound) {
   // Bob names Alice's model in his own session: it is not there for him.
   EXPECT_EQ(sb->run_model(m->id, {{std::string("x"), x}}).status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(sa->run_model(m->id, {{std::string("x"), x}}).ok());
+
+  // A model's weights and graph count against its tenant's bytes: 2 KiB hold neither.
+  o.bearer_token = "carol-secret-3";
+  auto carol = Client::connect(o);
+  ASSERT_TRUE(carol.ok());
+  auto sc = (*carol)->create_session();
+  ASSERT_TRUE(sc.ok());
+  auto refused = sc->load_model(mlp());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  auto usage = (*carol)->stats();
+  ASSERT_TRUE(usage.ok());
+  EXPECT_EQ(usage->buffers, 0u);
+  EXPECT_EQ(usage->buffer_bytes, 0u);
 }
 
 // A LoadModel whose client stops sending, after a first chunk or before any, is ended by
