@@ -52,7 +52,9 @@ absl::StatusOr<ImportedModelGraph> import_model_graph(std::string_view bytes,
   for (size_t i = 0; i < m.bindings.size(); ++i) {
     const auto& [u, data] = m.bindings[i];
     if (inputs.contains(u)) continue;
+    // A name no input of the model has, so that a binding by name finds one node.
     std::string name = cat("weight:", out.weights.size());
+    while (names.contains(name)) name.insert(0, "_");
     graph_names.emplace_back(name, u);
     out.weights.emplace_back(name, data);
   }
