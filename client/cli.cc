@@ -31,8 +31,8 @@ flags::Tool uop_flags(bool onnx) {
   common.string("tls-cert", "PEM", "this client's certificate, for a server that requires one (uopd --tls-client-ca)");
   common.string("tls-key", "PEM", "its key");
 
-  flags::Command& run = t.command("run", onnx ? "compile and run on the server's device; a MODEL.onnx is imported "
-                                                "first (--in for every model input)"
+  flags::Command& run = t.command("run", onnx ? "compile and run on the server's device; a MODEL.onnx is loaded into "
+                                                "uopd, which imports it and keeps its weights (--in for every model input)"
                                               : "compile and run on the server's device");
   run.positional("GRAPH");
   run.string("in", "NAME=FILE.npy", "bind the input called NAME").repeatable();
