@@ -2,6 +2,10 @@
 #include "client/cli.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <iomanip>
+#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
@@ -28,8 +32,8 @@ flags::Tool uop_flags(bool onnx) {
   common.string("tls-cert", "PEM", "this client's certificate, for a server that requires one (uopd --tls-client-ca)");
   common.string("tls-key", "PEM", "its key");
 
-  flags::Command& run = t.command("run", onnx ? "compile and run on the server's device; a MODEL.onnx is imported "
-                                                "first (--in for every model input)"
+  flags::Command& run = t.command("run", onnx ? "compile and run on the server's device; a MODEL.onnx is loaded into "
+                                                "uopd, which imports it and keeps its weights (--in for every model input)"
                                               : "compile and run on the server's device");
   run.positional("GRAPH");
   run.string("in", "NAME=FILE.npy", "bind the input called NAME").repeatable();
@@ -52,6 +56,19 @@ flags::Tool uop_flags(bool onnx) {
 
   t.command("stats", "the server's counters: workers, caches, plans, sessions");
 
+  flags::Command& bench = t.command("bench", onnx ? "load once, run N times in one session: latency min / p50 / p99, runs "
+                                                    "per second and where the time went; GRAPH or MODEL.onnx (loaded "
+                                                    "into uopd once)"
+                                                  : "load once, run N times in one session: latency min / p50 / p99, runs "
+                                                    "per second and where the time went");
+  bench.positional("GRAPH");
+  bench.integer("iterations", "N", "timed runs", 20).range(1, 1'000'000);
+  bench.integer("warmup", "N", "runs before the timed ones (compiles, plan cache, first-touch)", 3).range(0, 1'000'000);
+  bench.string("in", "NAME=FILE.npy", "bind the input called NAME").repeatable();
+  bench.string("random", "SEED", "the seed of the random values of unbound inputs", "0");
+  bench.flag("json", "one JSON object on stdout, for scripts");
+  bench.string("device", "NAME", "the server's device to run on").shown_default("its first CPU");
+
   if (onnx) {
     flags::Command& test = t.command("onnx-test",
                                      "run ONNX backend-test cases (model.onnx, test_data_set_*/): PASS / FAIL / "
@@ -65,6 +82,82 @@ flags::Tool uop_flags(bool onnx) {
     test.string("device", "NAME", "the server's device to run on").shown_default("its first CPU");
   }
   return t;
+}
+
+absl::StatusOr<std::vector<BenchSample>> bench_runs(const std::function<absl::StatusOr<client::RunResult>()>& run,
+                                                     int64_t warmup, int64_t iterations) {
+  for (int64_t i = 0; i < warmup; ++i) RETURN_IF_ERROR(run().status());
+  std::vector<BenchSample> out;
+  out.reserve(static_cast<size_t>(iterations));
+  for (int64_t i = 0; i < iterations; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    ASSIGN_OR_RETURN(client::RunResult r, run());
+    double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    out.push_back({wall, r.plan_ms, r.compile_ms, r.run_ms, r.collective_ms});
+  }
+  return out;
+}
+
+namespace {
+// The value at quantile q of sorted values (nearest rank).
+double quantile(const std::vector<double>& sorted, double q) {
+  size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(sorted.size())));
+  return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+// `s` as a JSON string's contents.
+std::string json_escaped(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    if (static_cast<unsigned char>(ch) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+std::string fixed(double v, int digits = 3) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(digits) << v;
+  return o.str();
+}
+}  // namespace
+
+std::string bench_report(const std::string& what, const std::vector<BenchSample>& samples, double load_ms, bool json) {
+  std::vector<double> wall;
+  double plan = 0, compile = 0, run = 0, collective = 0, total = 0;
+  for (const BenchSample& s : samples) {
+    wall.push_back(s.wall_ms);
+    plan += s.plan_ms, compile += s.compile_ms, run += s.run_ms, collective += s.collective_ms, total += s.wall_ms;
+  }
+  std::sort(wall.begin(), wall.end());
+  const double n = static_cast<double>(samples.size());
+  const double mean = total / n;
+  // What the server's timings do not cover: the client, the RPC and the network.
+  const double client = std::max(0.0, mean - (plan + compile + run + collective) / n);
+  const double per_second = total > 0 ? 1000.0 * n / total : 0;
+  std::ostringstream o;
+  if (json) {
+    o << "{\"what\": \"" << json_escaped(what) << "\", \"iterations\": " << samples.size() << ", \"load_ms\": " << fixed(load_ms)
+      << ", \"min_ms\": " << fixed(wall.front()) << ", \"p50_ms\": " << fixed(quantile(wall, 0.5))
+      << ", \"p99_ms\": " << fixed(quantile(wall, 0.99)) << ", \"mean_ms\": " << fixed(mean)
+      << ", \"runs_per_second\": " << fixed(per_second, 2) << ", \"mean_plan_ms\": " << fixed(plan / n)
+      << ", \"mean_compile_ms\": " << fixed(compile / n) << ", \"mean_run_ms\": " << fixed(run / n)
+      << ", \"mean_collective_ms\": " << fixed(collective / n) << ", \"mean_client_ms\": " << fixed(client) << "}\n";
+    return o.str();
+  }
+  o << what << ": " << samples.size() << " runs (loaded in " << fixed(load_ms) << " ms)\n"
+    << "  latency ms   min " << fixed(wall.front()) << "   p50 " << fixed(quantile(wall, 0.5)) << "   p99 "
+    << fixed(quantile(wall, 0.99)) << "   mean " << fixed(mean) << "\n"
+    << "  runs/s       " << fixed(per_second, 2) << "\n"
+    << "  per run, ms  plan " << fixed(plan / n) << "   compile + cache lookups " << fixed(compile / n)
+    << "   worker kernels + transfers " << fixed(run / n);
+  if (collective > 0) o << "   collectives " << fixed(collective / n);
+  o << "   client + RPC " << fixed(client) << "\n";
+  return o.str();
 }
 
 absl::StatusOr<client::ClientOptions> client_options(const Args& a, const char* token_env) {

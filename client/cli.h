@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -25,6 +26,18 @@ using flags::Args;
 // The command line of `uop`: every command with its options and help. `onnx`: with the
 // ONNX verbs (run MODEL.onnx takes run's options; onnx-test its own).
 flags::Tool uop_flags(bool onnx);
+
+// `uop bench`: one run as timed here (wall) and as the server accounts it.
+struct BenchSample {
+  double wall_ms = 0, plan_ms = 0, compile_ms = 0, run_ms = 0, collective_ms = 0;
+};
+// `run` `warmup` times untimed, then `iterations` times, timed; the first failure stops it.
+absl::StatusOr<std::vector<BenchSample>> bench_runs(const std::function<absl::StatusOr<client::RunResult>()>& run,
+                                                     int64_t warmup, int64_t iterations);
+// min / p50 / p99 / mean latency, runs per second, and the mean of each part: plan,
+// compile (with the cache lookups), worker kernels and transfers (run_ms), collectives,
+// and what is left: the client and the RPC. One JSON object with `json`.
+std::string bench_report(const std::string& what, const std::vector<BenchSample>& samples, double load_ms, bool json);
 
 // What the connection options say (--deadline, --token or $UOPD_TOKEN, --tls*); the address
 // is the caller's (server_address, or an embedded server's). INVALID_ARGUMENT for the user.

@@ -19,6 +19,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/container/flat_hash_map.h"
+#include "compiler/support/status_macros.h"
 #include "compiler/support/strings.h"
 #include "proto/uopd.grpc.pb.h"
 
@@ -395,6 +396,8 @@ absl::StatusOr<Stats> Client::stats() {
   out.compile_queue_depth = r.compile_queue_depth();
   out.compile_tasks_running = r.compile_tasks_running();
   out.compiles_in_progress = r.compiles_in_progress();
+  out.model_weight_buffers_written = r.model_weight_buffers_written();
+  out.model_weight_bytes_written = r.model_weight_bytes_written();
   out.compiler_build_id = r.compiler_build_id();
   for (const pb::WorkerStatus& w : r.workers())
     out.workers.push_back({w.id(), w.device(), w.address(), w.state(), w.pid(), w.restarts(), w.last_error()});
@@ -558,37 +561,18 @@ absl::StatusOr<HostTensor> Session::download_tensor(const RunOutput& out) {
   return t;
 }
 
-absl::StatusOr<RunResult> Session::run(const UOp* root, const Names& names, const std::vector<Input>& inputs, bool keep_outputs,
-                                       bool profile) {
-  pb::RunRequest req;
-  req.set_session_id(id_);
-  encode_proto(root, names, req.mutable_graph());
-  req.set_keep_outputs(keep_outputs);
-  req.set_profile(profile);
-  std::optional<absl::flat_hash_map<const UOp*, uint32_t>> index;  // built on first need
-  for (const Input& in : inputs) {
-    pb::Binding* b = req.add_inputs();
-    if (const std::string* name = std::get_if<std::string>(&in.node)) {
-      b->set_name(*name);
-    } else if (const uint32_t* i = std::get_if<uint32_t>(&in.node)) {
-      b->set_index(*i);
-    } else {
-      const UOp* u = std::get<const UOp*>(in.node);
-      if (!index) index = wire_indices(root, names);
-      auto it = index->find(u);
-      if (it == index->end()) return absl::InvalidArgumentError("an input node is not part of the graph being run");
-      b->set_index(it->second);
-    }
-    if (const std::string* id = std::get_if<std::string>(&in.value)) {
-      b->set_buffer_id(*id);
-    } else if (absl::Status s = tensor_to_wire(std::get<HostTensor>(in.value), b->mutable_tensor()); !s.ok()) {
-      return s;
-    }
+namespace {
+// An input's value on the wire: a buffer id, or the tensor inline.
+absl::Status bind_value(const Input& in, pb::Binding* b) {
+  if (const std::string* id = std::get_if<std::string>(&in.value)) {
+    b->set_buffer_id(*id);
+    return absl::OkStatus();
   }
-  pb::RunResponse resp;
-  auto ctx = conn_->context();
-  if (absl::Status s = to_status(conn_->stub->Run(ctx.get(), req, &resp)); !s.ok()) return s;
+  return tensor_to_wire(std::get<HostTensor>(in.value), b->mutable_tensor());
+}
 
+// A Run's answer as the caller sees it (Run and RunModel answer alike).
+absl::StatusOr<RunResult> run_result(Session& session, pb::RunResponse& resp, bool keep_outputs) {
   RunResult out;
   for (const pb::Output& o : resp.outputs()) {
     std::string what = cat("output ", o.name());
@@ -599,8 +583,8 @@ absl::StatusOr<RunResult> Session::run(const UOp* root, const Names& names, cons
       // Over the server's inline limit: it stays in the session for us to stream down,
       // then it is freed (here whatever the download did, so nothing is left behind).
       r.buffer_id = o.buffer_id();
-      absl::StatusOr<HostTensor> data = download_tensor(r);
-      absl::Status freed = free_buffer(r.buffer_id);
+      absl::StatusOr<HostTensor> data = session.download_tensor(r);
+      absl::Status freed = session.free_buffer(r.buffer_id);
       if (!data.ok()) return data.status();
       if (!freed.ok()) return freed;
       r.tensor = std::move(*data);
@@ -623,6 +607,93 @@ absl::StatusOr<RunResult> Session::run(const UOp* root, const Names& names, cons
     out.profile.push_back({k.name(), k.digest(), k.device(), k.launches(), k.total_ms(), k.per_launch_ms(), k.flops(),
                            k.bytes(), k.gflops(), k.gbytes_per_s(), k.schedule()});
   return out;
+}
+}  // namespace
+
+absl::StatusOr<RunResult> Session::run(const UOp* root, const Names& names, const std::vector<Input>& inputs, bool keep_outputs,
+                                       bool profile) {
+  pb::RunRequest req;
+  req.set_session_id(id_);
+  encode_proto(root, names, req.mutable_graph());
+  req.set_keep_outputs(keep_outputs);
+  req.set_profile(profile);
+  std::optional<absl::flat_hash_map<const UOp*, uint32_t>> index;  // built on first need
+  for (const Input& in : inputs) {
+    pb::Binding* b = req.add_inputs();
+    if (const std::string* name = std::get_if<std::string>(&in.node)) {
+      b->set_name(*name);
+    } else if (const uint32_t* i = std::get_if<uint32_t>(&in.node)) {
+      b->set_index(*i);
+    } else {
+      const UOp* u = std::get<const UOp*>(in.node);
+      if (!index) index = wire_indices(root, names);
+      auto it = index->find(u);
+      if (it == index->end()) return absl::InvalidArgumentError("an input node is not part of the graph being run");
+      b->set_index(it->second);
+    }
+    RETURN_IF_ERROR(bind_value(in, b));
+  }
+  pb::RunResponse resp;
+  auto ctx = conn_->context();
+  if (absl::Status s = to_status(conn_->stub->Run(ctx.get(), req, &resp)); !s.ok()) return s;
+
+  return run_result(*this, resp, keep_outputs);
+}
+
+absl::StatusOr<LoadedModel> Session::load_model(std::string_view onnx_bytes,
+                                                const std::map<std::string, std::vector<int64_t>>& input_shapes) {
+  pb::LoadModelResponse resp;
+  auto ctx = conn_->context();
+  std::unique_ptr<grpc::ClientWriter<pb::LoadModelChunk>> writer = conn_->stub->LoadModel(ctx.get(), &resp);
+  pb::LoadModelChunk chunk;
+  bool first = true;
+  for (const ByteRange& r : chunk_ranges(0, onnx_bytes.size(), conn_->options.chunk_bytes)) {
+    chunk.Clear();
+    if (first) {
+      chunk.set_session_id(id_);
+      for (const auto& [name, shape] : input_shapes) {
+        auto* s = chunk.add_input_shapes();
+        s->set_name(name);
+        for (int64_t d : shape) s->add_shape(d);
+      }
+      first = false;
+    }
+    chunk.set_data(onnx_bytes.data() + r.offset, r.length);
+    if (!writer->Write(chunk)) break;  // the server ended the call; Finish() says why
+  }
+  writer->WritesDone();
+  if (absl::Status s = to_status(writer->Finish()); !s.ok()) return s;
+  LoadedModel m;
+  m.id = resp.model_id();
+  auto tensors = [](const auto& from, std::vector<ModelTensor>& to) {
+    for (const pb::ModelTensor& t : from) to.push_back({t.name(), static_cast<Scalar>(t.dtype()), {t.shape().begin(), t.shape().end()}});
+  };
+  tensors(resp.inputs(), m.inputs);
+  tensors(resp.outputs(), m.outputs);
+  m.weight_buffers = resp.weight_buffers();
+  m.weight_bytes = resp.weight_bytes();
+  m.import_ms = resp.import_ms();
+  return m;
+}
+
+absl::StatusOr<RunResult> Session::run_model(const std::string& model_id, const std::vector<Input>& inputs, bool keep_outputs,
+                                             bool profile) {
+  pb::RunModelRequest req;
+  req.set_session_id(id_);
+  req.set_model_id(model_id);
+  req.set_keep_outputs(keep_outputs);
+  req.set_profile(profile);
+  for (const Input& in : inputs) {
+    const std::string* name = std::get_if<std::string>(&in.node);
+    if (!name) return absl::InvalidArgumentError("a model's input is bound by its name");
+    pb::Binding* b = req.add_inputs();
+    b->set_name(*name);
+    RETURN_IF_ERROR(bind_value(in, b));
+  }
+  pb::RunResponse resp;
+  auto ctx = conn_->context();
+  if (absl::Status s = to_status(conn_->stub->RunModel(ctx.get(), req, &resp)); !s.ok()) return s;
+  return run_result(*this, resp, keep_outputs);
 }
 
 }  // namespace uop::client

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -127,6 +128,8 @@ struct Stats {
   // running, requests holding a compile slot.
   uint64_t compile_queue_depth = 0, compile_tasks_running = 0, compiles_in_progress = 0;
   uint64_t launches_timed = 0;  // launches the workers timed (profiled Runs only)
+  // Weights written by LoadModel (the whole server's): one upload per model loaded.
+  uint64_t model_weight_buffers_written = 0, model_weight_bytes_written = 0;
   std::vector<WorkerStatus> workers;
   std::string compiler_build_id;
 };
@@ -183,6 +186,20 @@ struct ByteRange {
 uint32_t effective_chunk_bytes(uint64_t requested);  // 0: the default; else [1, kMaxChunkBytes]
 std::vector<ByteRange> chunk_ranges(uint64_t offset, uint64_t size, uint64_t chunk_bytes);
 
+// A model held by the server (Session::load_model): its id in the session, and its
+// inputs and outputs as imported.
+struct ModelTensor {
+  std::string name;
+  Scalar dtype = Scalar::Float32;
+  std::vector<int64_t> shape;
+};
+struct LoadedModel {
+  std::string id;
+  std::vector<ModelTensor> inputs, outputs;
+  uint64_t weight_buffers = 0, weight_bytes = 0;
+  double import_ms = 0;
+};
+
 namespace detail {
 struct Connection;  // the channel, the stub and the options; defined in client.cc
 }
@@ -223,6 +240,16 @@ class Session {
   // either way. With profile, the workers time every launch (RunResult::profile).
   absl::StatusOr<RunResult> run(const UOp* root, const Names& names, const std::vector<Input>& inputs,
                                 bool keep_outputs = false, bool profile = false);
+
+  // Streams an ONNX model to the server, which imports it and keeps its weights as
+  // buffers of this session (freed with it). `input_shapes` fixes inputs whose declared
+  // shapes are symbolic.
+  absl::StatusOr<LoadedModel> load_model(std::string_view onnx_bytes,
+                                         const std::map<std::string, std::vector<int64_t>>& input_shapes = {});
+  // Runs a loaded model: `inputs` bind the model's inputs by name (inline or a buffer
+  // id); outputs and profile as run()'s.
+  absl::StatusOr<RunResult> run_model(const std::string& model_id, const std::vector<Input>& inputs,
+                                      bool keep_outputs = false, bool profile = false);
 
   // Closes the session on the server. After it (whatever it returns) the destructor does
   // nothing more; the other calls still go to the server, which answers NOT_FOUND.

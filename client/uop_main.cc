@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -109,7 +110,7 @@ std::optional<RunPlan> plan_run(const Args& a, const DecodedGraph& g, int* rc) {
     return std::nullopt;
   }
   std::optional<uint64_t> seed;
-  if (a.has("random")) {
+  if (a.has("random") || a.command == "bench") {  // bench: random inputs unless bound
     auto s = cli::parse_seed(a.get("random"));
     if (!s.ok()) { *rc = usage_error(std::string(s.status().message())); return std::nullopt; }
     seed = *s;
@@ -197,6 +198,18 @@ struct Context {
   client::Client& client;
 };
 
+// Inputs over kInlineInputBytes become buffers of the session, streamed in chunks.
+absl::Status upload_large_inputs(client::Session& session, std::vector<client::Input>& inputs) {
+  for (client::Input& in : inputs) {
+    auto* t = std::get_if<HostTensor>(&in.value);
+    if (!t || static_cast<size_t>(t->nbytes()) <= kInlineInputBytes) continue;
+    auto id = session.upload_tensor(*t);
+    if (!id.ok()) return id.status();
+    in.value = *id;
+  }
+  return absl::OkStatus();
+}
+
 int cmd_run(Context& c, RunPlan& plan) {
   const std::string& path = c.args.positional[0];
   std::vector<std::string> devices;
@@ -205,13 +218,7 @@ int cmd_run(Context& c, RunPlan& plan) {
   if (!session.ok()) return failed(session.status());
   // Large inputs stream into buffers in chunks; outputs stay on the server and stream back
   // the same way, so no message ever has to hold a whole tensor.
-  for (client::Input& in : plan.inputs) {
-    auto* t = std::get_if<HostTensor>(&in.value);
-    if (!t || static_cast<size_t>(t->nbytes()) <= kInlineInputBytes) continue;
-    auto id = session->upload_tensor(*t);
-    if (!id.ok()) return failed(id.status());
-    in.value = *id;
-  }
+  if (absl::Status st = upload_large_inputs(*session, plan.inputs); !st.ok()) return failed(st);
   const bool profile = c.args.has("profile");
   auto result = session->run(c.graph->root, c.graph->names, plan.inputs, /*keep_outputs=*/true, profile);
   if (!result.ok()) return failed(result.status(), path);
@@ -248,6 +255,24 @@ absl::Status write_file(const std::string& dir, const std::string& name, const s
   f.close();
   if (!f) return absl::InvalidArgumentError(cat("cannot write ", path));
   return absl::OkStatus();
+}
+
+// `uop bench GRAPH`: one session, the inputs uploaded once (large ones) or inline, then
+// the graph run --warmup and --iterations times (each Run finds its plan cached).
+int cmd_bench(Context& c, RunPlan& plan) {
+  const std::string& path = c.args.positional[0];
+  std::vector<std::string> devices;
+  if (c.args.has("device")) devices.push_back(c.args.get("device"));
+  auto t0 = std::chrono::steady_clock::now();
+  auto session = c.client.create_session(devices);
+  if (!session.ok()) return failed(session.status());
+  if (absl::Status st = upload_large_inputs(*session, plan.inputs); !st.ok()) return failed(st);
+  const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  auto samples = cli::bench_runs([&] { return session->run(c.graph->root, c.graph->names, plan.inputs); },
+                                 c.args.integer("warmup"), c.args.integer("iterations"));
+  if (!samples.ok()) return failed(samples.status(), path);
+  std::cout << cli::bench_report(path, *samples, load_ms, c.args.on("json"));
+  return kOk;
 }
 
 int cmd_compile(Context& c) {
@@ -357,7 +382,7 @@ int run(int argc, char** argv) {
     graph = load(a.positional[0], &rc);
     if (!graph) return rc;
   }
-  if (a.command == "run") {
+  if (a.command == "run" || a.command == "bench") {
     plan = plan_run(a, *graph, &rc);
     if (!plan) return rc;
   }
@@ -382,6 +407,7 @@ int run(int argc, char** argv) {
     } else {
       Context c{a, graph ? &*graph : nullptr, **conn};
       if (a.command == "run") rc = cmd_run(c, *plan);
+      else if (a.command == "bench") rc = cmd_bench(c, *plan);
       else if (a.command == "compile") rc = cmd_compile(c);
       else if (a.command == "explain") rc = cmd_explain(c);
       else rc = cmd_stats(c);

@@ -33,6 +33,7 @@
 #include "server/handler_threads.h"
 #include "server/inflight.h"
 #include "server/metrics.h"
+#include "server/models.h"
 #include "server/planner.h"
 #include "server/sessions.h"
 #include "server/workers.h"
@@ -69,7 +70,8 @@ struct ServiceDeps {
 
 // The generated service with the calls above taken as bytes / reactors.
 using UopdServiceBase = ::uopd::v1::Uopd::WithRawCallbackMethod_Compile<::uopd::v1::Uopd::WithRawCallbackMethod_Run<
-    ::uopd::v1::Uopd::WithRawCallbackMethod_Explain<::uopd::v1::Uopd::WithRawCallbackMethod_Upload<::uopd::v1::Uopd::Service>>>>;
+    ::uopd::v1::Uopd::WithRawCallbackMethod_Explain<::uopd::v1::Uopd::WithRawCallbackMethod_Upload<
+        ::uopd::v1::Uopd::WithRawCallbackMethod_RunModel<::uopd::v1::Uopd::Service>>>>>;
 
 class UopdService final : public UopdServiceBase {
  public:
@@ -86,6 +88,10 @@ class UopdService final : public UopdServiceBase {
   grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext*, const grpc::ByteBuffer*, grpc::ByteBuffer*) override;
   grpc::ServerUnaryReactor* Explain(grpc::CallbackServerContext*, const grpc::ByteBuffer*, grpc::ByteBuffer*) override;
   grpc::Status Stats(grpc::ServerContext*, const ::uopd::v1::StatsRequest*, ::uopd::v1::StatsResponse*) override;
+  // Models held by the server (server/models.h). LoadModel's chunks count against
+  // --max-request-memory and the bytes in flight as they arrive; RunModel enters like Run.
+  grpc::Status LoadModel(grpc::ServerContext*, grpc::ServerReader<::uopd::v1::LoadModelChunk>*, ::uopd::v1::LoadModelResponse*) override;
+  grpc::ServerUnaryReactor* RunModel(grpc::CallbackServerContext*, const grpc::ByteBuffer*, grpc::ByteBuffer*) override;
 
   // Bytes requests hold in the scheduler now (of limits.max_inflight_bytes), and
   // reservations refused.
@@ -112,6 +118,10 @@ class UopdService final : public UopdServiceBase {
                          std::shared_ptr<const DecodedGraph> g, ::uopd::v1::RunRequest* req,
                          ::uopd::v1::RunResponse* resp, ByteBudget::Hold& held);
   grpc::Status Explain(grpc::ServerContextBase* ctx, const ::uopd::v1::ExplainRequest* req, ::uopd::v1::ExplainResponse* resp);
+  grpc::Status RunModel(grpc::ServerContextBase* ctx, ::uopd::v1::RunModelRequest* req, ::uopd::v1::RunResponse* resp, ByteBudget::Hold& held);
+  // A buffer of the session on `device` holding `data`, counted against its quotas.
+  absl::StatusOr<std::string> buffer_with(Tenant& tenant, const std::string& session, const std::string& device,
+                                          const HostTensor& data, absl::Time deadline);
 
   // A raw unary call: checked as bytes, parsed, handled by `body` on a handler thread,
   // answered by `encode` (server/service_calls.cc). The one way a request carrying a
@@ -144,6 +154,7 @@ class UopdService final : public UopdServiceBase {
   ServiceDeps d_;
   std::unique_ptr<Tenants> own_tenants_;
   std::atomic<uint64_t> kernels_run_{0};
+  std::atomic<uint64_t> weight_buffers_written_{0}, weight_bytes_written_{0};  // by LoadModel
   std::atomic<uint64_t> in_flight_{0};
   std::atomic<bool> draining_{false};
   ByteBudget inflight_;

@@ -19,10 +19,6 @@ namespace {
 namespace pb = ::uopd::v1;
 namespace gpb = google::protobuf;
 
-// What a decoded node costs beyond its protobuf message: the interned UOp, its sources
-// and arg, the wire-index tables of DecodedGraph (~210 bytes measured for ALU nodes with
-// constant operands; more sources are counted on the wire already).
-constexpr uint64_t kDecodedNodeBytes = 256;
 // An Upload chunk: the data (at most 4 MiB, proto/uopd.proto) and its ids and offset.
 constexpr uint64_t kMaxUploadMessage = (uint64_t{4} << 20) + (uint64_t{64} << 10);
 
@@ -208,6 +204,15 @@ grpc::ServerUnaryReactor* UopdService::Run(grpc::CallbackServerContext* ctx, con
       "Run", ctx, request, response,
       [this](grpc::ServerContextBase* c, pb::RunRequest* req, pb::RunResponse* resp, ByteBudget::Hold& held) {
         return Run(c, req, resp, held);
+      });
+}
+
+grpc::ServerUnaryReactor* UopdService::RunModel(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                                grpc::ByteBuffer* response) {
+  return serve_raw<pb::RunModelRequest, pb::RunResponse>(
+      "RunModel", ctx, request, response,
+      [this](grpc::ServerContextBase* c, pb::RunModelRequest* req, pb::RunResponse* resp, ByteBudget::Hold& held) {
+        return RunModel(c, req, resp, held);
       });
 }
 

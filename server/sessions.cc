@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 
+#include "compiler/support/status_macros.h"
 #include "compiler/support/strings.h"
 
 namespace uop::server {
@@ -190,6 +191,35 @@ absl::StatusOr<BufferInfo> SessionManager::buffer(const std::string& session, co
   auto it = (*s)->buffers.find(buffer_id);
   if (it == (*s)->buffers.end())
     return absl::NotFoundError(cat("buffer '", buffer_id.substr(0, 64), "' does not exist in this session"));
+  return it->second;
+}
+
+absl::StatusOr<std::string> SessionManager::add_model(const std::string& session, std::shared_ptr<const HeldModel> model,
+                                                     uint64_t bytes, const std::string& tenant) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto s = find(session, tenant);
+  if (!s.ok()) return s.status();
+  Session& ss = **s;
+  if (ss.models.size() >= opts_.max_buffers)
+    return absl::ResourceExhaustedError(cat("session model count: limit ", opts_.max_buffers, " reached (--session-buffers)"));
+  Owner& o = owners_[ss.tenant];
+  RETURN_IF_ERROR(check_bytes_locked(ss, o, bytes, "for the model's graph"));
+  // Given back with the session's bytes when it closes (release_locked).
+  o.used.bytes += bytes;
+  ss.bytes += bytes;
+  std::string id = random_id();
+  ss.models.emplace(id, std::move(model));
+  return id;
+}
+
+absl::StatusOr<std::shared_ptr<const HeldModel>> SessionManager::model(const std::string& session, const std::string& model_id,
+                                                                       const std::string& tenant) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto s = find(session, tenant);
+  if (!s.ok()) return s.status();
+  auto it = (*s)->models.find(model_id);
+  if (it == (*s)->models.end())
+    return absl::NotFoundError(cat("model '", model_id.substr(0, 64), "' does not exist in this session"));
   return it->second;
 }
 

@@ -35,6 +35,9 @@ struct BufferInfo {
   uint64_t worker_generation = 0;  // of the worker when it was allocated
 };
 
+// A model held by a session (server/models.h); its weights are buffers of the session.
+struct HeldModel;
+
 struct SessionOptions {
   uint64_t max_bytes = uint64_t{4} << 30;             // per session
   absl::Duration idle_timeout = absl::Minutes(10);    // when the client names none
@@ -105,6 +108,15 @@ class SessionManager {
   // Forgets the buffer and returns what the worker must free.
   absl::StatusOr<BufferInfo> remove_buffer(const std::string& session, const std::string& buffer_id,
                                            const std::string& tenant = "");
+  // A model of the session: its id comes back (random, like a buffer's), and it goes
+  // when the session does. A model id of another session or tenant is NOT_FOUND. The
+  // `bytes` the scheduler holds for it (its graph) count against the session's and the
+  // tenant's byte quotas like a buffer's (RESOURCE_EXHAUSTED naming the limit).
+  absl::StatusOr<std::string> add_model(const std::string& session, std::shared_ptr<const HeldModel> model,
+                                        uint64_t bytes, const std::string& tenant = "");
+  absl::StatusOr<std::shared_ptr<const HeldModel>> model(const std::string& session, const std::string& model_id,
+                                                         const std::string& tenant = "");
+
   // Forgets the session and returns its buffers for the caller to free on the workers.
   absl::StatusOr<std::vector<BufferInfo>> close(const std::string& session, const std::string& tenant = "");
   // Closes sessions idle past their timeout; returns their buffers.
@@ -141,6 +153,7 @@ class SessionManager {
     uint64_t reserved = 0;  // by runs in flight (Reservation)
     uint64_t runs = 0;      // reservations open
     absl::flat_hash_map<std::string, BufferInfo> buffers;
+    absl::flat_hash_map<std::string, std::shared_ptr<const HeldModel>> models;
   };
   // RESOURCE_EXHAUSTED when `bytes` more do not fit the session's or its owner's limit (mu_ held).
   absl::Status check_bytes_locked(const Session& s, const Owner& o, uint64_t bytes, std::string_view what) const;

@@ -27,6 +27,11 @@ class ZeroCopyInputStream;
 
 namespace uop::server {
 
+// What a decoded node costs beyond its protobuf message: the interned UOp, its sources
+// and arg, the wire-index tables of DecodedGraph (~210 bytes measured for ALU nodes with
+// constant operands; more sources are counted on the wire already).
+constexpr uint64_t kDecodedNodeBytes = 256;
+
 struct WireCost {
   uint64_t messages = 0;  // sub-messages (the top-level one not counted)
   uint64_t counted = 0;   // sub-messages of the type asked for (WireScanLimits::count)

@@ -7,10 +7,10 @@
 #include <sstream>
 
 #include "absl/container/flat_hash_map.h"
-#include "client/onnx/tensor_proto.h"
+#include "compiler/onnx/tensor_proto.h"
 #include "compiler/interp/interp.h"
 #include "compiler/support/strings.h"
-#include "client/onnx/import_context.h"
+#include "compiler/onnx/import_context.h"
 
 namespace uop::onnx_import {
 

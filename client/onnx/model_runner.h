@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/client.h"
-#include "client/onnx/importer.h"
+#include "compiler/onnx/importer.h"
 #include "compiler/interp/host_tensor.h"
 
 namespace uop::onnx_import {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -12,7 +13,7 @@
 #include <optional>
 
 #include "client/embedded_server.h"
-#include "client/onnx/importer.h"
+#include "compiler/onnx/importer.h"
 #include "client/onnx/model_runner.h"
 #include "compiler/interp/npy.h"
 #include "compiler/support/status_macros.h"
@@ -83,6 +84,21 @@ std::string message(const absl::Status& s) {
   return cat(absl::StatusCodeToString(s.code()), ": ", s.message());
 }
 
+// The --in files of a model command, and the shapes they fix for LoadModel.
+struct GivenInputs {
+  std::map<std::string, HostTensor> tensors;
+  std::map<std::string, std::vector<int64_t>> shapes;
+};
+absl::StatusOr<GivenInputs> read_inputs(const std::vector<std::pair<std::string, std::string>>& ins) {
+  GivenInputs out;
+  for (auto& [name, file] : ins) {
+    ASSIGN_OR_RETURN(HostTensor t, read_npy(file));
+    out.shapes[name] = t.shape;
+    out.tensors[name] = std::move(t);
+  }
+  return out;
+}
+
 int run_model(const cli::Args& a, const std::string& self_exe) {
   const std::string& path = a.positional[0];
   auto ins = cli::name_file_pairs(a, "in");
@@ -91,39 +107,38 @@ int run_model(const cli::Args& a, const std::string& self_exe) {
   if (a.has("random")) return usage_error("--random is for UOp graphs; an ONNX model takes --in NAME=FILE.npy");
   auto model = read_file(path);
   if (!model.ok()) return invalid(std::string(model.status().message()));
-  auto declared = model_inputs(*model);
-  if (!declared.ok()) return invalid(cat(path, ": ", declared.status().message()));
-  std::map<std::string, HostTensor> inputs;
-  for (auto& [name, file] : *ins) {
-    auto t = read_npy(file);
-    if (!t.ok()) return invalid(std::string(t.status().message()));
-    inputs[name] = std::move(*t);
-  }
-  for (const ModelInput& in : *declared)
+  // The model is imported by uopd (LoadModel): its weights go up once, into the session,
+  // and only the inputs travel with the run. Inputs fix the shapes it is imported for.
+  auto given = read_inputs(*ins);
+  if (!given.ok()) return invalid(std::string(given.status().message()));
+  std::map<std::string, HostTensor>& inputs = given->tensors;
+  Service svc;
+  if (absl::Status s = connect(a, self_exe, svc); !s.ok()) return invalid(message(s));
+  auto loaded = svc.session->load_model(*model, given->shapes);
+  if (!loaded.ok()) return invalid(cat(path, ": ", message(loaded.status())));
+  for (const client::ModelTensor& in : loaded->inputs)
     if (!inputs.contains(in.name)) return usage_error(cat("model input '", in.name, "' is not bound: give --in ", in.name, "=FILE.npy"));
-  auto imported = import_model(*model, inputs);
-  if (!imported.ok()) return invalid(cat(path, ": ", message(imported.status())));
   std::map<std::string, std::string> out_files;
   for (auto& [name, file] : *outs) {
     bool found = false;
-    for (const auto& o : imported->outputs) found |= o.name == name;
+    for (const auto& o : loaded->outputs) found |= o.name == name;
     if (!found) {
       std::vector<std::string> names;
-      for (const auto& o : imported->outputs) names.push_back(o.name);
+      for (const auto& o : loaded->outputs) names.push_back(o.name);
       return usage_error(cat("the model has no output named '", name, "' (outputs: ", join(names, ", "), ")"));
     }
     out_files[name] = file;
   }
-  Service svc;
-  if (absl::Status s = connect(a, self_exe, svc); !s.ok()) return invalid(message(s));
-  std::vector<client::KernelProfile> profile;
-  auto got = run_on_session(*svc.session, *imported, a.has("profile") ? &profile : nullptr);
+  std::vector<client::Input> bound;
+  for (auto& [name, t] : inputs) bound.push_back({name, std::move(t)});
+  const bool profile = a.has("profile");
+  auto got = svc.session->run_model(loaded->id, bound, /*keep_outputs=*/false, profile);
   if (!got.ok()) return invalid(cat(path, ": ", message(got.status())));
-  if (a.has("profile")) std::cout << cli::profile_table(profile);
-  for (size_t i = 0; i < got->size(); ++i) {
-    HostTensor t = (*got)[i];
-    t.shape = imported->outputs[i].shape;
-    const std::string& name = imported->outputs[i].name;
+  if (profile) std::cout << cli::profile_table(got->profile);
+  for (size_t i = 0; i < got->outputs.size() && i < loaded->outputs.size(); ++i) {
+    HostTensor t = std::move(got->outputs[i].tensor);
+    t.shape = loaded->outputs[i].shape;
+    const std::string& name = loaded->outputs[i].name;
     auto it = out_files.find(name);
     if (it != out_files.end()) {
       if (absl::Status s = write_npy(it->second, t); !s.ok()) return invalid(std::string(s.message()));
@@ -131,6 +146,46 @@ int run_model(const cli::Args& a, const std::string& self_exe) {
       std::cout << name << " = " << t.str(12) << "\n";
     }
   }
+  return kOk;
+}
+
+// `uop bench MODEL.onnx`: the model loaded into uopd once (its import and weights upload
+// are the load time), inputs from --in or seeded random values of each input's shape,
+// uploaded once when large; then RunModel --warmup and --iterations times.
+int bench_model(const cli::Args& a, const std::string& self_exe) {
+  const std::string& path = a.positional[0];
+  auto ins = cli::name_file_pairs(a, "in");
+  if (!ins.ok()) return usage_error(std::string(ins.status().message()));
+  auto seed = cli::parse_seed(a.get("random"));
+  if (!seed.ok()) return usage_error(std::string(seed.status().message()));
+  auto model = read_file(path);
+  if (!model.ok()) return invalid(std::string(model.status().message()));
+  auto given = read_inputs(*ins);
+  if (!given.ok()) return invalid(std::string(given.status().message()));
+  Service svc;
+  if (absl::Status s = connect(a, self_exe, svc); !s.ok()) return invalid(message(s));
+  auto t0 = std::chrono::steady_clock::now();
+  auto loaded = svc.session->load_model(*model, given->shapes);
+  if (!loaded.ok()) return invalid(cat(path, ": ", message(loaded.status())));
+  std::vector<client::Input> bound;
+  uint64_t k = 0;
+  for (const client::ModelTensor& in : loaded->inputs) {
+    auto it = given->tensors.find(in.name);
+    HostTensor t = it != given->tensors.end() ? std::move(it->second) : HostTensor::random(in.dtype, in.shape, *seed + k++);
+    client::Input b{in.name, std::move(t)};
+    // Large inputs go up once, as buffers, like the weights.
+    if (std::get<HostTensor>(b.value).nbytes() > (int64_t{1} << 20)) {
+      auto id = svc.session->upload_tensor(std::get<HostTensor>(b.value));
+      if (!id.ok()) return invalid(message(id.status()));
+      b.value = *id;
+    }
+    bound.push_back(std::move(b));
+  }
+  const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  auto samples = cli::bench_runs([&] { return svc.session->run_model(loaded->id, bound); }, a.integer("warmup"),
+                                 a.integer("iterations"));
+  if (!samples.ok()) return invalid(cat(path, ": ", message(samples.status())));
+  std::cout << cli::bench_report(path, *samples, load_ms, a.on("json"));
   return kOk;
 }
 
@@ -228,12 +283,13 @@ int onnx_test(const cli::Args& a, const std::string& self_exe) {
 
 bool is_onnx_command(const cli::Args& a) {
   if (a.command == "onnx-test") return true;
-  return a.command == "run" && a.positional.size() == 1 && ends_with(a.positional[0], ".onnx");
+  return (a.command == "run" || a.command == "bench") && a.positional.size() == 1 && ends_with(a.positional[0], ".onnx");
 }
 
 int onnx_command(const cli::Args& a, const std::string& self_exe) {
   if (a.on("embedded") && a.has("server")) return usage_error("--embedded and --server exclude each other");
   if (a.command == "onnx-test") return onnx_test(a, self_exe);
+  if (a.command == "bench") return bench_model(a, self_exe);
   return run_model(a, self_exe);
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/time/clock.h"
+#include "server/models.h"
 
 namespace uop::server {
 namespace {
@@ -205,6 +206,35 @@ TEST(Sessions, IdleTimeoutsAreClampedAndSessionsLimited) {
   EXPECT_NE(third.status().message().find("--max-sessions"), std::string::npos) << third.status();
   m.reap_idle(absl::Now() + absl::Seconds(6));
   EXPECT_EQ(m.sessions(), 0u) << "both timeouts clamped to 5 s";
+}
+
+// A held model: found by its session's owner only, its bytes within the session's quota,
+// and gone, with its bytes given back, when the session closes.
+TEST(Sessions, ModelsAreTheirSessionsAndCountItsBytes) {
+  SessionOptions o;
+  o.max_bytes = 1000;
+  SessionManager m(o);
+  auto s = m.open({"CPU:0"}, absl::ZeroDuration(), SessionOwner{"alice"});
+  auto other = m.open({"CPU:0"}, absl::ZeroDuration(), SessionOwner{"alice"});
+  ASSERT_TRUE(s.ok() && other.ok());
+  auto model = std::make_shared<HeldModel>();
+  auto id = m.add_model(*s, model, 600, "alice");
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(id->size(), 32u);
+  auto found = m.model(*s, *id, "alice");
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->get(), model.get());
+  EXPECT_EQ(m.model(*s, *id, "bob").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(m.model(*other, *id, "alice").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(m.bytes(), 600u);
+  // 600 + 600 is past the session's 1000 bytes.
+  auto second = m.add_model(*s, model, 600, "alice");
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted) << second.status();
+  EXPECT_EQ(m.add_buffer(*s, buffer_of(500), "alice").status().code(), absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(m.close(*s, "alice").ok());
+  EXPECT_EQ(m.bytes(), 0u);
+  EXPECT_EQ(m.usage("alice").bytes, 0u);
+  EXPECT_EQ(m.model(*s, *id, "alice").status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -1,14 +1,14 @@
 // import_model: parse, check every operator has a handler, bind the graph inputs and
 // initializers, run each node's handler in order (ONNX lists nodes topologically), and
 // gather the outputs into a SINK.
-#include "client/onnx/importer.h"
+#include "compiler/onnx/importer.h"
 
 #include <algorithm>
 #include <set>
 
-#include "client/onnx/import_context.h"
-#include "client/onnx/tensor_proto.h"
-#include "client/onnx/tensor_proto_internal.h"
+#include "compiler/onnx/import_context.h"
+#include "compiler/onnx/tensor_proto.h"
+#include "compiler/onnx/tensor_proto_internal.h"
 #include "compiler/support/strings.h"
 
 namespace uop::onnx_import {
@@ -60,7 +60,19 @@ absl::StatusOr<std::vector<ModelInput>> model_inputs(std::string_view model_byte
   for (const auto& in : m.graph().input()) {
     if (inits.contains(in.name())) continue;
     ModelInput mi{in.name(), std::nullopt};
-    if (in.type().has_tensor_type()) mi.dtype = scalar_from_onnx(in.type().tensor_type().elem_type());
+    if (in.type().has_tensor_type()) {
+      const auto& tt = in.type().tensor_type();
+      mi.dtype = scalar_from_onnx(tt.elem_type());
+      if (tt.has_shape()) {
+        std::vector<int64_t> dims;
+        bool numeric = true;
+        for (const auto& d : tt.shape().dim()) {
+          numeric &= d.has_dim_value() && d.dim_value() >= 0;
+          dims.push_back(d.dim_value());
+        }
+        if (numeric) mi.shape = std::move(dims);
+      }
+    }
     out.push_back(std::move(mi));
   }
   return out;
@@ -79,7 +91,8 @@ absl::StatusOr<std::vector<std::string>> unsupported_operators(std::string_view 
 }
 
 absl::StatusOr<ImportedModel> import_model(std::string_view model_bytes,
-                                           const std::map<std::string, HostTensor>& inputs) {
+                                           const std::map<std::string, HostTensor>& inputs,
+                                           ImportOptions options) {
   ONNX_ASSIGN(onnx::ModelProto m, parse_model(model_bytes));
   const onnx::GraphProto& g = m.graph();
   if (auto missing = missing_ops(g); !missing.empty())
@@ -125,7 +138,7 @@ absl::StatusOr<ImportedModel> import_model(std::string_view model_bytes,
     v.dtype = *s;
     v.shape = it->second.shape;
     if (it->second.numel() == 0) v.constant = it->second;  // usable where a value is read at import (axes)
-    else v.node = st.buffer_for(it->second, in.name());
+    else v.node = st.buffer_for(it->second, in.name(), /*known=*/options.inputs_known);
     st.set(in.name(), std::move(v));
   }
 

@@ -1,6 +1,6 @@
 // The shared helpers of op_helpers.h. Movement-op recipes are spelled out step by step with
 // the index each step leaves, since they are easy to get subtly wrong.
-#include "client/onnx/op_helpers.h"
+#include "compiler/onnx/op_helpers.h"
 
 #include <limits>
 

@@ -1,7 +1,7 @@
 // The integer and quantized MatMul / Conv (MatMulInteger, ConvInteger, QLinearMatMul,
 // QLinearConv): operands minus their zero points in int32, the product accumulated in
 // int32 by the float forms' matmul / conv_core; the QLinear forms then requantize.
-#include "client/onnx/ops_matmul_conv.h"
+#include "compiler/onnx/ops_matmul_conv.h"
 
 namespace uop::onnx_import {
 

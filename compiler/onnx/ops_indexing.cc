@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <map>
 
-#include "client/onnx/op_helpers.h"
+#include "compiler/onnx/op_helpers.h"
 
 namespace uop::onnx_import {
 

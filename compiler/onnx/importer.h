@@ -40,17 +40,27 @@ struct ImportedModel {
   std::vector<std::string> op_types;  // the operators the model uses, sorted, once each
 };
 
+struct ImportOptions {
+  // False for a model a server holds: `inputs` are placeholders of the shapes it is
+  // imported for, their data is bound at each run, so no part of the import may read
+  // their values (what would need them is UNIMPLEMENTED, naming it).
+  bool inputs_known = true;
+};
+
 // `inputs` gives every graph input that is not also an initializer (an initializer given
 // here overrides its default). INVALID_ARGUMENT for a missing input or a dtype that is not
 // the declared one.
 absl::StatusOr<ImportedModel> import_model(std::string_view model_bytes,
-                                           const std::map<std::string, HostTensor>& inputs);
+                                           const std::map<std::string, HostTensor>& inputs,
+                                           ImportOptions options = {});
 
-// The model's graph inputs that are not initializers: name, and the declared element type
-// when it has a Scalar. For `uop run` and the test runner's messages.
+// The model's graph inputs that are not initializers: name, the declared element type
+// when it has a Scalar, and the declared shape when every dimension of it is a number.
+// For `uop run`, the test runner's messages and a server's LoadModel.
 struct ModelInput {
   std::string name;
   std::optional<Scalar> dtype;
+  std::optional<std::vector<int64_t>> shape;
 };
 absl::StatusOr<std::vector<ModelInput>> model_inputs(std::string_view model_bytes);
 // The operator types a model uses, sorted, once each ("domain:Op" outside the default

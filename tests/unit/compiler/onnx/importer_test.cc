@@ -1,13 +1,13 @@
 // The ONNX importer on small models built here: values through the reference interpreter
 // (the service's compiled path is covered by the conformance tests), unsupported operators
 // and attributes reported by name, TensorProto decoding.
-#include "client/onnx/importer.h"
+#include "compiler/onnx/importer.h"
 
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
 #include "client/onnx/model_runner.h"
-#include "client/onnx/tensor_proto.h"
+#include "compiler/onnx/tensor_proto.h"
 
 namespace uop::onnx_import {
 namespace {

@@ -1,6 +1,6 @@
 // The TensorProto conversion for code that already holds a parsed proto (the importer's
 // initializers, Constant nodes' tensor attributes). Includes ONNX's generated headers, so
-// it is for client/onnx's own sources only.
+// it is for compiler/onnx's own sources only.
 #pragma once
 
 #include <onnx/onnx_pb.h>

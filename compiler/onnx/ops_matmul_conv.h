@@ -1,13 +1,13 @@
 // What the float products and windows (ops_matmul_conv.cc) share with their integer and
 // quantized forms (ops_quantized.cc): MatMul's broadcasting product, the spatial geometry
-// of a Conv, and the convolution itself. Internal to client/onnx.
+// of a Conv, and the convolution itself. Internal to compiler/onnx.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "client/onnx/op_helpers.h"
+#include "compiler/onnx/op_helpers.h"
 
 namespace uop::onnx_import {
 

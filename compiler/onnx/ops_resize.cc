@@ -8,7 +8,7 @@
 #include <limits>
 #include <optional>
 
-#include "client/onnx/op_helpers.h"
+#include "compiler/onnx/op_helpers.h"
 
 namespace uop::onnx_import {
 

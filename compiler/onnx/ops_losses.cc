@@ -1,7 +1,7 @@
 // Losses: NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (log_softmax over the
 // class axis, then the same picking), with class weights, ignore_index and the reductions
 // none / sum / mean (mean divides by the total weight picked, as the ONNX spec says).
-#include "client/onnx/op_helpers.h"
+#include "compiler/onnx/op_helpers.h"
 
 namespace uop::onnx_import {
 

@@ -1,6 +1,6 @@
 // The float products and windows: MatMul, Gemm, Conv / ConvTranspose, and the pools, each a
 // window view of the (padded) input (op_helpers.h windows_last: movement ops) reduced.
-#include "client/onnx/ops_matmul_conv.h"
+#include "compiler/onnx/ops_matmul_conv.h"
 
 #include <algorithm>
 #include <cmath>

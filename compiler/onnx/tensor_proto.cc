@@ -3,13 +3,13 @@
 // assigns to its element type (int32_data also carries the 8/16-bit ints, bool and the
 // 16-bit floats' bit patterns; uint64_data carries uint32 and uint64). The element count
 // must match the dims exactly; a file is never trusted to be consistent.
-#include "client/onnx/tensor_proto.h"
+#include "compiler/onnx/tensor_proto.h"
 
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
-#include "client/onnx/tensor_proto_internal.h"
+#include "compiler/onnx/tensor_proto_internal.h"
 #include "compiler/support/strings.h"
 
 namespace uop::onnx_import {

@@ -1,7 +1,7 @@
 // Reductions (ReduceSum ... ReduceLogSumExp), Softmax / LogSoftmax / Hardmax, ArgMax /
 // ArgMin and CumSum. Reduced axes stay as 1 in the IR (REDUCE_AXIS keeps them) and are
 // dropped by a reshape when keepdims is 0.
-#include "client/onnx/op_helpers.h"
+#include "compiler/onnx/op_helpers.h"
 
 namespace uop::onnx_import {
 

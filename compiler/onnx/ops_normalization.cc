@@ -1,6 +1,6 @@
 // The normalizations: BatchNormalization (inference mode), InstanceNormalization,
 // LayerNormalization, MeanVarianceNormalization, and LRN (a window sum over channels).
-#include "client/onnx/op_helpers.h"
+#include "compiler/onnx/op_helpers.h"
 
 namespace uop::onnx_import {
 

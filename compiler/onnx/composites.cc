@@ -1,6 +1,6 @@
 // The composites of composites.h. Constants are spelled out with their meaning; the
 // polynomial coefficients name their source.
-#include "client/onnx/composites.h"
+#include "compiler/onnx/composites.h"
 
 #include <cmath>
 #include <numbers>

@@ -2,7 +2,7 @@
 // tensor-level nodes or as values known at import time, its attributes, and where its
 // outputs go. Handlers build with the TensorBuilder (shapes are static: an ONNX model is
 // imported for one set of input shapes) and return UNIMPLEMENTED, naming the operator and
-// what is missing, for anything they do not handle exactly. Internal to client/onnx.
+// what is missing, for anything they do not handle exactly. Internal to compiler/onnx.
 #pragma once
 
 #include <onnx/onnx_pb.h>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -61,8 +62,10 @@ class ImportState {
   // The tensor-level node of a value, made on first use: a scalar constant becomes a CONST
   // broadcast to its shape, any other constant a BUFFER bound to its data.
   const UOp* node_of(Value& v);
-  // A BUFFER holding `data`, viewed with data's shape; bound when the model runs.
-  const UOp* buffer_for(const HostTensor& data, const std::string& name = "");
+  // A BUFFER holding `data`, viewed with data's shape; bound when the model runs. Not
+  // `known`: `data` is a placeholder (an input bound at each run of a held model), so
+  // evaluate() refuses what reads it.
+  const UOp* buffer_for(const HostTensor& data, const std::string& name = "", bool known = true);
   // The value at import time: its constant, or the interpreter's result on the subgraph
   // below its node when every BUFFER there has known data (initializers, Constants, graph
   // inputs). `what` names it in the message when that is not possible.
@@ -77,6 +80,7 @@ class ImportState {
   absl::node_hash_map<std::string, Value> values_;  // node_hash_map: Value* stay valid
   absl::flat_hash_map<const UOp*, HostTensor> known_;
   absl::flat_hash_map<const UOp*, std::string> buffer_names_;
+  absl::flat_hash_set<const UOp*> placeholders_;  // BUFFERs made not `known`
 };
 
 class NodeContext {

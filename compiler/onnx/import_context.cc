@@ -1,9 +1,9 @@
 // ImportState and NodeContext: values, constants made into nodes on demand, evaluation at
 // import time of the small subgraphs that compute shapes, attributes, and checked
 // broadcasting for model operands.
-#include "client/onnx/import_context.h"
+#include "compiler/onnx/import_context.h"
 
-#include "client/onnx/tensor_proto_internal.h"
+#include "compiler/onnx/tensor_proto_internal.h"
 #include "compiler/interp/interp.h"
 
 namespace uop::onnx_import {
@@ -21,13 +21,14 @@ Value* ImportState::find(const std::string& name) {
   return it == values_.end() ? nullptr : &it->second;
 }
 
-const UOp* ImportState::buffer_for(const HostTensor& data, const std::string& name) {
+const UOp* ImportState::buffer_for(const HostTensor& data, const std::string& name, bool known) {
   const UOp* x = tb_.input(data.dtype, data.shape);
   const UOp* buf = tb_.buffer_of(x);
   HostTensor flat = data;
   flat.shape = {data.numel()};
   known_[buf] = std::move(flat);
   if (!name.empty()) buffer_names_[buf] = name;
+  if (!known) placeholders_.insert(buf);
   return x;
 }
 
@@ -48,6 +49,9 @@ absl::StatusOr<HostTensor> ImportState::evaluate(Value& v, const std::string& wh
     auto it = known_.find(u);
     if (it == known_.end())
       return absl::UnimplementedError(cat(what, " must be known when the model is imported, and it is not"));
+    if (placeholders_.contains(u))
+      return absl::UnimplementedError(cat(what, " depends on the value of model input '", buffer_names_[u],
+                                          "', which a model held by the server receives only when it runs"));
     elements += it->second.numel();
     inputs[u] = it->second;
   }

@@ -1,14 +1,14 @@
 // Small helpers the ops_*.cc handler files share: broadcasting model operands together,
 // host-side constants made into BUFFERs (iota, masks), and reading optional inputs.
-// Internal to client/onnx.
+// Internal to compiler/onnx.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "client/onnx/composites.h"
-#include "client/onnx/import_context.h"
-#include "client/onnx/tensor_proto.h"
+#include "compiler/onnx/composites.h"
+#include "compiler/onnx/import_context.h"
+#include "compiler/onnx/tensor_proto.h"
 
 namespace uop::onnx_import {
 
