@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <regex>
 
 #include "absl/strings/match.h"
 #include "client/client.h"
@@ -297,6 +298,16 @@ TEST_F(ModelsE2E, UopRunAndBenchOnAModelFile) {
   auto ran = c().stats();
   ASSERT_TRUE(ran.ok());
   EXPECT_EQ(ran->model_weight_buffers_written - before->model_weight_buffers_written, 3u);  // `uop run` loaded it
+
+  // --profile through RunModel: the table, one row per kernel, each launched once.
+  auto [prc, pout] = testing::run_command(UOP_BINARY, cat("run ", server, " ", dir, "/mlp.onnx --in x=", dir, "/x.npy --profile"));
+  ASSERT_EQ(prc, 0) << pout;
+  EXPECT_NE(pout.find("per launch ms"), std::string::npos) << pout;
+  EXPECT_TRUE(std::regex_search(pout, std::regex("\\n\\S+ +1 +[0-9.]+ +[0-9.]+ "))) << "no kernel launched once in\n" << pout;
+  auto profiled = c().stats();
+  ASSERT_TRUE(profiled.ok());
+  EXPECT_GT(profiled->launches_timed, ran->launches_timed);
+  ran = profiled;
 
   auto [brc, bout] = testing::run_command(UOP_BINARY, cat("bench ", server, " ", dir, "/mlp.onnx --iterations=7 --warmup=2 --json"));
   ASSERT_EQ(brc, 0) << bout;
