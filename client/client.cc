@@ -22,6 +22,7 @@
 #include "compiler/support/status_macros.h"
 #include "compiler/support/strings.h"
 #include "proto/uopd.grpc.pb.h"
+#include "transport/grpc_absl.h"
 
 namespace uop::client {
 
@@ -30,13 +31,7 @@ namespace pb = ::uopd::v1;
 // ---------------------------------------------------------------------------------------
 // Pure helpers (no server): statuses, chunks, targets, cache status.
 
-absl::Status status_from_grpc(int code, std::string_view message) {
-  // gRPC and Abseil number their codes identically (both follow google.rpc.Code).
-  constexpr int kLastCode = static_cast<int>(absl::StatusCode::kUnauthenticated);
-  if (code == 0) return absl::OkStatus();
-  absl::StatusCode c = code > 0 && code <= kLastCode ? static_cast<absl::StatusCode>(code) : absl::StatusCode::kUnknown;
-  return absl::Status(c, absl::string_view(message.data(), message.size()));
-}
+absl::Status status_from_grpc(int code, std::string_view message) { return transport::status_from_code(code, message); }
 
 uint32_t effective_chunk_bytes(uint64_t requested) {
   if (requested == 0) return kDefaultChunkBytes;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -19,11 +20,17 @@ inline grpc::Status to_grpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
-inline absl::Status from_grpc(const grpc::Status& s) {
-  if (s.ok()) return absl::OkStatus();
-  const int code = static_cast<int>(s.error_code());
+// A status from a gRPC code as a number and its message (what the client library, whose
+// header carries no gRPC type, receives).
+inline absl::Status status_from_code(int code, std::string_view message) {
+  if (code == 0) return absl::OkStatus();
   const bool known = code > 0 && code <= static_cast<int>(absl::StatusCode::kUnauthenticated);
-  return absl::Status(known ? static_cast<absl::StatusCode>(code) : absl::StatusCode::kUnknown, s.error_message());
+  return absl::Status(known ? static_cast<absl::StatusCode>(code) : absl::StatusCode::kUnknown,
+                      absl::string_view(message.data(), message.size()));
+}
+
+inline absl::Status from_grpc(const grpc::Status& s) {
+  return status_from_code(static_cast<int>(s.error_code()), s.error_message());
 }
 
 inline void set_deadline(grpc::ClientContext& ctx, absl::Time deadline) {
