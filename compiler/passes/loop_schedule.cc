@@ -171,13 +171,26 @@ const rw::RuleSet& split_rules() {
   return rs;
 }
 
+// The RANGEs that the gate of some INDEX of `kernel` reads.
+absl::flat_hash_set<const UOp*> gated_ranges(const UOp* kernel) {
+  absl::flat_hash_set<const UOp*> out;
+  for (const UOp* u : toposort(kernel))
+    if (u->op() == Op::INDEX && u->num_src() > 2)
+      for (const UOp* x : toposort(u->src(2)))
+        if (x->op() == Op::RANGE) out.insert(x);
+  return out;
+}
+
 struct Split {
   const UOp* kernel;
   const UOp* outer;
   const UOp* inner;
 };
 
-absl::StatusOr<Split> split_impl(Graph& g, const UOp* kernel, const UOp* r, int64_t factor, AxisType type) {
+// `maskable`: whether r may be split by a factor that does not divide it (can_mask of the
+// kernel the schedule started from: the gates a split adds prove nothing, its clamps do).
+absl::StatusOr<Split> split_impl(Graph& g, const UOp* kernel, const UOp* r, int64_t factor, AxisType type,
+                                 bool maskable) {
   const int64_t end = const_end(r);
   if (end < 1 || factor < 2 || factor > end)
     return absl::InvalidArgumentError(cat("split_range: a constant trip count n >= 2 and a factor in [2, n] are needed (n ",
@@ -188,6 +201,10 @@ absl::StatusOr<Split> split_impl(Graph& g, const UOp* kernel, const UOp* r, int6
     if (u->op() == Op::END && std::find(u->src().begin() + 1, u->src().end(), r) != u->src().end() && end % factor)
       return absl::InvalidArgumentError("split_range: a range an END closes is split only by a factor that divides it");
   }
+  if (end % factor != 0 && !maskable)
+    return absl::InvalidArgumentError(cat("split_range: a factor (", factor, ") that does not divide the trip count (", end,
+                                          ") of a range an access's gate reads: the gate is what proves the access in "
+                                          "bounds, and the clamped index would hide the range from it"));
   SplitCtx c;
   c.target = r;
   const int64_t outer_end = (end + factor - 1) / factor;
@@ -261,8 +278,10 @@ std::vector<const UOp*> schedule_axes(const UOp* kernel) {
   return axes;
 }
 
+bool can_mask(const UOp* kernel, const UOp* r) { return !gated_ranges(kernel).contains(r); }
+
 absl::StatusOr<const UOp*> split_range(Graph& g, const UOp* kernel, const UOp* r, int64_t factor, AxisType type) {
-  ASSIGN_OR_RETURN(Split s, split_impl(g, kernel, r, factor, type));
+  ASSIGN_OR_RETURN(Split s, split_impl(g, kernel, r, factor, type, can_mask(kernel, r)));
   return s.kernel;
 }
 
@@ -273,8 +292,12 @@ absl::StatusOr<const UOp*> apply_schedule(Graph& g, const UOp* kernel, const Loo
   if (axes.empty() && !one_store(kernel))
     return absl::InvalidArgumentError("schedule: the kernel is not one STORE, the only shape a schedule applies to");
   const size_t outputs = closed_ranges(kernel->src(0)).size();
-  std::vector<bool> is_output(axes.size());
-  for (size_t i = 0; i < axes.size(); ++i) is_output[i] = i < outputs;
+  std::vector<bool> is_output(axes.size()), maskable(axes.size());
+  const absl::flat_hash_set<const UOp*> gated = gated_ranges(kernel);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    is_output[i] = i < outputs;
+    maskable[i] = !gated.contains(axes[i]);
+  }
   int64_t lanes = 1;
   for (const UOp* r : axes)
     if (r->arg_as<RangeArg>().type == AxisType::Upcast) lanes *= std::max<int64_t>(const_end(r), 1);
@@ -304,6 +327,12 @@ absl::StatusOr<const UOp*> apply_schedule(Graph& g, const UOp* kernel, const Loo
           return bad(cat(is_output[a] ? "an output" : "a reduce", " axis splits into ", join(names, ", "),
                          " on this target, not ", axis_type_step_name(st.type)));
         }
+        // An access whose gate reads the axis is proven in bounds through that gate, which
+        // narrows the axis exactly where it is a range, or a range plus a constant (an
+        // Upcast lane, once expanded), and not where it is a sum of two loops, nor clamped.
+        if (!maskable[a] && (n % st.factor != 0 || st.type != AxisType::Upcast))
+          return bad(cat("an access's gate reads axis ", a, ": it splits only into upcast lanes by a divisor of its trip count ", n,
+                         " (the gate proves the access in bounds)"));
         const int64_t outer = (n + st.factor - 1) / st.factor;
         if (r->arg_as<RangeArg>().type == AxisType::Thread && outer < 2)
           return bad(cat("axis ", a, " runs on threads: it would keep one iteration"));
@@ -312,13 +341,14 @@ absl::StatusOr<const UOp*> apply_schedule(Graph& g, const UOp* kernel, const Loo
         if (st.type == AxisType::Upcast) after *= st.factor;
         if (after > limits.max_lanes)
           return bad(cat("the Upcast ranges would make ", after, " lanes, at most ", limits.max_lanes));
-        auto s = split_impl(g, k, r, st.factor, st.type);
+        auto s = split_impl(g, k, r, st.factor, st.type, maskable[a]);
         if (!s.ok()) return bad(std::string(s.status().message()));
         k = s->kernel;
         lanes = after;
         axes[a] = s->outer;
         axes.push_back(s->inner);
         is_output.push_back(is_output[a]);
+        maskable.push_back(maskable[a]);
         break;
       }
       case LoopStep::Kind::Reorder: {

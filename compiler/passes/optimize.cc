@@ -14,6 +14,21 @@ int64_t const_end(const UOp* r) {
   return c ? c->to_int() : -1;
 }
 
+// The lanes for a loop of n iterations and vectors of w lanes: w when it divides n; else a
+// divisor of n above w / 2 (no mask, nearly full vectors); else w with the tail masked
+// where the loop may be masked (can_mask), the largest divisor of n below w where not;
+// n itself when it is shorter than w. 0: no split.
+int64_t lanes_for(int64_t n, int64_t w, bool maskable) {
+  if (n % w == 0) return w;
+  for (int64_t d = w - 1; d > w / 2; --d)
+    if (n % d == 0) return d;
+  if (n < w) return n >= 2 ? n : 0;
+  if (maskable) return w;
+  for (int64_t d = w / 2; d >= 2; --d)
+    if (n % d == 0) return d;
+  return 0;
+}
+
 // The kernel as heuristic_schedule sees it, and the schedule it has chosen so far: each
 // axis's trip count (its largest, for a variable one) and whether it is Upcast, and the
 // order the STORE closes the output axes in, kept as the steps would leave them.
@@ -24,12 +39,14 @@ struct Plan {
   std::vector<int64_t> trip;
   std::vector<bool> upcast;
   std::vector<int64_t> store_order;      // output axes, outermost first
+  std::vector<bool> maskable;            // can_mask, per axis of the kernel
   size_t outputs = 0;                    // axes 0 .. outputs-1 are the STORE's
   bool reduces = false;
   int64_t width = 0;                     // lanes of one vector register, 0: no upcasting
   LoopSchedule out;
 
   void split(int64_t a, int64_t f) {
+    if (f < 2) return;
     out.steps.push_back(LoopStep{.kind = LoopStep::Kind::Split, .axis = a, .factor = f, .type = AxisType::Upcast});
     trip[a] = (trip[a] + f - 1) / f;
     trip.push_back(f);
@@ -46,17 +63,8 @@ struct Plan {
     out.steps.push_back(LoopStep{.kind = LoopStep::Kind::Reorder, .order = order});
   }
   bool contiguous(int64_t a) const { return idx && affine_coeff(idx, axes[a]) == 1; }
+  int64_t lanes(int64_t a, int64_t w) const { return lanes_for(trip[a], w, maskable[a]); }
 };
-
-// The lanes for a loop of n iterations and vectors of w lanes: w when it divides n; else a
-// divisor of n above w / 2 (no mask, nearly full vectors); else w with the tail masked;
-// n itself when it is shorter than w.
-int64_t lanes_for(int64_t n, int64_t w) {
-  if (n % w == 0) return w;
-  for (int64_t d = w - 1; d > w / 2; --d)
-    if (n % d == 0) return d;
-  return n > w ? w : n;
-}
 
 // The output loop whose lanes are contiguous in memory: the innermost one the width
 // divides, else the innermost contiguous one. -1 when none has two iterations.
@@ -73,7 +81,7 @@ int64_t lane_axis(const Plan& p) {
 
 void elementwise(Plan& p, const OptimizeOptions&) {
   int64_t a = lane_axis(p);
-  if (a >= 0) p.split(a, lanes_for(p.trip[a], p.width));
+  if (a >= 0) p.split(a, p.lanes(a, p.width));
 }
 
 // Outputs and a reduction: a tile of accumulators, rows of the lane loop's vectors.
@@ -81,7 +89,8 @@ void tiled_reduction(Plan& p, const OptimizeOptions& o) {
   int64_t a = lane_axis(p);
   if (a < 0) return;
   const int64_t n = p.trip[a];
-  const int64_t w = n % (2 * p.width) == 0 && 2 * p.width <= o.max_lanes ? 2 * p.width : lanes_for(n, p.width);
+  const int64_t w = n % (2 * p.width) == 0 && 2 * p.width <= o.max_lanes ? 2 * p.width : p.lanes(a, p.width);
+  if (w < 2) return;
   // A second output loop (a row of the tile) shares each loaded vector of the first. It
   // is split first so that its lanes come first (lane = row * w + column): each row of
   // the tile is then one run of contiguous lanes.
@@ -105,7 +114,7 @@ void full_reduction(Plan& p, const OptimizeOptions& o) {
     int64_t w = std::min<int64_t>(m * p.width, o.max_lanes);
     if (n % w == 0) return p.split(a, w);
   }
-  p.split(a, lanes_for(n, std::min<int64_t>(p.width, o.max_lanes)));
+  p.split(a, p.lanes(a, std::min<int64_t>(p.width, o.max_lanes)));
 }
 
 // The outermost output loop on threads, if the whole kernel is worth several.
@@ -138,6 +147,7 @@ LoopSchedule heuristic_schedule(const UOp* kernel, const OptimizeOptions& opts) 
   p.idx = p.store->src(0)->num_src() >= 2 ? p.store->src(0)->src(1) : nullptr;
   ValueRange vr;
   for (const UOp* r : p.axes) {
+    p.maskable.push_back(can_mask(kernel, r));
     p.trip.push_back(vr.vmax(r->src(0)));
     p.upcast.push_back(r->arg_as<RangeArg>().type == AxisType::Upcast);
   }

@@ -58,7 +58,14 @@ absl::StatusOr<const UOp*> optimize_cpu(Graph& g, const UOp* kernel, const Optim
 // closed in its place (r0 outer). A factor that does not divide n masks the iterations
 // past n: r's uses become min(r0 * factor + r1, n - 1), a STORE that closed r stores only
 // where r0 * factor + r1 < n, and a REDUCE that closed r folds in its identity there (a
-// range an END closes is refused). INVALID_ARGUMENT otherwise.
+// range an END closes is refused, and so is one that the gate of an access reads: see
+// can_mask). INVALID_ARGUMENT otherwise.
 absl::StatusOr<const UOp*> split_range(Graph& g, const UOp* kernel, const UOp* r, int64_t factor, AxisType type);
+
+// Whether split_range may split `r` by a factor that does not divide its trip count: not
+// where the gate of an access reads r (a padded read, r < 52). Such an access is proven
+// in bounds by narrowing r with its gate, and r clamped, min(r0 * f + r1, n - 1), is an
+// expression the gate no longer narrows the same way once symbolic has rewritten it.
+bool can_mask(const UOp* kernel, const UOp* r);
 
 }  // namespace uop

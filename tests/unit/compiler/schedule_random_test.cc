@@ -38,7 +38,7 @@ std::string random_schedule(const UOp* kernel, uint64_t seed) {
   randgraph::Rng rng(seed);
   const ScheduleLimits limits = cpu_schedule_limits();
   std::vector<int64_t> trip;
-  std::vector<bool> output, upcast;
+  std::vector<bool> output, upcast, gated;  // gated: read by a gate, split only into upcast by divisors
   std::vector<int64_t> order;  // the STORE's loops, outermost first
   size_t outputs = 0;
   for (const UOp* r : kernel->src(0)->src().subspan(2))
@@ -49,6 +49,7 @@ std::string random_schedule(const UOp* kernel, uint64_t seed) {
     trip.push_back(const_end(axes[i]));
     output.push_back(i < outputs);
     upcast.push_back(axes[i]->arg_as<RangeArg>().type == AxisType::Upcast);
+    gated.push_back(!can_mask(kernel, axes[i]));
     if (upcast.back()) lanes *= trip.back();
   }
   LoopSchedule s;
@@ -57,16 +58,19 @@ std::string random_schedule(const UOp* kernel, uint64_t seed) {
     const int64_t what = rng.range(0, 9);
     if (what < 6) {
       std::vector<int64_t> can;
-      for (size_t a = 0; a < trip.size(); ++a)
-        if (trip[a] >= 2) can.push_back(static_cast<int64_t>(a));
+      for (size_t a = 0; a < trip.size(); ++a)  // the Thread loop keeps its iterations
+        if (trip[a] >= 2 && !(threaded && static_cast<int64_t>(a) == order[0])) can.push_back(static_cast<int64_t>(a));
       if (can.empty()) continue;
       const int64_t a = rng.pick(can);
-      const int64_t f = rng.range(2, std::min<int64_t>(trip[a], 12));
-      AxisType t = rng.chance(0.5) ? AxisType::Upcast : output[a] ? AxisType::Loop : AxisType::Reduce;
+      int64_t f = rng.range(2, std::min<int64_t>(trip[a], 12));
+      while (gated[a] && trip[a] % f != 0) --f;
+      if (f < 2) continue;
+      AxisType t = rng.chance(0.5) || gated[a] ? AxisType::Upcast : output[a] ? AxisType::Loop : AxisType::Reduce;
       const int64_t outer = (trip[a] + f - 1) / f;
       int64_t after = upcast[a] ? lanes / trip[a] * outer : lanes;
       if (t == AxisType::Upcast) after *= f;
       if (after > limits.max_lanes) {
+        if (gated[a]) continue;
         t = output[a] ? AxisType::Loop : AxisType::Reduce;
         after = upcast[a] ? lanes / trip[a] * outer : lanes;
       }
@@ -75,6 +79,7 @@ std::string random_schedule(const UOp* kernel, uint64_t seed) {
       trip[a] = outer;
       trip.push_back(f);
       output.push_back(output[a]);
+      gated.push_back(gated[a]);
       upcast.push_back(t == AxisType::Upcast);
       auto at = std::find(order.begin(), order.end(), a);
       if (at != order.end()) order.insert(at + 1, static_cast<int64_t>(trip.size()) - 1);
@@ -85,7 +90,7 @@ std::string random_schedule(const UOp* kernel, uint64_t seed) {
         std::swap(order[i], order[static_cast<size_t>(rng.range(threaded ? 1 : 0, static_cast<int64_t>(i)))]);
       s.steps.push_back(LoopStep{.kind = LoopStep::Kind::Reorder, .order = order});
     } else {
-      if (threaded || order.empty() || upcast[order[0]]) continue;
+      if (threaded || order.empty() || upcast[order[0]] || (trip[order[0]] >= 0 && trip[order[0]] < 2)) continue;
       threaded = true;
       s.steps.push_back(LoopStep{.kind = LoopStep::Kind::Thread, .axis = order[0]});
     }
@@ -94,12 +99,14 @@ std::string random_schedule(const UOp* kernel, uint64_t seed) {
 }
 
 // Every kernel `runner` compiles gets its random schedule, drawn from `seed` and the
-// kernel's digest (so a kernel seen twice gets the same one).
-void schedule_randomly(LocalRunner& runner, uint64_t seed) {
-  runner.set_schedules([seed](const UOp* kernel) {
+// kernel's digest (so a kernel seen twice gets the same one), and `log` a line for it.
+void schedule_randomly(LocalRunner& runner, uint64_t seed, std::string* log) {
+  runner.set_schedules([seed, log](const UOp* kernel) {
     uint64_t h = seed;
     for (uint8_t b : kernel->digest().bytes) h = h * 1099511628211ULL + b;
-    return random_schedule(kernel, h);
+    std::string s = random_schedule(kernel, h);
+    *log += cat("kernel ", kernel->digest().short_hex(), ": \"", s, "\"\n", print_tree(kernel));
+    return s;
   });
 }
 
@@ -111,17 +118,18 @@ std::optional<uint64_t> env_u64(const char* name) {
 
 TEST(RandomSchedules, RandomGraphsMatchTheInterpreter) {
   uint64_t base = env_u64("UOPD_RANDOM_BASE").value_or(0x5c4ed000);
-  uint64_t count = env_u64("UOPD_RANDOM_COUNT").value_or(120);
+  uint64_t count = env_u64("UOPD_RANDOM_COUNT").value_or(300);
   if (auto seed = env_u64("UOPD_RANDOM_SEED")) base = *seed, count = 1;
   RunStats stats;
   int failures = 0;
   for (uint64_t i = 0; i < count && failures < 5; ++i) {
     LocalRunner runner;
-    schedule_randomly(runner, base + i);
+    std::string log;
+    schedule_randomly(runner, base + i, &log);
     std::string why = check_random_graph(runner, base + i, &stats);
     if (why.empty()) continue;
     ++failures;
-    ADD_FAILURE() << "seed " << base + i << " (replay: UOPD_RANDOM_SEED=" << base + i << ")\n" << why;
+    ADD_FAILURE() << "seed " << base + i << " (replay: UOPD_RANDOM_SEED=" << base + i << ")\n" << why << log;
   }
   EXPECT_GT(stats.compiled, static_cast<int>(count)) << "the graphs have kernels to schedule";
   std::printf("[ random   ] %llu graphs with random schedules: %d kernels run, %d compiled\n",
@@ -155,9 +163,10 @@ TEST(RandomSchedules, CorpusShapesMatchTheInterpreter) {
     outs.push_back(tb.alu(Op::MUL, {tb.alu(Op::ADD, {x, x}), x}));
     const UOp* sink = tb.sink(outs);
     LocalRunner runner;
-    schedule_randomly(runner, seed);
+    std::string log;
+    schedule_randomly(runner, seed, &log);
     std::string why = check_graph(runner, g, sink, in);
-    EXPECT_EQ(why, "");
+    EXPECT_EQ(why, "") << log;
   }
 }
 

@@ -280,6 +280,53 @@ TEST(ApplySchedule, AMaskedReductionFoldsInTheIdentity) {
   }
 }
 
+// A copy upcast along a loop that strides (a scatter: one store per lane) stores one
+// element per lane: the stored LOAD is already a vector when its STORE is rewritten.
+TEST(ApplySchedule, AStridedCopyStoresOneElementPerLane) {
+  KernelBuilder k;
+  const UOp* out = k.param(0, dtypes::uint32, 336);
+  const UOp* in = k.param(1, dtypes::uint32, 336);
+  const UOp* r0 = k.range(16);
+  const UOp* r1 = k.range(7);
+  const UOp* r2 = k.range(3);
+  const UOp* at = k.alu(Op::ADD, k.alu(Op::ADD, r0, k.alu(Op::MUL, r1, k.ix(16))), k.alu(Op::MUL, r2, k.ix(112)));
+  const UOp* kernel = k.sink({k.store(out, at, k.load(in, at), {r2, r1, r0})});
+  for (std::string_view text : {"split(0,3,upcast)", "split(1,7,upcast)", "split(1,4,upcast);reorder(2,1,3,0)"})
+    expect_schedule_agrees(k, kernel, text, {{Scalar::UInt32, 336}, {Scalar::UInt32, 336}});
+}
+
+// A loop a load's gate reads (a padded read: 1 <= j < 9) splits only into Upcast lanes by
+// divisors of its trip count: the gate is what proves the read in bounds, and it narrows
+// j exactly where j is a loop plus a lane's constant, not where it is a sum of two loops
+// or clamped. The heuristic picks a divisor.
+TEST(ApplySchedule, ALoopAGateReadsSplitsOnlyByDivisors) {
+  KernelBuilder k;
+  const UOp* out = k.param(0, dtypes::float32, 3 * 10);
+  const UOp* in = k.param(1, dtypes::float32, 3 * 8);
+  const UOp* i = k.range(3);
+  const UOp* j = k.range(10);
+  const UOp* gate = k.between(0, j, 9);
+  const UOp* v = k.load(in, k.alu(Op::ADD, k.alu(Op::MUL, i, k.ix(8)), k.alu(Op::SUB, j, k.ix(1))), gate);
+  const UOp* kernel = k.sink({k.store(out, k.alu(Op::ADD, k.alu(Op::MUL, i, k.ix(10)), j), v, {i, j})});
+  const Slots slots{{Scalar::Float32, 30}, {Scalar::Float32, 24}};
+  EXPECT_FALSE(can_mask(kernel, j));
+  EXPECT_TRUE(can_mask(kernel, i));
+  for (std::string_view text : {"split(1,4,upcast)", "split(1,5,loop)", "split(1,2,upcast);split(1,5,loop)"}) {
+    auto refused = apply_schedule(k.g, kernel, parsed(text), cpu_schedule_limits());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_TRUE(contains(refused.status().message(), "an access's gate reads axis 1: it splits only into upcast lanes by a divisor"))
+        << refused.status();
+  }
+  EXPECT_FALSE(split_range(k.g, kernel, j, 4, AxisType::Upcast).ok()) << "split_range masks no loop a gate reads";
+  expect_schedule_agrees(k, kernel, "split(1,5,upcast)", slots);
+  expect_schedule_agrees(k, kernel, "split(1,2,upcast);split(0,2,loop);thread(0)", slots);
+  OptimizeOptions avx2;
+  avx2.vector_bits = 256;
+  EXPECT_EQ(heuristic_schedule(kernel, avx2).str(), "split(1,5,upcast)");
+  avx2.vector_bits = 512;  // 16 lanes: the whole loop of 10
+  EXPECT_EQ(heuristic_schedule(kernel, avx2).str(), "split(1,10,upcast)");
+}
+
 // --- refusals ----------------------------------------------------------------------------
 
 TEST(ApplySchedule, AStepThatDoesNotFitIsRefusedNamingIt) {
