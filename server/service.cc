@@ -74,9 +74,18 @@ absl::StatusOr<KernelSchedules> schedules_of(const pb::CompileRequest& req, cons
                                               " kernels: name one by its digest"));
       digest = *digests.begin();
     }
-    if (!digests.contains(digest))
-      return absl::InvalidArgumentError(cat("schedules[", i, "]: the graph has no kernel of digest '",
-                                            digest.substr(0, 64), digest.size() > 64 ? "...'" : "'"));
+    if (!digests.contains(digest)) {
+      // A prefix of at least 8 hex digits (what `uop compile` prints) names the one kernel
+      // whose digest starts with it.
+      std::vector<std::string> match;
+      if (digest.size() >= 8)
+        for (const std::string& d : digests)
+          if (d.starts_with(digest)) match.push_back(d);
+      if (match.size() != 1)
+        return absl::InvalidArgumentError(cat("schedules[", i, "]: the graph has ", match.empty() ? "no kernel" : "several kernels",
+                                              " of digest '", digest.substr(0, 64), digest.size() > 64 ? "...'" : "'"));
+      digest = match[0];
+    }
     auto parsed = parse_loop_schedule(s.schedule());
     if (!parsed.ok()) return absl::InvalidArgumentError(cat("schedules[", i, "]: ", parsed.status().message()));
     if (!out.emplace(digest, parsed->str()).second)
