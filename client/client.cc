@@ -337,8 +337,14 @@ absl::StatusOr<Session> Client::create_session(std::vector<std::string> devices,
 }
 
 absl::StatusOr<CompileResult> Client::compile(const UOp* root, const Names& names, const Target& target,
-                                              bool include_binary, bool include_source) {
+                                              bool include_binary, bool include_source,
+                                              const std::vector<KernelSchedule>& schedules) {
   pb::CompileRequest req;
+  for (const KernelSchedule& s : schedules) {
+    pb::KernelSchedule* w = req.add_schedules();
+    w->set_digest(s.digest);
+    w->set_schedule(s.schedule);
+  }
   encode_proto(root, names, req.mutable_graph());
   target_to_wire(target, req.mutable_target());
   req.set_include_binary(include_binary);

@@ -57,10 +57,11 @@ absl::StatusOr<std::shared_ptr<const Backend>> Planner::backend(std::string_view
   return made;
 }
 
-std::string Planner::cache_key(const Digest& kernel, const Backend& backend, std::string_view cache_namespace) const {
+std::string Planner::cache_key(const Digest& kernel, const Backend& backend, std::string_view cache_namespace,
+                               std::string_view schedule) const {
   // Everything that decides the bytes of the artifact: the computation, the machine, the
-  // compiler that made it and its options.
-  return backend.cache_key(kernel, opts_.keep_source, cache_namespace);
+  // compiler that made it, its options and the loop schedule.
+  return backend.cache_key(kernel, opts_.keep_source, cache_namespace, schedule);
 }
 
 absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan(std::shared_ptr<const DecodedGraph> g, bool* cached,
@@ -170,17 +171,21 @@ PipelineOptions Planner::compile_options(const PlannedKernel& k, const std::func
 }
 
 absl::StatusOr<std::string> Planner::build(const PlannedKernel& k, const Backend& backend, const std::string& key,
-                                           const std::function<bool()>& wanted) {
+                                           const std::string& schedule, const std::function<bool()>& wanted) {
   auto t0 = std::chrono::steady_clock::now();
   // A private Graph: compiles run on several threads.
   ASSIGN_OR_RETURN(DecodedGraph g, decode_binary(k.encoded), cat("planner: cannot decode kernel ", k.name, ": "));
   PipelineOptions po = compile_options(k, wanted);
+  std::string applied;
+  po.schedule = schedule;
+  po.applied_schedule = &applied;
   ASSIGN_OR_RETURN(const UOp* linear, backend.lower(*g.graph, g.root, po, k.name));
   // The last look before the code generator, which cannot be stopped once started
   // (LLVM, NVRTC): its time is bounded by the size of the LINEAR, which lowering has
   // just checked.
   RETURN_IF_ERROR(po.keep_going());
   ASSIGN_OR_RETURN(CodeArtifact art, backend.compile(linear, BackendCompileOptions{.keep_source = opts_.keep_source}));
+  art.abi.schedule = applied;
   uopd::v1::Artifact a;
   a.set_key(key);
   a.set_kernel_digest(k.digest.hex());
@@ -233,14 +238,16 @@ absl::StatusOr<CompiledKernel> Planner::kernel_from_entry(const PlannedKernel& k
 }
 
 absl::StatusOr<std::vector<CompiledKernel>> Planner::compile(const Plan& plan, std::shared_ptr<const Backend> backend,
-                                                             std::string_view cache_namespace, const Requester& who) {
+                                                             std::string_view cache_namespace, const Requester& who,
+                                                             const KernelSchedules& schedules) {
   return compile(plan, std::vector<std::shared_ptr<const Backend>>(plan.kernels.size(), std::move(backend)),
-                 cache_namespace, who);
+                 cache_namespace, who, schedules);
 }
 
 absl::StatusOr<std::vector<CompiledKernel>> Planner::compile(const Plan& plan,
                                                              const std::vector<std::shared_ptr<const Backend>>& per_kernel,
-                                                             std::string_view cache_namespace, const Requester& who) {
+                                                             std::string_view cache_namespace, const Requester& who,
+                                                             const KernelSchedules& schedules) {
   if (per_kernel.size() != plan.kernels.size())
     return absl::InternalError(cat("planner: ", per_kernel.size(), " targets for ", plan.kernels.size(), " kernels"));
   // One lookup per (kernel, target), all started before any is waited for: the misses
@@ -262,13 +269,16 @@ absl::StatusOr<std::vector<CompiledKernel>> Planner::compile(const Plan& plan,
     const PlannedKernel& k = plan.kernels[i];
     std::shared_ptr<const Backend> backend = per_kernel[i];
     if (!backend) return absl::InternalError(cat("planner: no target for kernel ", k.name));
-    // The key names the kernel and everything about its target: equal keys, one compile.
-    std::string key = cache_key(k.digest, *backend, cache_namespace);
+    // The key names the kernel, its schedule and everything about its target: equal
+    // keys, one compile.
+    auto given = schedules.find(k.digest.hex());
+    std::string schedule = given != schedules.end() ? given->second : std::string();
+    std::string key = cache_key(k.digest, *backend, cache_namespace, schedule);
     auto [it, fresh] = first.emplace(key, lookups.size());
     which[i] = it->second;
     if (!fresh) continue;
-    CompileCache::Compute compute = [this, k, backend, key](const std::function<bool()>& still_wanted) {
-      return build(k, *backend, key, still_wanted);
+    CompileCache::Compute compute = [this, k, backend, key, schedule](const std::function<bool()>& still_wanted) {
+      return build(k, *backend, key, schedule, still_wanted);
     };
     lookups.push_back(cache_->start(key, std::move(compute), on_pool, who.deadline, entry_check(k, key, backend->target_id())));
     wanted.push_back({i, key});

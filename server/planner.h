@@ -113,6 +113,10 @@ struct CompiledKernel {
   double compile_ms = 0;
 };
 
+// Loop schedules given for a compile (CompileRequest.schedules): kernel digest (hex) ->
+// schedule text. A kernel not named gets its target's heuristic.
+using KernelSchedules = absl::flat_hash_map<std::string, std::string>;
+
 // Who planning or compiling is for, and until when: the compile pool's queue its tasks
 // wait in, the request's deadline, and `gone` (ServerContext::IsCancelled), which says its
 // client went away; it is asked only on the requesting thread, while that thread waits.
@@ -173,17 +177,21 @@ class Planner {
   // cache), each until its own deadline; a compile nobody waits for any more is abandoned
   // at its next stage. `cache_namespace` (a tenant's private cache, server/auth.h) salts
   // every cache key: empty is the cache everyone shares.
+  // `schedules` names the loop schedule of some kernels (by digest): a part of their keys.
   absl::StatusOr<std::vector<CompiledKernel>> compile(const Plan& plan, std::shared_ptr<const Backend> backend,
-                                                      std::string_view cache_namespace = {}, const Requester& who = {});
+                                                      std::string_view cache_namespace = {}, const Requester& who = {},
+                                                      const KernelSchedules& schedules = {});
   // Each kernel compiled for its own backend (a Run whose devices mix targets):
   // `per_kernel[i]` for plan.kernels[i]. One compile per distinct (kernel, target).
   absl::StatusOr<std::vector<CompiledKernel>> compile(const Plan& plan,
                                                       const std::vector<std::shared_ptr<const Backend>>& per_kernel,
-                                                      std::string_view cache_namespace = {}, const Requester& who = {});
+                                                      std::string_view cache_namespace = {}, const Requester& who = {},
+                                                      const KernelSchedules& schedules = {});
 
-  // The cache key of a kernel for `backend` (and namespace): Backend::cache_key with this
-  // planner's keep_source.
-  std::string cache_key(const Digest& kernel, const Backend& backend, std::string_view cache_namespace = {}) const;
+  // The cache key of a kernel for `backend` (and namespace, and loop schedule: "" the
+  // heuristic's): Backend::cache_key with this planner's keep_source.
+  std::string cache_key(const Digest& kernel, const Backend& backend, std::string_view cache_namespace = {},
+                        std::string_view schedule = {}) const;
 
   // The IR after each stage (`uop explain`), every kernel lowered, rendered and compiled
   // as a Compile would (the same bounds), on the compile pool: planning is one task and
@@ -208,10 +216,10 @@ class Planner {
   PipelineOptions compile_options(const PlannedKernel& k, const std::function<bool()>& wanted) const;
   absl::StatusOr<std::shared_ptr<const Plan>> plan_now(const DecodedGraph& g, const Digest& digest,
                                                        const std::function<absl::Status()>& keep_going);
-  // Lowers and compiles one kernel for `backend` (the compile cache's compute for its
-  // key); `wanted` says whether a request still waits for it.
+  // Lowers and compiles one kernel for `backend` with `schedule` ("" the heuristic's; the
+  // compile cache's compute for its key); `wanted` says whether a request still waits for it.
   absl::StatusOr<std::string> build(const PlannedKernel& k, const Backend& backend, const std::string& key,
-                                    const std::function<bool()>& wanted);
+                                    const std::string& schedule, const std::function<bool()>& wanted);
   // `fn` queued on the compile pool for `who` alone (task_queue.h Pending).
   template <typename T>
   Pending<T> to_pool(const Requester& who, std::string what,
