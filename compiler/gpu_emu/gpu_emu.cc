@@ -404,6 +404,9 @@ absl::StatusOr<GpuEmuStats> Emulator::run() {
   RETURN_IF_ERROR(bind());
   const GpuDims& d = stats_.dims;
   if (d.empty()) return stats_;  // nothing to launch
+  if (d.threads_per_block() * lanes_ > opts_.max_values)
+    return absl::ResourceExhaustedError(cat(d.threads_per_block(), " threads of ", lanes_, " value lanes each, over ",
+                                            opts_.max_values, " lanes in all"));
   threads_.resize(d.threads_per_block());
   for (int64_t tid = 0; tid < d.threads_per_block(); ++tid) {
     Thread& t = threads_[tid];
@@ -440,6 +443,9 @@ absl::Status Emulator::run_block(const std::array<int64_t, 3>& b) {
     for (auto& w : t.reg_written) std::fill(w.begin(), w.end(), false);
   }
   const int64_t n = static_cast<int64_t>(threads_.size());
+  stats_.steps += n;  // a thread's start counts as an op: a huge grid of empty blocks ends too
+  if (stats_.steps > opts_.max_steps)
+    return absl::ResourceExhaustedError(cat("the launch ran more than ", opts_.max_steps, " ops"));
   while (true) {
     for (Thread& t : threads_)
       if (t.state == Thread::State::Running) RETURN_IF_ERROR(run_thread(t));

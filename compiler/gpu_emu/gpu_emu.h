@@ -37,7 +37,7 @@
 //   [emu.launch]   a launch the GPU refuses: over 1024 threads per block, a grid over
 //                  CUDA's limits, a variable missing or out of its bounds, a buffer
 //                  missing or too small for its PARAM;
-//   RESOURCE_EXHAUSTED past options.max_steps executed ops.
+//   RESOURCE_EXHAUSTED past options.max_steps executed ops or options.max_values lanes.
 // A LINEAR the verifier refuses gets the verifier's status, as the renderers give it.
 #pragma once
 
@@ -54,8 +54,12 @@
 namespace uop {
 
 struct GpuEmuOptions {
-  // Ops executed over all threads of the launch before giving up.
+  // Ops executed over all threads of the launch (a thread's start counts as one) before
+  // giving up.
   int64_t max_steps = int64_t{1} << 32;
+  // Value lanes of a block's threads together (16 bytes each): a block of 1024 threads
+  // of a LINEAR with many wide values would need this many.
+  int64_t max_values = int64_t{1} << 26;
 };
 
 // What one launch did.

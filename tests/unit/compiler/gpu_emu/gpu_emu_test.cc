@@ -505,6 +505,24 @@ TEST(GpuEmuSeeded, TheLaunchIsCheckedAsTheWorkerChecksIt) {
   auto too_small = emulate_gpu(linear, q, {{"n", 3}});
   ASSERT_FALSE(too_small.ok());
   EXPECT_NE(std::string(too_small.status().message()).find("[emu.launch]"), std::string::npos) << too_small.status();
+  // A step budget ends a launch that runs too long; CUDA's grid limits hold.
+  GpuEmuOptions few;
+  few.max_steps = 2;
+  auto long_run = emulate_gpu(linear, p, {{"n", 8}}, few);
+  ASSERT_FALSE(long_run.ok());
+  EXPECT_EQ(long_run.status().code(), absl::StatusCode::kResourceExhausted) << long_run.status();
+  {
+    LinearBuilder w;
+    const UOp* o = w.param(0, dtypes::float32, 1);
+    w.add(w.g.make(Op::SPECIAL, dtypes::index, {w.idx(70000)}, StrArg{"blockIdx.y"}));
+    w.store(w.index(o, w.idx(0)), w.f32(1));
+    HostTensor one = HostTensor::zeros(Scalar::Float32, {1});
+    HostTensor* r[] = {&one};
+    auto wide = emulate_gpu(w.linear(), r, {});
+    ASSERT_FALSE(wide.ok());
+    EXPECT_NE(std::string(wide.status().message()).find("grid dim y of 70000, over CUDA's 65535 [emu.launch]"), std::string::npos)
+        << wide.status();
+  }
   // Bad LINEAR gets the verifier's status, as the renderers give it.
   auto not_linear = emulate_gpu(out, p, {});
   ASSERT_FALSE(not_linear.ok());
