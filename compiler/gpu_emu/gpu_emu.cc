@@ -15,6 +15,7 @@
 #include <optional>
 #include <vector>
 
+#include "compiler/codegen/cuda.h"
 #include "compiler/codegen/linear_walk.h"
 #include "compiler/interp/node_eval.h"
 #include "compiler/support/status_macros.h"
@@ -214,13 +215,17 @@ absl::Status Emulator::prepare_op(int pos) {
     if (!sl.valid()) return fail(pos, cat("source ", node(at.at(s)), " is not a value"));
     return sl;
   };
-  const Op op = u->op();
-  if (is_alu(op) || op == Op::CAST || op == Op::BITCAST) {
-    in.kind = Kind::Alu;
+  auto sources_as_values = [&]() -> absl::Status {
     for (const UOp* s : u->src()) {
       ASSIGN_OR_RETURN(Slot sl, value_src(s));
       in.src.push_back(sl);
     }
+    return absl::OkStatus();
+  };
+  const Op op = u->op();
+  if (is_alu(op) || op == Op::CAST || op == Op::BITCAST) {
+    in.kind = Kind::Alu;
+    RETURN_IF_ERROR(sources_as_values());
     new_value();
     return absl::OkStatus();
   }
@@ -350,17 +355,10 @@ absl::Status Emulator::prepare_op(int pos) {
       if (u->num_src() > 0 && !u->dtype().is_void()) in.out = slot_of(u->src(0));
       return absl::OkStatus();
     case Op::WMMA: {
-      const auto& w = u->arg_as<WmmaArg>();
-      DType a = u->src(0)->dtype(), b = u->src(1)->dtype(), c = u->src(2)->dtype();
-      if (w.m != 16 || w.n != 8 || w.k != 16 || w.threads != 32 ||
-          (w.dtype_in != Scalar::Float16 && w.dtype_in != Scalar::BFloat16) || w.dtype_out != Scalar::Float32 ||
-          a != DType(w.dtype_in, 8) || b != DType(w.dtype_in, 4) || c != DType(Scalar::Float32, 4) || u->dtype() != c)
+      if (!is_mma_m16n8k16(u))
         return fail(pos, "WMMA must be m16n8k16 (a: 8 x f16 / bf16, b: 4 x the same, c and d: 4 x f32) [emu.wmma]");
       in.kind = Kind::Wmma;
-      for (const UOp* s : u->src()) {
-        ASSIGN_OR_RETURN(Slot sl, value_src(s));
-        in.src.push_back(sl);
-      }
+      RETURN_IF_ERROR(sources_as_values());
       new_value();
       return absl::OkStatus();
     }

@@ -36,11 +36,7 @@ TEST(CudaGpu, EveryCorpusCaseMatchesTheInterpreter) {
     ASSERT_TRUE(want.ok()) << want.status();
     auto got = gpu->run(*c.g, c.sink, c.inputs);
     ASSERT_TRUE(got.ok()) << c.name << ": " << got.status();
-    ASSERT_EQ(got->size(), want->size());
-    for (size_t i = 0; i < want->size(); ++i) {
-      Tolerance tol = i < c.tols.size() ? c.tols[i] : Tolerance::for_dtype((*want)[i].dtype);
-      EXPECT_EQ(difftest::compare_output((*want)[i], (*got)[i], tol), "") << c.name << " output " << i;
-    }
+    EXPECT_EQ(cudatest::compare_outputs(c, *want, *got), "") << c.name;
     ++cases;
   }
   EXPECT_GT(cases, 60);
@@ -62,11 +58,7 @@ TEST(CudaGpu, TheEmulatorAgreesWithTheGpu) {
     ASSERT_TRUE(on_gpu.ok()) << c.name << ": " << on_gpu.status();
     auto emulated = emu.run(*c.g, c.sink, c.inputs);
     ASSERT_TRUE(emulated.ok()) << c.name << ": " << emulated.status();
-    ASSERT_EQ(on_gpu->size(), emulated->size());
-    for (size_t i = 0; i < on_gpu->size(); ++i) {
-      Tolerance tol = i < c.tols.size() ? c.tols[i] : Tolerance::for_dtype((*on_gpu)[i].dtype);
-      EXPECT_EQ(difftest::compare_output((*emulated)[i], (*on_gpu)[i], tol), "") << c.name << " output " << i;
-    }
+    EXPECT_EQ(cudatest::compare_outputs(c, *emulated, *on_gpu), "") << c.name;
     ++cases;
   }
   EXPECT_GT(cases, 60);

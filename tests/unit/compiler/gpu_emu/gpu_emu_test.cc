@@ -66,11 +66,7 @@ TEST_P(GpuEmuCorpus, EveryCaseMatchesTheInterpreter) {
     const GpuEmuStats before = emu.totals();
     auto got = emu.run(*c.g, c.sink, c.inputs);
     ASSERT_TRUE(got.ok()) << c.name << ": " << got.status();
-    ASSERT_EQ(got->size(), want->size());
-    for (size_t i = 0; i < want->size(); ++i) {
-      Tolerance tol = i < c.tols.size() ? c.tols[i] : Tolerance::for_dtype((*want)[i].dtype);
-      EXPECT_EQ(difftest::compare_output((*want)[i], (*got)[i], tol), "") << c.name << " output " << i;
-    }
+    EXPECT_EQ(cudatest::compare_outputs(c, *want, *got), "") << c.name;
     if (c.name.starts_with("matmul_f16") || c.name == "matmul_bf16") {
       const int64_t wmmas = emu.totals().wmmas - before.wmmas;
       // 10 x 12 x 6 fits no m16n8k16 tile; the others run on the tensor cores.
@@ -101,28 +97,6 @@ const UOp* axpy(KernelBuilder& k, int64_t n) {
   const UOp* b = k.param(2, dtypes::float32, n);
   const UOp* i = k.range(n);
   return k.sink({k.store(out, i, k.alu(Op::ADD, k.alu(Op::MUL, k.load(a, i), k.f32(2)), k.load(b, i)), {i})});
-}
-
-// out[i] = reduce over r of in[K i + r].
-const UOp* row_reduce(KernelBuilder& k, ReduceOp op, int64_t rows, int64_t K) {
-  const UOp* out = k.param(0, dtypes::float32, rows);
-  const UOp* in = k.param(1, dtypes::float32, rows * K);
-  const UOp* i = k.range(rows);
-  const UOp* r = k.range(K, AxisType::Reduce);
-  return k.sink({k.store(out, i, k.reduce(op, k.load(in, k.alu(Op::ADD, k.alu(Op::MUL, i, k.ix(K)), r)), {r}), {i})});
-}
-
-// C[m, n] = sum over k of A[m, k] * B[k, n], A and B float16, C float32.
-const UOp* half_matmul(KernelBuilder& k, int64_t M, int64_t N, int64_t K) {
-  const UOp* c = k.param(0, dtypes::float32, M * N);
-  const UOp* a = k.param(1, dtypes::float16, M * K);
-  const UOp* b = k.param(2, dtypes::float16, K * N);
-  const UOp* m = k.range(M);
-  const UOp* n = k.range(N);
-  const UOp* r = k.range(K, AxisType::Reduce);
-  const UOp* av = k.g.make(Op::CAST, dtypes::float32, {k.load(a, k.alu(Op::ADD, k.alu(Op::MUL, m, k.ix(K)), r))});
-  const UOp* bv = k.g.make(Op::CAST, dtypes::float32, {k.load(b, k.alu(Op::ADD, k.alu(Op::MUL, r, k.ix(N)), n))});
-  return k.sink({k.store(c, k.alu(Op::ADD, k.alu(Op::MUL, m, k.ix(N)), n), k.reduce(ReduceOp::Add, k.alu(Op::MUL, av, bv), {r}), {m, n})});
 }
 
 // out[flat] = in[flat] + 1 over the dims given, row-major (one output loop per dim).
@@ -174,7 +148,7 @@ TEST(GpuEmuOptimize, TensorCoresOnSm80AndTheFallbacksWithout) {
   for (auto [M, N, K] : {std::array<int64_t, 3>{16, 8, 16}, {32, 16, 32}, {48, 24, 64}, {64, 32, 16}}) {
     SCOPED_TRACE(cat(M, " x ", N, " x ", K));
     KernelBuilder k;
-    const UOp* mm = half_matmul(k, M, N, K);
+    const UOp* mm = testing::matmul(k, dtypes::float16, M, N, K);
     const testing::Slots slots = {{Scalar::Float32, M * N}, {Scalar::Float16, M * K}, {Scalar::Float16, K * N}};
     const Tolerance tol = difftest::add_reduction(Scalar::Float32, K, 4.0 * K);
     const UOp* tc = expect_emulator_agrees(k, mm, sm80, slots, tol);
@@ -196,7 +170,7 @@ TEST(GpuEmuOptimize, GroupReductionsWithAndWithoutAMaskedTail) {
                   {ReduceOp::Min, 7, 64}}) {
     SCOPED_TRACE(cat(s.rows, " x ", s.K));
     KernelBuilder k;
-    const UOp* linear = expect_emulator_agrees(k, row_reduce(k, s.op, s.rows, s.K), cuda,
+    const UOp* linear = expect_emulator_agrees(k, testing::row_reduce(k, s.op, s.rows, s.K), cuda,
                                                {{Scalar::Float32, s.rows}, {Scalar::Float32, s.rows * s.K}},
                                                difftest::add_reduction(Scalar::Float32, s.K, 2.0 * s.K));
     ASSERT_NE(linear, nullptr);
@@ -205,7 +179,7 @@ TEST(GpuEmuOptimize, GroupReductionsWithAndWithoutAMaskedTail) {
   }
   // Many outputs with a short reduction: per-thread accumulators, no shared memory.
   KernelBuilder k;
-  const UOp* linear = expect_emulator_agrees(k, row_reduce(k, ReduceOp::Add, 4096, 8), cuda,
+  const UOp* linear = expect_emulator_agrees(k, testing::row_reduce(k, ReduceOp::Add, 4096, 8), cuda,
                                              {{Scalar::Float32, 4096}, {Scalar::Float32, 4096 * 8}},
                                              difftest::add_reduction(Scalar::Float32, 8, 16));
   ASSERT_NE(linear, nullptr);
@@ -255,7 +229,7 @@ TEST(GpuEmuOptimize, OtherBlockSizesAndARunTimeExtent) {
     SCOPED_TRACE(threads);
     const CudaBackend cuda(target("sm_80"), true, threads);
     KernelBuilder k;
-    ASSERT_NE(expect_emulator_agrees(k, row_reduce(k, ReduceOp::Add, 3, 2048), cuda, {{Scalar::Float32, 3}, {Scalar::Float32, 3 * 2048}},
+    ASSERT_NE(expect_emulator_agrees(k, testing::row_reduce(k, ReduceOp::Add, 3, 2048), cuda, {{Scalar::Float32, 3}, {Scalar::Float32, 3 * 2048}},
                                      difftest::add_reduction(Scalar::Float32, 2048, 4096)),
               nullptr);
     KernelBuilder k2;
@@ -296,9 +270,27 @@ struct Block {
     return b.add(b.g.make(Op::SPECIAL, dtypes::index, {b.idx(extent)}, StrArg{name}));
   }
   const UOp* barrier(const UOp* after) { return b.make(Op::BARRIER, dtypes::void_, {after}); }
+  // IF (threadIdx.x < n) BARRIER(after) ENDIF: a barrier the other threads skip.
+  const UOp* barrier_below(int64_t n, const UOp* after) {
+    const UOp* iff = b.make(Op::IF, dtypes::void_, {b.alu(Op::CMPLT, {tid, b.idx(n)})});
+    const UOp* bar = barrier(after);
+    b.make(Op::ENDIF, dtypes::void_, {iff});
+    return bar;
+  }
   // smem, ordered after `bar`
   const UOp* shared_after(const UOp* bar) { return b.after(smem, {bar}); }
   const UOp* as_float(const UOp* x) { return b.cast(x, dtypes::float32); }
+  // smem[i] (after `dep`, if given), and smem[i] = v (gated, if given).
+  const UOp* read_shared(const UOp* i, const UOp* dep = nullptr) {
+    const UOp* buf = dep ? shared_after(dep) : smem;
+    return b.load(buf, b.index(buf, i));
+  }
+  const UOp* write_shared(const UOp* i, const UOp* v, const UOp* dep = nullptr, const UOp* gate = nullptr) {
+    const UOp* buf = dep ? shared_after(dep) : smem;
+    return b.store(b.index(buf, i, gate), v);
+  }
+  // smem[t] = t, each thread its own element.
+  const UOp* write_own() { return write_shared(tid, as_float(tid)); }
 };
 
 int position(const UOp* linear, const UOp* u) {
@@ -328,11 +320,8 @@ TEST(GpuEmuSeeded, ACorrectExchangeThroughSharedMemoryRuns) {
   // smem[t] = t; barrier; out[t] = smem[31 - t]
   Block k(32);
   auto& b = k.b;
-  const UOp* st = b.store(b.index(k.smem, k.tid), k.as_float(k.tid));
-  const UOp* bar = k.barrier(st);
-  const UOp* other = b.alu(Op::SUB, {b.idx(31), k.tid});
-  const UOp* v = b.load(k.shared_after(bar), b.index(k.shared_after(bar), other));
-  b.store(b.index(k.out, k.tid), v);
+  const UOp* bar = k.barrier(k.write_own());
+  b.store(b.index(k.out, k.tid), k.read_shared(b.alu(Op::SUB, {b.idx(31), k.tid}), bar));
   const UOp* linear = b.linear();
   HostTensor out = HostTensor::zeros(Scalar::Float32, {64});
   HostTensor* p[] = {&out};
@@ -345,9 +334,8 @@ TEST(GpuEmuSeeded, ACorrectExchangeThroughSharedMemoryRuns) {
 TEST(GpuEmuSeeded, TwoThreadsWritingOneSharedElementRace) {
   Block k(32);
   auto& b = k.b;
-  const UOp* st = b.store(b.index(k.smem, b.idx(0)), k.as_float(k.tid));  // every thread, element 0
-  const UOp* bar = k.barrier(st);
-  b.store(b.index(k.out, k.tid), b.load(k.shared_after(bar), b.index(k.shared_after(bar), b.idx(0))));
+  const UOp* st = k.write_shared(b.idx(0), k.as_float(k.tid));  // every thread, element 0
+  b.store(b.index(k.out, k.tid), k.read_shared(b.idx(0), k.barrier(st)));
   const UOp* linear = b.linear();
   expect_error(emulate_one(linear), linear, st, "emu.race",
                {"thread (1, 0, 0) of block (0, 0, 0) writes element 0", "thread (0, 0, 0) of block (0, 0, 0) wrote"});
@@ -356,10 +344,9 @@ TEST(GpuEmuSeeded, TwoThreadsWritingOneSharedElementRace) {
 TEST(GpuEmuSeeded, AReadBeforeTheBarrierThatPublishesItRaces) {
   Block k(32);
   auto& b = k.b;
-  const UOp* st = b.store(b.index(k.smem, k.tid), k.as_float(k.tid));
+  const UOp* st = k.write_own();
   // Thread t reads smem[t - 1] (thread 0: its own): no barrier between.
-  const UOp* prev = b.alu(Op::MAX, {b.alu(Op::SUB, {k.tid, b.idx(1)}), b.idx(0)});
-  const UOp* ld = b.load(b.after(k.smem, {st}), b.index(b.after(k.smem, {st}), prev));
+  const UOp* ld = k.read_shared(b.alu(Op::MAX, {b.alu(Op::SUB, {k.tid, b.idx(1)}), b.idx(0)}), st);
   b.store(b.index(k.out, k.tid), ld);
   const UOp* linear = b.linear();
   // Thread 0 writes smem[0] and reads it; thread 1 reads smem[0], which thread 0 wrote.
@@ -370,12 +357,10 @@ TEST(GpuEmuSeeded, AReadBeforeTheBarrierThatPublishesItRaces) {
 TEST(GpuEmuSeeded, AWriteOverWhatAnotherThreadReadRaces) {
   Block k(32);
   auto& b = k.b;
-  const UOp* st = b.store(b.index(k.smem, k.tid), k.as_float(k.tid));
-  const UOp* bar = k.barrier(st);
+  const UOp* bar = k.barrier(k.write_own());
   // Every thread reads smem[0]; then thread 31 writes it, with no barrier between.
-  const UOp* ld = b.load(k.shared_after(bar), b.index(k.shared_after(bar), b.idx(0)));
-  const UOp* last = b.alu(Op::CMPEQ, {k.tid, b.idx(31)});
-  const UOp* st2 = b.store(b.index(k.shared_after(bar), b.idx(0), last), b.alu(Op::ADD, {ld, b.f32(1)}));
+  const UOp* ld = k.read_shared(b.idx(0), bar);
+  const UOp* st2 = k.write_shared(b.idx(0), b.alu(Op::ADD, {ld, b.f32(1)}), bar, b.alu(Op::CMPEQ, {k.tid, b.idx(31)}));
   const UOp* linear = b.linear();
   expect_error(emulate_one(linear), linear, st2, "emu.race",
                {"thread (31, 0, 0) of block (0, 0, 0) writes element 0", "thread (0, 0, 0) of block (0, 0, 0) read"});
@@ -384,11 +369,7 @@ TEST(GpuEmuSeeded, AWriteOverWhatAnotherThreadReadRaces) {
 TEST(GpuEmuSeeded, ABarrierSomeThreadsSkipIsAnError) {
   Block k(32);
   auto& b = k.b;
-  const UOp* st = b.store(b.index(k.smem, k.tid), k.as_float(k.tid));
-  const UOp* cond = b.alu(Op::CMPLT, {k.tid, b.idx(16)});
-  const UOp* iff = b.make(Op::IF, dtypes::void_, {cond});
-  const UOp* bar = k.barrier(st);
-  b.make(Op::ENDIF, dtypes::void_, {iff});
+  const UOp* bar = k.barrier_below(16, k.write_own());
   b.store(b.index(k.out, k.tid), k.as_float(k.tid));
   const UOp* linear = b.linear();
   expect_error(emulate_one(linear), linear, bar, "emu.barrier",
@@ -398,11 +379,7 @@ TEST(GpuEmuSeeded, ABarrierSomeThreadsSkipIsAnError) {
 TEST(GpuEmuSeeded, ThreadsWaitingAtDifferentBarriersIsAnError) {
   Block k(32);
   auto& b = k.b;
-  const UOp* st = b.store(b.index(k.smem, k.tid), k.as_float(k.tid));
-  const UOp* cond = b.alu(Op::CMPLT, {k.tid, b.idx(8)});
-  const UOp* iff = b.make(Op::IF, dtypes::void_, {cond});
-  const UOp* first = k.barrier(st);
-  b.make(Op::ENDIF, dtypes::void_, {iff});
+  const UOp* first = k.barrier_below(8, k.write_own());
   const UOp* second = k.barrier(b.store(b.index(k.out, k.tid), k.as_float(k.tid)));
   const UOp* linear = b.linear();
   expect_error(emulate_one(linear), linear, first, "emu.barrier",
@@ -413,7 +390,7 @@ TEST(GpuEmuSeeded, OutOfBoundsSharedAndGlobalIndices) {
   {
     Block k(32);  // smem of 32; thread 31 writes element 32
     auto& b = k.b;
-    const UOp* st = b.store(b.index(k.smem, b.alu(Op::ADD, {k.tid, b.idx(1)})), k.as_float(k.tid));
+    const UOp* st = k.write_shared(b.alu(Op::ADD, {k.tid, b.idx(1)}), k.as_float(k.tid));
     k.barrier(st);
     const UOp* linear = b.linear();
     expect_error(emulate_one(linear), linear, st, "emu.bounds",
@@ -446,7 +423,7 @@ TEST(GpuEmuSeeded, OutOfBoundsSharedAndGlobalIndices) {
 TEST(GpuEmuSeeded, AReadOfSharedMemoryNoThreadWroteIsAnError) {
   Block k(32);
   auto& b = k.b;
-  const UOp* ld = b.load(k.smem, b.index(k.smem, k.tid));
+  const UOp* ld = k.read_shared(k.tid);
   b.store(b.index(k.out, k.tid), ld);
   const UOp* linear = b.linear();
   expect_error(emulate_one(linear), linear, ld, "emu.uninit", {"thread (0, 0, 0) of block (0, 0, 0) reads element 0"});
