@@ -215,6 +215,13 @@ absl::Status Emulator::prepare_op(int pos) {
     if (!sl.valid()) return fail(pos, cat("source ", node(at.at(s)), " is not a value"));
     return sl;
   };
+  // Each operand is a scalar (used by every lane) or as wide as the result.
+  auto lanes_fit = [&](std::vector<Slot> ops, int lanes) -> absl::Status {
+    for (const Slot& s : ops)
+      if (s.valid() && s.lanes != 1 && s.lanes != lanes)
+        return fail(pos, cat("an operand of ", s.lanes, " lanes for ", lanes, " lanes [emu.op]"));
+    return absl::OkStatus();
+  };
   auto sources_as_values = [&]() -> absl::Status {
     for (const UOp* s : u->src()) {
       ASSIGN_OR_RETURN(Slot sl, value_src(s));
@@ -227,7 +234,7 @@ absl::Status Emulator::prepare_op(int pos) {
     in.kind = Kind::Alu;
     RETURN_IF_ERROR(sources_as_values());
     new_value();
-    return absl::OkStatus();
+    return lanes_fit(in.src, in.out.lanes);
   }
   switch (op) {
     case Op::PARAM: case Op::DEFINE_LOCAL: case Op::DEFINE_REG: {
@@ -318,7 +325,9 @@ absl::Status Emulator::prepare_op(int pos) {
         ASSIGN_OR_RETURN(in.data, value_src(u->src(is_load ? 2 : 1)));
       }
       if (is_load) new_value();
-      return absl::OkStatus();
+      const int lanes = is_load ? in.out.lanes : in.data.lanes;
+      if (in.index.lanes != 1) return fail(pos, "a vector of indices (a gather) [emu.gather]");
+      return lanes_fit({in.gate, in.data}, lanes);
     }
     case Op::RANGE: {
       in.kind = Kind::Range;

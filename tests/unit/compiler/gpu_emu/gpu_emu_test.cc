@@ -2,7 +2,8 @@
 //   * every case of the CUDA corpus (tests/gpu/cuda_corpus.h: the kernel corpus, every ALU
 //     op / CAST / BITCAST on every dtype, float16 / bfloat16 tensor-core matmuls, group
 //     reductions, a batch bound at run time) lowered for sm_80 and sm_90 and run on the
-//     emulator matches the reference interpreter under cuda_gpu_test's tolerances;
+//     emulator matches the reference interpreter under cuda_gpu_test's tolerances, and so
+//     do 800 random graphs (random_graph.h) under the tolerances the generator derives;
 //   * each choice of optimize_gpu (tensor cores, group reduce with and without a masked
 //     tail, the 16-byte upcast, the grid's x / y / z and its serial loops, the split of
 //     blockIdx.x with a clamped tail, other block sizes, a run-time extent) on a few
@@ -28,6 +29,7 @@
 #include "tests/unit/compiler/codegen/linear_builder.h"
 #include "tests/unit/compiler/passes/interp_check.h"
 #include "tests/unit/compiler/passes/kernel_builder.h"
+#include "tests/unit/compiler/random_graph.h"
 
 namespace uop {
 namespace {
@@ -86,6 +88,39 @@ TEST_P(GpuEmuCorpus, EveryCaseMatchesTheInterpreter) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Arches, GpuEmuCorpus, ::testing::Values("sm_80", "sm_90"));
+
+// Random graphs (random_graph.h: every dtype, broadcasts, movement ops, reductions feeding
+// reductions) through the CUDA lowering on the emulator, under the tolerance the generator
+// derives for each output (its reassociation bounds hold for the group reductions too).
+TEST(GpuEmuRandom, GraphsMatchTheInterpreter) {
+  gputest::EmuRunner emu(target("sm_80"));
+  constexpr uint64_t kBase = 0x9e0e0000, kCount = 800;
+  int failures = 0;
+  for (uint64_t seed = kBase; seed < kBase + kCount && failures < 5; ++seed) {
+    Graph g;
+    TensorBuilder tb(g);
+    randgraph::RandomGraph rg = randgraph::generate(tb, seed);
+    difftest::Inputs in = difftest::random_inputs(tb, rg.inputs, seed * 1000);
+    for (size_t i = 0; i < rg.inputs.size(); ++i)
+      if (rg.wide[i]) {
+        HostTensor& t = in.at(tb.buffer_of(rg.inputs[i]));
+        t = difftest::edge_tensor(t.dtype, t.shape, seed * 1000 + i);
+      }
+    auto want = interpret(g, rg.sink, in);
+    ASSERT_TRUE(want.ok()) << "seed " << seed << ": " << want.status();
+    auto got = emu.run(g, rg.sink, in);
+    std::string why = !got.ok() ? got.status().ToString() : "";
+    if (got.ok())
+      for (size_t i = 0; i < want->size(); ++i)
+        if (std::string w = difftest::compare_output((*want)[i], (*got)[i], rg.tolerances[i]); !w.empty())
+          why += cat("output ", i, " (", rg.notes[i], "): ", w, "\n");
+    if (!why.empty()) {
+      ++failures;
+      ADD_FAILURE() << "seed " << seed << ": " << why << print_tree(rg.sink);
+    }
+  }
+  std::cout << kCount << " random graphs: " << emu.launches() << " launches, " << emu.totals().barriers << " barriers\n";
+}
 
 // ---------------------------------------------------------------------------------------
 // optimize_gpu's choices, on kernels built by hand.
