@@ -94,6 +94,9 @@ struct Thread {
   std::vector<std::vector<bool>> reg_written;
 };
 
+// The widest value the emulator holds (the renderers' vectors are 16 lanes or fewer).
+constexpr uint32_t kMaxLanes = 1 << 12;
+
 constexpr const char* kSpecials[6] = {"blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z"};
 
 class Emulator {
@@ -164,7 +167,7 @@ class Emulator {
   std::vector<Mem> mems_;
   absl::flat_hash_map<const UOp*, int> pos_;     // position in the LINEAR
   absl::flat_hash_map<const UOp*, int> mem_of_;  // PARAM / DEFINE_LOCAL / DEFINE_REG -> mems_
-  int lanes_ = 0;                                // a thread's value array
+  int64_t lanes_ = 0;                            // a thread's value array
   int ranges_ = 0;
   std::vector<ConstValue> defs_;                 // the value array with every definition set
   std::vector<std::pair<int, int>> specials_;    // (offset, which of kSpecials)
@@ -189,7 +192,12 @@ absl::Status Emulator::prepare() {
   ASSIGN_OR_RETURN(abi_, abi_of(linear_));
   if (abi_.has_thread_range) return absl::InvalidArgumentError("a GPU kernel has no Thread range (it is a CPU axis) [emu.launch]");
   code_.resize(linear_->num_src());
-  for (int pos = 0; pos < static_cast<int>(linear_->num_src()); ++pos) RETURN_IF_ERROR(prepare_op(pos));
+  for (int pos = 0; pos < static_cast<int>(linear_->num_src()); ++pos) {
+    if (linear_->src(pos)->dtype().count > kMaxLanes) return fail(pos, cat("a vector of ", linear_->src(pos)->dtype().count, " lanes, over ", kMaxLanes, " [emu.op]"));
+    RETURN_IF_ERROR(prepare_op(pos));
+    if (lanes_ > opts_.max_values)
+      return absl::ResourceExhaustedError(cat("the LINEAR's values need more than ", opts_.max_values, " lanes per thread"));
+  }
   int64_t shared_bytes = 0;
   for (int id : shared_mems_) shared_bytes += mems_[id].scalars * scalar_bytes(mems_[id].scalar);
   if (shared_bytes > (48 << 10))
@@ -206,7 +214,7 @@ absl::Status Emulator::prepare_op(int pos) {
   at[u] = pos;
   auto slot_of = [&](const UOp* s) { return code_[at.at(s)].out; };
   auto new_value = [&]() {
-    in.out = Slot{lanes_, static_cast<int>(u->dtype().count)};
+    in.out = Slot{static_cast<int>(lanes_), static_cast<int>(u->dtype().count)};
     lanes_ += u->dtype().count;
     defs_.resize(lanes_);
   };

@@ -72,8 +72,11 @@ TEST_P(GpuEmuCorpus, EveryCaseMatchesTheInterpreter) {
     if (c.name.starts_with("matmul_f16") || c.name == "matmul_bf16") {
       const int64_t wmmas = emu.totals().wmmas - before.wmmas;
       // 10 x 12 x 6 fits no m16n8k16 tile; the others run on the tensor cores.
-      if (c.name == "matmul_f16_odd") EXPECT_EQ(wmmas, 0);
-      else EXPECT_GT(wmmas, 0) << "no tensor cores";
+      if (c.name == "matmul_f16_odd") {
+        EXPECT_EQ(wmmas, 0);
+      } else {
+        EXPECT_GT(wmmas, 0) << "no tensor cores";
+      }
       matmul_wmmas += wmmas;
     }
     if (c.name == "sum_all" || c.name == "sum_rows") reduce_barriers += emu.totals().barriers - before.barriers;
@@ -234,7 +237,9 @@ TEST(GpuEmuOptimize, UpcastAndTheSplitOfBlockIdxX) {
     ASSERT_NE(linear, nullptr);
     EXPECT_EQ(vector_accesses(linear) > 0, n % 4 == 0) << print_tree(linear);
     EXPECT_EQ(specials(linear, "threadIdx.x"), 1);
-    if (n == 1001) EXPECT_GT(count_op(linear, Op::MIN), 0) << "the clamped tail";
+    if (n == 1001) {
+      EXPECT_GT(count_op(linear, Op::MIN), 0) << "the clamped tail";
+    }
   }
 }
 
