@@ -240,6 +240,7 @@ absl::Status Emulator::prepare_op(int pos) {
   const Op op = u->op();
   if (is_alu(op) || op == Op::CAST || op == Op::BITCAST) {
     in.kind = Kind::Alu;
+    if (u->num_src() > 3) return fail(pos, cat("has ", u->num_src(), " sources [emu.op]"));
     RETURN_IF_ERROR(sources_as_values());
     new_value();
     return lanes_fit(in.src, in.out.lanes);
@@ -419,9 +420,11 @@ absl::StatusOr<GpuEmuStats> Emulator::run() {
   RETURN_IF_ERROR(bind());
   const GpuDims& d = stats_.dims;
   if (d.empty()) return stats_;  // nothing to launch
-  if (d.threads_per_block() * lanes_ > opts_.max_values)
-    return absl::ResourceExhaustedError(cat(d.threads_per_block(), " threads of ", lanes_, " value lanes each, over ",
-                                            opts_.max_values, " lanes in all"));
+  int64_t per_thread = lanes_;  // values and register elements, each a ConstValue or less
+  for (int id : reg_mems_) per_thread += mems_[id].scalars;
+  if (d.threads_per_block() * per_thread > opts_.max_values)
+    return absl::ResourceExhaustedError(cat(d.threads_per_block(), " threads of ", per_thread,
+                                            " value lanes and register elements each, over ", opts_.max_values, " in all"));
   threads_.resize(d.threads_per_block());
   for (int64_t tid = 0; tid < d.threads_per_block(); ++tid) {
     Thread& t = threads_[tid];

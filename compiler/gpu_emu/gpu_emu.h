@@ -57,8 +57,9 @@ struct GpuEmuOptions {
   // Ops executed over all threads of the launch (a thread's start counts as one) before
   // giving up.
   int64_t max_steps = int64_t{1} << 32;
-  // Value lanes of a block's threads together (16 bytes each): a block of 1024 threads
-  // of a LINEAR with many wide values would need this many.
+  // Value lanes and register elements of a block's threads together (16 bytes or less
+  // each), so that a block of 1024 threads of a LINEAR with many wide values or large
+  // register arrays is refused rather than allocated.
   int64_t max_values = int64_t{1} << 26;
 };
 

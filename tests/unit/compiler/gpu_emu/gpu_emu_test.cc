@@ -540,6 +540,17 @@ TEST(GpuEmuSeeded, TheLaunchIsCheckedAsTheWorkerChecksIt) {
     EXPECT_NE(std::string(wide.status().message()).find("grid dim y of 70000, over CUDA's 65535 [emu.launch]"), std::string::npos)
         << wide.status();
   }
+  {  // a block's values over the budget are refused, not allocated
+    Block k(32);
+    k.b.store(k.b.index(k.out, k.tid), k.as_float(k.tid));
+    GpuEmuOptions tight;
+    tight.max_values = 64;
+    HostTensor o = HostTensor::zeros(Scalar::Float32, {64});
+    HostTensor* r[] = {&o};
+    auto big = emulate_gpu(k.b.linear(), r, {}, tight);
+    ASSERT_FALSE(big.ok());
+    EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted) << big.status();
+  }
   // Bad LINEAR gets the verifier's status, as the renderers give it.
   auto not_linear = emulate_gpu(out, p, {});
   ASSERT_FALSE(not_linear.ok());
