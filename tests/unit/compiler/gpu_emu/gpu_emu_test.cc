@@ -12,7 +12,8 @@
 //   * seeded bugs in hand-built LINEARs (a write-write race in shared memory, a read
 //     before the barrier that publishes it, a barrier some threads skip, out-of-bounds
 //     shared and global indices, a read of unwritten shared memory, a race between
-//     blocks, a WMMA in a partial warp) each fail naming the node and the threads.
+//     blocks, a WMMA in a partial warp) each fail naming the node and the threads, and
+//     so does the backend's own group reduction with any one of its barriers left out.
 #include "compiler/gpu_emu/gpu_emu.h"
 
 #include <gtest/gtest.h>
@@ -22,7 +23,9 @@
 #include <vector>
 
 #include "compiler/backends/cuda/cuda_backend.h"
+#include "absl/container/flat_hash_set.h"
 #include "compiler/interp/interp.h"
+#include "compiler/ir/verifier.h"
 #include "compiler/ir/printer.h"
 #include "tests/gpu/cuda_corpus.h"
 #include "tests/gpu/emu_runner.h"
@@ -495,6 +498,53 @@ TEST(GpuEmuSeeded, AWmmaNeedsAWholeWarp) {
   b.store(b.index(k.out, k.tid), b.make(Op::GEP, dtypes::float32, std::vector<const UOp*>{mma}, IntsArg{{0}}));
   const UOp* linear = b.linear();
   expect_error(emulate_one(linear), linear, mma, "emu.wmma", {"a warp of 16 threads"});
+}
+
+// `linear` with its k-th BARRIER left out: what waited for it waits for the barrier's own
+// source instead (a lowering that forgot one barrier).
+const UOp* without_barrier(Graph& g, const UOp* linear, int k) {
+  absl::flat_hash_map<const UOp*, const UOp*> as;
+  std::vector<const UOp*> ops;
+  absl::flat_hash_set<const UOp*> listed;
+  int seen = 0;
+  for (const UOp* u : linear->src()) {
+    std::vector<const UOp*> src;
+    for (const UOp* s : u->src()) src.push_back(as.at(s));
+    if (u->is(Op::BARRIER) && u->dtype().is_void() && seen++ == k) {
+      as[u] = src[0];
+      continue;
+    }
+    const UOp* v = g.replace_src(u, src);
+    as[u] = v;
+    if (listed.insert(v).second) ops.push_back(v);
+  }
+  return g.make(Op::LINEAR, dtypes::void_, ops);
+}
+
+// The group reduction as the CUDA backend lowers it, then with each of its barriers left
+// out in turn: every one of them is needed, and the emulator says where the race is.
+TEST(GpuEmuSeeded, AGroupReductionWithABarrierLeftOutRaces) {
+  KernelBuilder k;
+  const UOp* kernel = testing::row_reduce(k, ReduceOp::Add, 2, 256);
+  auto linear = CudaBackend(target("sm_90")).lower(k.g, kernel, {}, "probe");
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  const int barriers = count_ops(*linear, [](const UOp* u) { return u->is(Op::BARRIER) && u->dtype().is_void(); });
+  ASSERT_GE(barriers, 8) << "the first store and one per step of the tree";
+  std::vector<HostTensor> params = testing::params_for({{Scalar::Float32, 2}, {Scalar::Float32, 512}});
+  ASSERT_TRUE(emulate_gpu(*linear, testing::pointers(params), {}).ok());
+  for (int b = 0; b < barriers; ++b) {
+    SCOPED_TRACE(b);
+    const UOp* bad = without_barrier(k.g, *linear, b);
+    ASSERT_TRUE(verify_linear(bad).ok()) << verify_linear(bad);
+    auto st = emulate_gpu(bad, testing::pointers(params), {});
+    ASSERT_FALSE(st.ok()) << "no race without barrier " << b;
+    const std::string msg(st.status().message());
+    // A read the barrier would have ordered after another thread's write: the write
+    // happened unpublished (a race), or, the threads running in order, not yet.
+    EXPECT_TRUE(msg.find("[emu.race]") != std::string::npos || msg.find("[emu.uninit]") != std::string::npos) << msg;
+    EXPECT_TRUE(msg.find("(LOAD): thread") != std::string::npos || msg.find("(STORE): thread") != std::string::npos) << msg;
+    EXPECT_NE(msg.find("of shared memory node"), std::string::npos) << msg;
+  }
 }
 
 TEST(GpuEmuSeeded, TheLaunchIsCheckedAsTheWorkerChecksIt) {
