@@ -299,6 +299,29 @@ TEST(GpuEmuOptimize, OtherBlockSizesAndARunTimeExtent) {
 // Seeded bugs in hand-built LINEARs: each fails naming the node (its position in the
 // LINEAR and its op) and the threads.
 
+int position(const UOp* linear, const UOp* u) {
+  for (size_t i = 0; i < linear->num_src(); ++i)
+    if (linear->src(i) == u) return static_cast<int>(i);
+  return -1;
+}
+
+// The emulator's error for `linear` with one output of `out_size` floats at slot 0.
+absl::Status emulate_one(const UOp* linear, int64_t out_size = 64) {
+  HostTensor out = HostTensor::zeros(Scalar::Float32, {out_size});
+  HostTensor* p[] = {&out};
+  return emulate_gpu(linear, p, {}).status();
+}
+
+void expect_error(const absl::Status& st, const UOp* linear, const UOp* at, std::string_view rule,
+                  std::vector<std::string> also = {}) {
+  ASSERT_FALSE(st.ok()) << "no error, expected " << rule;
+  std::string msg(st.message());
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << msg;
+  EXPECT_TRUE(msg.starts_with(cat("node ", position(linear, at), " (", op_name(at->op()), "): "))) << msg;
+  EXPECT_NE(msg.find(cat("[", rule, "]")), std::string::npos) << msg;
+  for (const std::string& s : also) EXPECT_NE(msg.find(s), std::string::npos) << "no '" << s << "' in " << msg;
+}
+
 struct Block {
   LinearBuilder b;
   const UOp* tid = nullptr;
@@ -332,39 +355,22 @@ struct Block {
     const UOp* buf = dep ? shared_after(dep) : smem;
     return b.store(b.index(buf, i, gate), v);
   }
-  // smem[t] = t, each thread its own element.
+  // smem[t] = t, each thread its own element; out[t] = v.
   const UOp* write_own() { return write_shared(tid, as_float(tid)); }
+  const UOp* write_out(const UOp* v) { return b.store(b.index(out, tid), v); }
+  // The LINEAR made so far fails at `at` with `rule` and each of `also` in its message.
+  void expect_fails_at(const UOp* at, std::string_view rule, std::vector<std::string> also) {
+    const UOp* linear = b.linear();
+    expect_error(emulate_one(linear, out->arg_as<ParamArg>().size), linear, at, rule, std::move(also));
+  }
 };
-
-int position(const UOp* linear, const UOp* u) {
-  for (size_t i = 0; i < linear->num_src(); ++i)
-    if (linear->src(i) == u) return static_cast<int>(i);
-  return -1;
-}
-
-// The emulator's error for `linear` with one output of `out_size` floats at slot 0.
-absl::Status emulate_one(const UOp* linear, int64_t out_size = 64) {
-  HostTensor out = HostTensor::zeros(Scalar::Float32, {out_size});
-  HostTensor* p[] = {&out};
-  return emulate_gpu(linear, p, {}).status();
-}
-
-void expect_error(const absl::Status& st, const UOp* linear, const UOp* at, std::string_view rule,
-                  std::vector<std::string> also = {}) {
-  ASSERT_FALSE(st.ok()) << "no error, expected " << rule;
-  std::string msg(st.message());
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << msg;
-  EXPECT_TRUE(msg.starts_with(cat("node ", position(linear, at), " (", op_name(at->op()), "): "))) << msg;
-  EXPECT_NE(msg.find(cat("[", rule, "]")), std::string::npos) << msg;
-  for (const std::string& s : also) EXPECT_NE(msg.find(s), std::string::npos) << "no '" << s << "' in " << msg;
-}
 
 TEST(GpuEmuSeeded, ACorrectExchangeThroughSharedMemoryRuns) {
   // smem[t] = t; barrier; out[t] = smem[31 - t]
   Block k(32);
   auto& b = k.b;
   const UOp* bar = k.barrier(k.write_own());
-  b.store(b.index(k.out, k.tid), k.read_shared(b.alu(Op::SUB, {b.idx(31), k.tid}), bar));
+  k.write_out(k.read_shared(b.alu(Op::SUB, {b.idx(31), k.tid}), bar));
   const UOp* linear = b.linear();
   HostTensor out = HostTensor::zeros(Scalar::Float32, {64});
   HostTensor* p[] = {&out};
@@ -378,10 +384,9 @@ TEST(GpuEmuSeeded, TwoThreadsWritingOneSharedElementRace) {
   Block k(32);
   auto& b = k.b;
   const UOp* st = k.write_shared(b.idx(0), k.as_float(k.tid));  // every thread, element 0
-  b.store(b.index(k.out, k.tid), k.read_shared(b.idx(0), k.barrier(st)));
-  const UOp* linear = b.linear();
-  expect_error(emulate_one(linear), linear, st, "emu.race",
-               {"thread (1, 0, 0) of block (0, 0, 0) writes element 0", "thread (0, 0, 0) of block (0, 0, 0) wrote"});
+  k.write_out(k.read_shared(b.idx(0), k.barrier(st)));
+  k.expect_fails_at(st, "emu.race",
+                    {"thread (1, 0, 0) of block (0, 0, 0) writes element 0", "thread (0, 0, 0) of block (0, 0, 0) wrote"});
 }
 
 TEST(GpuEmuSeeded, AReadBeforeTheBarrierThatPublishesItRaces) {
@@ -390,11 +395,10 @@ TEST(GpuEmuSeeded, AReadBeforeTheBarrierThatPublishesItRaces) {
   const UOp* st = k.write_own();
   // Thread t reads smem[t - 1] (thread 0: its own): no barrier between.
   const UOp* ld = k.read_shared(b.alu(Op::MAX, {b.alu(Op::SUB, {k.tid, b.idx(1)}), b.idx(0)}), st);
-  b.store(b.index(k.out, k.tid), ld);
-  const UOp* linear = b.linear();
+  k.write_out(ld);
   // Thread 0 writes smem[0] and reads it; thread 1 reads smem[0], which thread 0 wrote.
-  expect_error(emulate_one(linear), linear, ld, "emu.race",
-               {"thread (1, 0, 0) of block (0, 0, 0) reads element 0", "thread (0, 0, 0) of block (0, 0, 0) wrote"});
+  k.expect_fails_at(ld, "emu.race",
+                    {"thread (1, 0, 0) of block (0, 0, 0) reads element 0", "thread (0, 0, 0) of block (0, 0, 0) wrote"});
 }
 
 TEST(GpuEmuSeeded, AWriteOverWhatAnotherThreadReadRaces) {
@@ -404,29 +408,25 @@ TEST(GpuEmuSeeded, AWriteOverWhatAnotherThreadReadRaces) {
   // Every thread reads smem[0]; then thread 31 writes it, with no barrier between.
   const UOp* ld = k.read_shared(b.idx(0), bar);
   const UOp* st2 = k.write_shared(b.idx(0), b.alu(Op::ADD, {ld, b.f32(1)}), bar, b.alu(Op::CMPEQ, {k.tid, b.idx(31)}));
-  const UOp* linear = b.linear();
-  expect_error(emulate_one(linear), linear, st2, "emu.race",
-               {"thread (31, 0, 0) of block (0, 0, 0) writes element 0", "thread (0, 0, 0) of block (0, 0, 0) read"});
+  k.expect_fails_at(st2, "emu.race",
+                    {"thread (31, 0, 0) of block (0, 0, 0) writes element 0", "thread (0, 0, 0) of block (0, 0, 0) read"});
 }
 
 TEST(GpuEmuSeeded, ABarrierSomeThreadsSkipIsAnError) {
   Block k(32);
-  auto& b = k.b;
   const UOp* bar = k.barrier_below(16, k.write_own());
-  b.store(b.index(k.out, k.tid), k.as_float(k.tid));
-  const UOp* linear = b.linear();
-  expect_error(emulate_one(linear), linear, bar, "emu.barrier",
-               {"thread (0, 0, 0) of block (0, 0, 0) waits here", "thread (16, 0, 0) of block (0, 0, 0) ended"});
+  k.write_out(k.as_float(k.tid));
+  k.expect_fails_at(bar, "emu.barrier",
+                    {"thread (0, 0, 0) of block (0, 0, 0) waits here", "thread (16, 0, 0) of block (0, 0, 0) ended"});
 }
 
 TEST(GpuEmuSeeded, ThreadsWaitingAtDifferentBarriersIsAnError) {
   Block k(32);
   auto& b = k.b;
   const UOp* first = k.barrier_below(8, k.write_own());
-  const UOp* second = k.barrier(b.store(b.index(k.out, k.tid), k.as_float(k.tid)));
-  const UOp* linear = b.linear();
-  expect_error(emulate_one(linear), linear, first, "emu.barrier",
-               {"thread (8, 0, 0) of block (0, 0, 0) waits at " + cat("node ", position(linear, second), " (BARRIER)")});
+  const UOp* second = k.barrier(k.write_out(k.as_float(k.tid)));
+  k.expect_fails_at(first, "emu.barrier",
+                    {"thread (8, 0, 0) of block (0, 0, 0) waits at " + cat("node ", position(b.linear(), second), " (BARRIER)")});
 }
 
 TEST(GpuEmuSeeded, OutOfBoundsSharedAndGlobalIndices) {
@@ -435,18 +435,15 @@ TEST(GpuEmuSeeded, OutOfBoundsSharedAndGlobalIndices) {
     auto& b = k.b;
     const UOp* st = k.write_shared(b.alu(Op::ADD, {k.tid, b.idx(1)}), k.as_float(k.tid));
     k.barrier(st);
-    const UOp* linear = b.linear();
-    expect_error(emulate_one(linear), linear, st, "emu.bounds",
-                 {"thread (31, 0, 0) of block (0, 0, 0) writes element 32", cat("shared memory node ", position(linear, k.smem), " (DEFINE_LOCAL)"),
+    k.expect_fails_at(st, "emu.bounds",
+                      {"thread (31, 0, 0) of block (0, 0, 0) writes element 32", cat("shared memory node ", position(b.linear(), k.smem), " (DEFINE_LOCAL)"),
                   "which holds 32"});
   }
   {
     Block k(64, /*out_size=*/48);  // out of 48; thread 48 writes past it
-    auto& b = k.b;
-    const UOp* st = b.store(b.index(k.out, k.tid), k.as_float(k.tid));
-    const UOp* linear = b.linear();
-    expect_error(emulate_one(linear, 48), linear, st, "emu.bounds",
-                 {"thread (48, 0, 0) of block (0, 0, 0) writes element 48", "the buffer at slot 0"});
+    const UOp* st = k.write_out(k.as_float(k.tid));
+    k.expect_fails_at(st, "emu.bounds",
+                      {"thread (48, 0, 0) of block (0, 0, 0) writes element 48", "the buffer at slot 0"});
   }
   {
     Block k(32);  // a gated read past the end is no access
@@ -454,7 +451,7 @@ TEST(GpuEmuSeeded, OutOfBoundsSharedAndGlobalIndices) {
     const UOp* past = b.alu(Op::ADD, {k.tid, b.idx(1000)});
     const UOp* gate = b.alu(Op::CMPLT, {k.tid, b.idx(0)});
     const UOp* v = b.load(k.out, b.index(k.out, past, gate), dtypes::float32, b.f32(5));
-    b.store(b.index(k.out, k.tid), v);
+    k.write_out(v);
     HostTensor out = HostTensor::zeros(Scalar::Float32, {64});
     HostTensor* p[] = {&out};
     auto st = emulate_gpu(b.linear(), p, {});
@@ -465,21 +462,17 @@ TEST(GpuEmuSeeded, OutOfBoundsSharedAndGlobalIndices) {
 
 TEST(GpuEmuSeeded, AReadOfSharedMemoryNoThreadWroteIsAnError) {
   Block k(32);
-  auto& b = k.b;
   const UOp* ld = k.read_shared(k.tid);
-  b.store(b.index(k.out, k.tid), ld);
-  const UOp* linear = b.linear();
-  expect_error(emulate_one(linear), linear, ld, "emu.uninit", {"thread (0, 0, 0) of block (0, 0, 0) reads element 0"});
+  k.write_out(ld);
+  k.expect_fails_at(ld, "emu.uninit", {"thread (0, 0, 0) of block (0, 0, 0) reads element 0"});
 }
 
 TEST(GpuEmuSeeded, BlocksWritingOneGlobalElementRace) {
   Block k(32);
-  auto& b = k.b;
   const UOp* block = k.special("blockIdx.x", 2);  // both blocks write out[t]
-  const UOp* st = b.store(b.index(k.out, k.tid), k.as_float(block));
-  const UOp* linear = b.linear();
-  expect_error(emulate_one(linear), linear, st, "emu.race",
-               {"thread (0, 0, 0) of block (1, 0, 0) writes element 0", "thread (0, 0, 0) of block (0, 0, 0) wrote"});
+  const UOp* st = k.write_out(k.as_float(block));
+  k.expect_fails_at(st, "emu.race",
+                    {"thread (0, 0, 0) of block (1, 0, 0) writes element 0", "thread (0, 0, 0) of block (0, 0, 0) wrote"});
 }
 
 TEST(GpuEmuSeeded, AWmmaNeedsAWholeWarp) {
@@ -495,9 +488,8 @@ TEST(GpuEmuSeeded, AWmmaNeedsAWholeWarp) {
   w.name = "probe";
   w.n = 8, w.m = 16, w.k = 16, w.dtype_in = Scalar::Float16, w.dtype_out = Scalar::Float32, w.device = "CUDA", w.threads = 32;
   const UOp* mma = b.make(Op::WMMA, dtypes::float32.vec(4), std::vector<const UOp*>{a, bb, c}, w);
-  b.store(b.index(k.out, k.tid), b.make(Op::GEP, dtypes::float32, std::vector<const UOp*>{mma}, IntsArg{{0}}));
-  const UOp* linear = b.linear();
-  expect_error(emulate_one(linear), linear, mma, "emu.wmma", {"a warp of 16 threads"});
+  k.write_out(b.make(Op::GEP, dtypes::float32, std::vector<const UOp*>{mma}, IntsArg{{0}}));
+  k.expect_fails_at(mma, "emu.wmma", {"a warp of 16 threads"});
 }
 
 // `linear` with its k-th BARRIER left out: what waited for it waits for the barrier's own
