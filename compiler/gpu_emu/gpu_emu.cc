@@ -97,12 +97,13 @@ struct Thread {
 // The widest value the emulator holds (the renderers' vectors are 16 lanes or fewer).
 constexpr uint32_t kMaxLanes = 1 << 12;
 
-constexpr const char* kSpecials[6] = {"blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z"};
+constexpr const char* kSpecials[6] = {"blockIdx.x",  "blockIdx.y",  "blockIdx.z",
+                                      "threadIdx.x", "threadIdx.y", "threadIdx.z"};
 
 class Emulator {
  public:
-  Emulator(const UOp* linear, std::span<HostTensor* const> params, const absl::flat_hash_map<std::string, int64_t>& vars,
-           const GpuEmuOptions& o)
+  Emulator(const UOp* linear, std::span<HostTensor* const> params,
+           const absl::flat_hash_map<std::string, int64_t>& vars, const GpuEmuOptions& o)
       : linear_(linear), params_(params), vars_(vars), opts_(o) {}
 
   absl::StatusOr<GpuEmuStats> run();
@@ -120,7 +121,9 @@ class Emulator {
 
   // "node 12 (STORE)": the op at that position of the LINEAR.
   std::string node(int pos) const { return cat("node ", pos, " (", op_name(linear_->src(pos)->op()), ")"); }
-  absl::Status fail(int pos, std::string_view why) const { return absl::InvalidArgumentError(cat(node(pos), ": ", why)); }
+  absl::Status fail(int pos, std::string_view why) const {
+    return absl::InvalidArgumentError(cat(node(pos), ": ", why));
+  }
   // "thread (x, y, z) of block (x, y, z)" for a thread of the block running, or of block
   // number `block` (blocks are numbered x fastest, as they run).
   std::string who(const Thread& t) const { return thread_name(t.tid); }
@@ -190,13 +193,16 @@ const UOp* buffer_of(const UOp* b) {
 absl::Status Emulator::prepare() {
   RETURN_IF_ERROR(verify_for_rendering(linear_, "emulate_gpu"));
   ASSIGN_OR_RETURN(abi_, abi_of(linear_));
-  if (abi_.has_thread_range) return absl::InvalidArgumentError("a GPU kernel has no Thread range (it is a CPU axis) [emu.launch]");
+  if (abi_.has_thread_range)
+    return absl::InvalidArgumentError("a GPU kernel has no Thread range (it is a CPU axis) [emu.launch]");
   code_.resize(linear_->num_src());
   for (int pos = 0; pos < static_cast<int>(linear_->num_src()); ++pos) {
-    if (linear_->src(pos)->dtype().count > kMaxLanes) return fail(pos, cat("a vector of ", linear_->src(pos)->dtype().count, " lanes, over ", kMaxLanes, " [emu.op]"));
+    if (linear_->src(pos)->dtype().count > kMaxLanes)
+      return fail(pos, cat("a vector of ", linear_->src(pos)->dtype().count, " lanes, over ", kMaxLanes, " [emu.op]"));
     RETURN_IF_ERROR(prepare_op(pos));
     if (lanes_ > opts_.max_values)
-      return absl::ResourceExhaustedError(cat("the LINEAR's values need more than ", opts_.max_values, " lanes per thread"));
+      return absl::ResourceExhaustedError(
+          cat("the LINEAR's values need more than ", opts_.max_values, " lanes per thread"));
   }
   int64_t shared_bytes = 0;
   for (int id : shared_mems_) shared_bytes += mems_[id].scalars * scalar_bytes(mems_[id].scalar);
@@ -266,14 +272,16 @@ absl::Status Emulator::prepare_op(int pos) {
         m.space = Mem::Space::Reg;
         m.id = static_cast<int>(reg_mems_.size());
         reg_mems_.push_back(static_cast<int>(mems_.size()));
-        if (m.scalars * scalar_bytes(m.scalar) > (64 << 10)) return fail(pos, "a register array over 64 KiB [emu.launch]");
+        if (m.scalars * scalar_bytes(m.scalar) > (64 << 10))
+          return fail(pos, "a register array over 64 KiB [emu.launch]");
       }
       mem_of_[u] = static_cast<int>(mems_.size());
       mems_.push_back(m);
       return absl::OkStatus();
     }
     case Op::CONST: case Op::VCONST: {
-      std::vector<ConstValue> vals = op == Op::CONST ? std::vector<ConstValue>{const_of(u)} : u->arg_as<VConstArg>().values;
+      std::vector<ConstValue> vals =
+          op == Op::CONST ? std::vector<ConstValue>{const_of(u)} : u->arg_as<VConstArg>().values;
       if (vals.empty()) return fail(pos, cat("a constant of dtype ", u->dtype().str()));
       new_value();
       for (int l = 0; l < in.out.lanes; ++l) {
@@ -287,7 +295,8 @@ absl::Status Emulator::prepare_op(int pos) {
       auto it = vars_.find(a.name);
       if (it == vars_.end()) return fail(pos, cat("no value is given for the variable '", a.name, "' [emu.launch]"));
       if (it->second < a.min || it->second > a.max)
-        return fail(pos, cat("the value ", it->second, " of '", a.name, "' is outside [", a.min, ", ", a.max, "] [emu.launch]"));
+        return fail(pos, cat("the value ", it->second, " of '", a.name, "' is outside [", a.min, ", ", a.max,
+                             "] [emu.launch]"));
       new_value();
       defs_[in.out.off] = cast_value(ConstValue::Int(it->second), u->dtype().scalar);
       return absl::OkStatus();
@@ -391,11 +400,12 @@ absl::Status Emulator::prepare_op(int pos) {
 absl::Status Emulator::bind() {
   for (const KernelParam& p : abi_.params) {
     if (p.slot >= static_cast<int64_t>(params_.size()) || !params_[p.slot])
-      return absl::InvalidArgumentError(cat("no buffer is bound to slot ", p.slot, " (", params_.size(), " given) [emu.launch]"));
+      return absl::InvalidArgumentError(
+          cat("no buffer is bound to slot ", p.slot, " (", params_.size(), " given) [emu.launch]"));
     const HostTensor& t = *params_[p.slot];
     if (t.dtype != p.dtype.scalar || t.numel() < p.size * p.dtype.count || t.nbytes() != t.numel() * t.itemsize())
-      return absl::InvalidArgumentError(cat("slot ", p.slot, " needs ", p.size, " x ", p.dtype.str(), ", the buffer is ",
-                                            t.str(0), " [emu.launch]"));
+      return absl::InvalidArgumentError(
+          cat("slot ", p.slot, " needs ", p.size, " x ", p.dtype.str(), ", the buffer is ", t.str(0), " [emu.launch]"));
     if (p.written) global_track_[p.slot].assign(p.size * p.dtype.count, GlobalTrack{});
   }
   std::vector<int64_t> values;
@@ -406,9 +416,11 @@ absl::Status Emulator::bind() {
   static constexpr int64_t kGrid[3] = {(int64_t{1} << 31) - 1, 65535, 65535}, kBlock[3] = {1024, 1024, 64};
   for (int i = 0; i < 3; ++i) {
     if (d.grid[i] > kGrid[i])
-      return absl::InvalidArgumentError(cat("grid dim ", std::string(1, "xyz"[i]), " of ", d.grid[i], ", over CUDA's ", kGrid[i], " [emu.launch]"));
+      return absl::InvalidArgumentError(
+          cat("grid dim ", std::string(1, "xyz"[i]), " of ", d.grid[i], ", over CUDA's ", kGrid[i], " [emu.launch]"));
     if (d.block[i] > kBlock[i])
-      return absl::InvalidArgumentError(cat("block dim ", std::string(1, "xyz"[i]), " of ", d.block[i], ", over CUDA's ", kBlock[i], " [emu.launch]"));
+      return absl::InvalidArgumentError(cat("block dim ", std::string(1, "xyz"[i]), " of ", d.block[i],
+                                            ", over CUDA's ", kBlock[i], " [emu.launch]"));
   }
   if (d.threads_per_block() > 1024)
     return absl::InvalidArgumentError(cat("a block of ", d.threads_per_block(), " threads, over 1024 [emu.launch]"));
@@ -424,7 +436,8 @@ absl::StatusOr<GpuEmuStats> Emulator::run() {
   for (int id : reg_mems_) per_thread += mems_[id].scalars;
   if (d.threads_per_block() * per_thread > opts_.max_values)
     return absl::ResourceExhaustedError(cat(d.threads_per_block(), " threads of ", per_thread,
-                                            " value lanes and register elements each, over ", opts_.max_values, " in all"));
+                                            " value lanes and register elements each, over ", opts_.max_values,
+                                            " in all"));
   threads_.resize(d.threads_per_block());
   for (int64_t tid = 0; tid < d.threads_per_block(); ++tid) {
     Thread& t = threads_[tid];
@@ -471,7 +484,8 @@ absl::Status Emulator::run_block(const std::array<int64_t, 3>& b) {
     bool ran = false;
     for (int64_t w = 0; w * 32 < n; ++w) {
       std::span<Thread> warp(threads_.data() + w * 32, static_cast<size_t>(std::min<int64_t>(32, n - w * 32)));
-      auto at_wmma = std::find_if(warp.begin(), warp.end(), [](const Thread& t) { return t.state == Thread::State::AtWmma; });
+      auto at_wmma =
+          std::find_if(warp.begin(), warp.end(), [](const Thread& t) { return t.state == Thread::State::AtWmma; });
       if (at_wmma == warp.end()) continue;
       RETURN_IF_ERROR(run_wmma(code_[at_wmma->pc], warp));
       ran = true;
@@ -571,12 +585,14 @@ absl::Status Emulator::on_read(Thread& t, const Instr& in, const Mem& m, int64_t
   switch (m.space) {
     case Mem::Space::Reg:
       if (!t.reg_written[m.id][e])
-        return fail(in.pos, cat(who(t), " reads element ", e, " of ", mem_name(m), ", which it never wrote [emu.uninit]"));
+        return fail(in.pos,
+                    cat(who(t), " reads element ", e, " of ", mem_name(m), ", which it never wrote [emu.uninit]"));
       return absl::OkStatus();
     case Mem::Space::Shared: {
       SharedTrack& s = shared_track_[m.id][e];
       if (s.write_epoch < 0)
-        return fail(in.pos, cat(who(t), " reads element ", e, " of ", mem_name(m), ", which no thread has written [emu.uninit]"));
+        return fail(in.pos, cat(who(t), " reads element ", e, " of ", mem_name(m),
+                                ", which no thread has written [emu.uninit]"));
       if (s.write_epoch == epoch_ && s.writer != t.tid)
         return fail(in.pos, cat(who(t), " reads element ", e, " of ", mem_name(m), ", which ", thread_name(s.writer),
                                 " wrote with no barrier between [emu.race]"));
@@ -644,7 +660,8 @@ absl::Status Emulator::load(Thread& t, const Instr& in) {
     }
     const int64_t e = static_cast<int64_t>(base + l);
     if (e < 0 || e >= m.scalars)
-      return fail(in.pos, cat(who(t), " reads element ", e, " of ", mem_name(m), ", which holds ", m.scalars, " [emu.bounds]"));
+      return fail(in.pos,
+                  cat(who(t), " reads element ", e, " of ", mem_name(m), ", which holds ", m.scalars, " [emu.bounds]"));
     RETURN_IF_ERROR(on_read(t, in, m, e));
     out = array(t, m).get(e);
   }
@@ -658,7 +675,8 @@ absl::Status Emulator::store(Thread& t, const Instr& in) {
     if (in.gate.valid() && !t.v[in.gate.at(l)].as_bool()) continue;
     const int64_t e = static_cast<int64_t>(base + l);
     if (e < 0 || e >= m.scalars)
-      return fail(in.pos, cat(who(t), " writes element ", e, " of ", mem_name(m), ", which holds ", m.scalars, " [emu.bounds]"));
+      return fail(in.pos, cat(who(t), " writes element ", e, " of ", mem_name(m), ", which holds ", m.scalars,
+                              " [emu.bounds]"));
     RETURN_IF_ERROR(on_write(t, in, m, e));
     array(t, m).set(e, t.v[in.data.off + l]);
   }
@@ -668,7 +686,8 @@ absl::Status Emulator::store(Thread& t, const Instr& in) {
 // mma.sync m16n8k16 for one warp, in the fragment layout of gpu_emu.h.
 absl::Status Emulator::run_wmma(const Instr& in, std::span<Thread> warp) {
   if (warp.size() != 32)
-    return fail(in.pos, cat(who(warp[0]), " waits here in a warp of ", warp.size(), " threads; a WMMA needs 32 [emu.wmma]"));
+    return fail(in.pos,
+                cat(who(warp[0]), " waits here in a warp of ", warp.size(), " threads; a WMMA needs 32 [emu.wmma]"));
   for (const Thread& t : warp)
     if (t.state != Thread::State::AtWmma || t.pc != in.pos)
       return fail(in.pos, cat(who(warp[0]), " waits here but ", who(t), " of its warp ",
@@ -680,7 +699,8 @@ absl::Status Emulator::run_wmma(const Instr& in, std::span<Thread> warp) {
     const int g = lane / 4, q = lane % 4;
     for (int e = 0; e < 8; ++e)
       A[g + 8 * ((e >> 1) & 1)][2 * q + (e & 1) + 8 * (e >> 2)] = cast_value(v[in.src[0].off + e], Scalar::Float32);
-    for (int e = 0; e < 4; ++e) B[2 * q + (e & 1) + 8 * (e >> 1)][g] = cast_value(v[in.src[1].off + e], Scalar::Float32);
+    for (int e = 0; e < 4; ++e)
+      B[2 * q + (e & 1) + 8 * (e >> 1)][g] = cast_value(v[in.src[1].off + e], Scalar::Float32);
     for (int e = 0; e < 4; ++e) C[g + 8 * (e >> 1)][2 * q + (e & 1)] = v[in.src[2].off + e];
   }
   for (int lane = 0; lane < 32; ++lane) {

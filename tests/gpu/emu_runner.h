@@ -32,14 +32,18 @@ class EmuRunner {
 
   // plan_walk.h's Device.
   using Buffer = HostTensor;
-  absl::StatusOr<Buffer> allocate(DType elem, int64_t size) { return HostTensor::zeros(elem.scalar, {size * elem.count}); }
+  absl::StatusOr<Buffer> allocate(DType elem, int64_t size) {
+    return HostTensor::zeros(elem.scalar, {size * elem.count});
+  }
   absl::Status write(Buffer& b, const HostTensor& t) {
-    if (t.data.size() > b.data.size()) return absl::InvalidArgumentError(cat("an input of ", t.str(0), " into ", b.str(0)));
+    if (t.data.size() > b.data.size())
+      return absl::InvalidArgumentError(cat("an input of ", t.str(0), " into ", b.str(0)));
     b.data.replace(0, t.data.size(), t.data);
     return absl::OkStatus();
   }
   absl::Status read(Buffer& b, HostTensor& out) {
-    if (out.data.size() > b.data.size()) return absl::InvalidArgumentError(cat("an output of ", out.str(0), " from ", b.str(0)));
+    if (out.data.size() > b.data.size())
+      return absl::InvalidArgumentError(cat("an output of ", out.str(0), " from ", b.str(0)));
     out.data = b.data.substr(0, out.data.size());
     return absl::OkStatus();
   }

@@ -50,11 +50,13 @@ absl::StatusOr<std::vector<HostTensor>> run_plan(Device& dev, Graph& g, const UO
     return &out;
   };
   Vars vars;
-  for (const std::pair<const UOp*, int64_t>& v : plan->var_values) vars[v.first->arg_as<DefineVarArg>().name] = v.second;
+  for (const std::pair<const UOp*, int64_t>& v : plan->var_values)
+    vars[v.first->arg_as<DefineVarArg>().name] = v.second;
   for (const ScheduleStep& st : plan->steps) {
     if (st.kind != ScheduleStep::Kind::Kernel) return absl::UnimplementedError("run_plan: single-device graphs only");
     const KernelPlan& k = plan->kernels[st.index];
-    if (absl::Status s = dev.launch(g, k, buffer_of, vars); !s.ok()) return absl::Status(s.code(), cat(k.name, ": ", s.message()));
+    if (absl::Status s = dev.launch(g, k, buffer_of, vars); !s.ok())
+      return absl::Status(s.code(), cat(k.name, ": ", s.message()));
   }
   std::vector<HostTensor> out;
   for (size_t i = 0; i < plan->outputs.size(); ++i) {

@@ -125,7 +125,8 @@ TEST(GpuEmuRandom, GraphsMatchTheInterpreter) {
       ADD_FAILURE() << "seed " << seed << ": " << why << print_tree(rg.sink);
     }
   }
-  std::cout << kCount << " random graphs: " << emu.launches() << " launches, " << emu.totals().barriers << " barriers\n";
+  std::cout << kCount << " random graphs: " << emu.launches() << " launches, " << emu.totals().barriers
+            << " barriers\n";
 }
 
 // ---------------------------------------------------------------------------------------
@@ -171,7 +172,8 @@ const UOp* expect_emulator_agrees(KernelBuilder& k, const UOp* kernel, const Cud
   EXPECT_TRUE(st.ok()) << st.status() << "\n" << print_tree(*linear);
   if (!st.ok()) return *linear;
   EXPECT_GT(st->blocks, 0);
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(difftest::compare_output(want[i], got[i], tol), "") << "slot " << i;
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(difftest::compare_output(want[i], got[i], tol), "") << "slot " << i;
   return *linear;
 }
 
@@ -207,7 +209,10 @@ TEST(GpuEmuOptimize, GroupReductionsWithAndWithoutAMaskedTail) {
   const CudaBackend cuda(target("sm_90"));
   struct Shape { ReduceOp op; int64_t rows, K; };
   // 1024: L = 256 divides it; 1000 and 333: no L does (masked tails); 70: L = ceil.
-  for (Shape s : {Shape{ReduceOp::Add, 4, 1024}, {ReduceOp::Add, 3, 1000}, {ReduceOp::Max, 5, 333}, {ReduceOp::Add, 2, 70},
+  for (Shape s : {Shape{ReduceOp::Add, 4, 1024},
+                  {ReduceOp::Add, 3, 1000},
+                  {ReduceOp::Max, 5, 333},
+                  {ReduceOp::Add, 2, 70},
                   {ReduceOp::Min, 7, 64}}) {
     SCOPED_TRACE(cat(s.rows, " x ", s.K));
     KernelBuilder k;
@@ -235,8 +240,8 @@ TEST(GpuEmuOptimize, UpcastAndTheSplitOfBlockIdxX) {
   for (int64_t n : {4096, 1000, 1001, 37}) {
     SCOPED_TRACE(n);
     KernelBuilder k;
-    const UOp* linear = expect_emulator_agrees(k, axpy(k, n), cuda, {{Scalar::Float32, n}, {Scalar::Float32, n}, {Scalar::Float32, n}},
-                                               Tolerance::exact());
+    const UOp* linear = expect_emulator_agrees(
+        k, axpy(k, n), cuda, {{Scalar::Float32, n}, {Scalar::Float32, n}, {Scalar::Float32, n}}, Tolerance::exact());
     ASSERT_NE(linear, nullptr);
     EXPECT_EQ(vector_accesses(linear) > 0, n % 4 == 0) << print_tree(linear);
     EXPECT_EQ(specials(linear, "threadIdx.x"), 1);
@@ -256,12 +261,13 @@ TEST(GpuEmuOptimize, TheGridTakesXYZAndLeavesTheRestSerial) {
     KernelBuilder k;
     int64_t n = 1;
     for (int64_t d : c.dims) n *= d;
-    const UOp* linear = expect_emulator_agrees(k, plus_one(k, c.dims), cuda, {{Scalar::Float32, n}, {Scalar::Float32, n}},
-                                               Tolerance::exact());
+    const UOp* linear = expect_emulator_agrees(k, plus_one(k, c.dims), cuda,
+                                               {{Scalar::Float32, n}, {Scalar::Float32, n}}, Tolerance::exact());
     ASSERT_NE(linear, nullptr);
     EXPECT_EQ(specials(linear, "threadIdx.x"), 1);
     EXPECT_EQ(count_op(linear, Op::RANGE), c.serial) << print_tree(linear);
-    const int grid = (specials(linear, "blockIdx.x") > 0) + (specials(linear, "blockIdx.y") > 0) + (specials(linear, "blockIdx.z") > 0);
+    const int grid = (specials(linear, "blockIdx.x") > 0) + (specials(linear, "blockIdx.y") > 0) +
+                     (specials(linear, "blockIdx.z") > 0);
     EXPECT_EQ(grid + 1, static_cast<int>(c.dims.size()) - c.serial + (specials(linear, "blockIdx.x") > 0))
         << "each parallel loop a dim";
   }
@@ -272,11 +278,13 @@ TEST(GpuEmuOptimize, OtherBlockSizesAndARunTimeExtent) {
     SCOPED_TRACE(threads);
     const CudaBackend cuda(target("sm_80"), true, threads);
     KernelBuilder k;
-    ASSERT_NE(expect_emulator_agrees(k, testing::row_reduce(k, ReduceOp::Add, 3, 2048), cuda, {{Scalar::Float32, 3}, {Scalar::Float32, 3 * 2048}},
+    ASSERT_NE(expect_emulator_agrees(k, testing::row_reduce(k, ReduceOp::Add, 3, 2048), cuda,
+                                     {{Scalar::Float32, 3}, {Scalar::Float32, 3 * 2048}},
                                      difftest::add_reduction(Scalar::Float32, 2048, 4096)),
               nullptr);
     KernelBuilder k2;
-    ASSERT_NE(expect_emulator_agrees(k2, axpy(k2, 5000), cuda, {{Scalar::Float32, 5000}, {Scalar::Float32, 5000}, {Scalar::Float32, 5000}},
+    ASSERT_NE(expect_emulator_agrees(k2, axpy(k2, 5000), cuda,
+                                     {{Scalar::Float32, 5000}, {Scalar::Float32, 5000}, {Scalar::Float32, 5000}},
                                      Tolerance::exact()),
               nullptr);
   }
@@ -289,8 +297,8 @@ TEST(GpuEmuOptimize, OtherBlockSizesAndARunTimeExtent) {
     const UOp* in = k.param(1, dtypes::float32, 5000);
     const UOp* i = k.range(k.var("n", 1, 5000));
     const UOp* kernel = k.sink({k.store(out, i, k.alu(Op::ADD, k.load(in, i), k.f32(1)), {i})});
-    ASSERT_NE(expect_emulator_agrees(k, kernel, cuda, {{Scalar::Float32, 5000}, {Scalar::Float32, 5000}}, Tolerance::exact(),
-                                     {{"n", n}}),
+    ASSERT_NE(expect_emulator_agrees(k, kernel, cuda, {{Scalar::Float32, 5000}, {Scalar::Float32, 5000}},
+                                     Tolerance::exact(), {{"n", n}}),
               nullptr);
   }
 }
@@ -385,8 +393,9 @@ TEST(GpuEmuSeeded, TwoThreadsWritingOneSharedElementRace) {
   auto& b = k.b;
   const UOp* st = k.write_shared(b.idx(0), k.as_float(k.tid));  // every thread, element 0
   k.write_out(k.read_shared(b.idx(0), k.barrier(st)));
-  k.expect_fails_at(st, "emu.race",
-                    {"thread (1, 0, 0) of block (0, 0, 0) writes element 0", "thread (0, 0, 0) of block (0, 0, 0) wrote"});
+  k.expect_fails_at(
+      st, "emu.race",
+      {"thread (1, 0, 0) of block (0, 0, 0) writes element 0", "thread (0, 0, 0) of block (0, 0, 0) wrote"});
 }
 
 TEST(GpuEmuSeeded, AReadBeforeTheBarrierThatPublishesItRaces) {
@@ -397,8 +406,9 @@ TEST(GpuEmuSeeded, AReadBeforeTheBarrierThatPublishesItRaces) {
   const UOp* ld = k.read_shared(b.alu(Op::MAX, {b.alu(Op::SUB, {k.tid, b.idx(1)}), b.idx(0)}), st);
   k.write_out(ld);
   // Thread 0 writes smem[0] and reads it; thread 1 reads smem[0], which thread 0 wrote.
-  k.expect_fails_at(ld, "emu.race",
-                    {"thread (1, 0, 0) of block (0, 0, 0) reads element 0", "thread (0, 0, 0) of block (0, 0, 0) wrote"});
+  k.expect_fails_at(
+      ld, "emu.race",
+      {"thread (1, 0, 0) of block (0, 0, 0) reads element 0", "thread (0, 0, 0) of block (0, 0, 0) wrote"});
 }
 
 TEST(GpuEmuSeeded, AWriteOverWhatAnotherThreadReadRaces) {
@@ -408,8 +418,9 @@ TEST(GpuEmuSeeded, AWriteOverWhatAnotherThreadReadRaces) {
   // Every thread reads smem[0]; then thread 31 writes it, with no barrier between.
   const UOp* ld = k.read_shared(b.idx(0), bar);
   const UOp* st2 = k.write_shared(b.idx(0), b.alu(Op::ADD, {ld, b.f32(1)}), bar, b.alu(Op::CMPEQ, {k.tid, b.idx(31)}));
-  k.expect_fails_at(st2, "emu.race",
-                    {"thread (31, 0, 0) of block (0, 0, 0) writes element 0", "thread (0, 0, 0) of block (0, 0, 0) read"});
+  k.expect_fails_at(
+      st2, "emu.race",
+      {"thread (31, 0, 0) of block (0, 0, 0) writes element 0", "thread (0, 0, 0) of block (0, 0, 0) read"});
 }
 
 TEST(GpuEmuSeeded, ABarrierSomeThreadsSkipIsAnError) {
@@ -425,8 +436,9 @@ TEST(GpuEmuSeeded, ThreadsWaitingAtDifferentBarriersIsAnError) {
   auto& b = k.b;
   const UOp* first = k.barrier_below(8, k.write_own());
   const UOp* second = k.barrier(k.write_out(k.as_float(k.tid)));
-  k.expect_fails_at(first, "emu.barrier",
-                    {"thread (8, 0, 0) of block (0, 0, 0) waits at " + cat("node ", position(b.linear(), second), " (BARRIER)")});
+  k.expect_fails_at(
+      first, "emu.barrier",
+      {"thread (8, 0, 0) of block (0, 0, 0) waits at " + cat("node ", position(b.linear(), second), " (BARRIER)")});
 }
 
 TEST(GpuEmuSeeded, OutOfBoundsSharedAndGlobalIndices) {
@@ -436,8 +448,8 @@ TEST(GpuEmuSeeded, OutOfBoundsSharedAndGlobalIndices) {
     const UOp* st = k.write_shared(b.alu(Op::ADD, {k.tid, b.idx(1)}), k.as_float(k.tid));
     k.barrier(st);
     k.expect_fails_at(st, "emu.bounds",
-                      {"thread (31, 0, 0) of block (0, 0, 0) writes element 32", cat("shared memory node ", position(b.linear(), k.smem), " (DEFINE_LOCAL)"),
-                  "which holds 32"});
+                      {"thread (31, 0, 0) of block (0, 0, 0) writes element 32",
+                       cat("shared memory node ", position(b.linear(), k.smem), " (DEFINE_LOCAL)"), "which holds 32"});
   }
   {
     Block k(64, /*out_size=*/48);  // out of 48; thread 48 writes past it
@@ -471,8 +483,9 @@ TEST(GpuEmuSeeded, BlocksWritingOneGlobalElementRace) {
   Block k(32);
   const UOp* block = k.special("blockIdx.x", 2);  // both blocks write out[t]
   const UOp* st = k.write_out(k.as_float(block));
-  k.expect_fails_at(st, "emu.race",
-                    {"thread (0, 0, 0) of block (1, 0, 0) writes element 0", "thread (0, 0, 0) of block (0, 0, 0) wrote"});
+  k.expect_fails_at(
+      st, "emu.race",
+      {"thread (0, 0, 0) of block (1, 0, 0) writes element 0", "thread (0, 0, 0) of block (0, 0, 0) wrote"});
 }
 
 TEST(GpuEmuSeeded, AWmmaNeedsAWholeWarp) {
@@ -486,7 +499,8 @@ TEST(GpuEmuSeeded, AWmmaNeedsAWholeWarp) {
   const UOp* c = splat(dtypes::float32.vec(4), 0.0);
   WmmaArg w;
   w.name = "probe";
-  w.n = 8, w.m = 16, w.k = 16, w.dtype_in = Scalar::Float16, w.dtype_out = Scalar::Float32, w.device = "CUDA", w.threads = 32;
+  w.n = 8, w.m = 16, w.k = 16, w.dtype_in = Scalar::Float16, w.dtype_out = Scalar::Float32, w.device = "CUDA",
+  w.threads = 32;
   const UOp* mma = b.make(Op::WMMA, dtypes::float32.vec(4), std::vector<const UOp*>{a, bb, c}, w);
   k.write_out(b.make(Op::GEP, dtypes::float32, std::vector<const UOp*>{mma}, IntsArg{{0}}));
   k.expect_fails_at(mma, "emu.wmma", {"a warp of 16 threads"});
@@ -534,7 +548,8 @@ TEST(GpuEmuSeeded, AGroupReductionWithABarrierLeftOutRaces) {
     // A read the barrier would have ordered after another thread's write: the write
     // happened unpublished (a race), or, the threads running in order, not yet.
     EXPECT_TRUE(msg.find("[emu.race]") != std::string::npos || msg.find("[emu.uninit]") != std::string::npos) << msg;
-    EXPECT_TRUE(msg.find("(LOAD): thread") != std::string::npos || msg.find("(STORE): thread") != std::string::npos) << msg;
+    EXPECT_TRUE(msg.find("(LOAD): thread") != std::string::npos || msg.find("(STORE): thread") != std::string::npos)
+        << msg;
     EXPECT_NE(msg.find("of shared memory node"), std::string::npos) << msg;
   }
 }
@@ -579,7 +594,8 @@ TEST(GpuEmuSeeded, TheLaunchIsCheckedAsTheWorkerChecksIt) {
     HostTensor* r[] = {&one};
     auto wide = emulate_gpu(w.linear(), r, {});
     ASSERT_FALSE(wide.ok());
-    EXPECT_NE(std::string(wide.status().message()).find("grid dim y of 70000, over CUDA's 65535 [emu.launch]"), std::string::npos)
+    EXPECT_NE(std::string(wide.status().message()).find("grid dim y of 70000, over CUDA's 65535 [emu.launch]"),
+              std::string::npos)
         << wide.status();
   }
   {  // a block's values over the budget are refused, not allocated
