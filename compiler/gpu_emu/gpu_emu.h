@@ -35,8 +35,11 @@
 //                  barrier) — one inside control flow that differs between threads;
 //   [emu.wmma]     a WMMA not reached by all 32 threads of a full warp;
 //   [emu.launch]   a launch the GPU refuses: over 1024 threads per block, a grid over
-//                  CUDA's limits, a variable missing or out of its bounds, a buffer
-//                  missing or too small for its PARAM;
+//                  CUDA's limits, over 48 KiB of shared memory, a variable missing or out
+//                  of its bounds, a buffer missing or too small for its PARAM;
+//   [emu.op], [emu.gather]  what the CUDA renderer does not emit either: an op outside
+//                  the LINEAR subset above, a vector of indices, operands whose lane
+//                  counts do not fit;
 //   RESOURCE_EXHAUSTED past options.max_steps executed ops or options.max_values lanes.
 // A LINEAR the verifier refuses gets the verifier's status, as the renderers give it.
 #pragma once
