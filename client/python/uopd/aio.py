@@ -20,7 +20,6 @@ import grpc
 import numpy as np
 
 from uopd import calls, client as _client, errors, models, results, session as _session, transfers
-from uopd._stubs import uopd_pb2_grpc
 from uopd.embedded import EmbeddedServer
 from uopd.graphs import GraphLike
 
@@ -126,7 +125,7 @@ class Client(_client.Client):
         options = conn.channel_options()
         self._channel = grpc.aio.secure_channel(conn.address, creds, options) if creds else \
             grpc.aio.insecure_channel(conn.address, options)
-        self._stub = uopd_pb2_grpc.UopdStub(self._channel)
+        self._methods = _client.methods(self._channel)
 
     async def _ready(self) -> None:
         conn = self.connection
@@ -141,7 +140,7 @@ class Client(_client.Client):
         kw = self.connection.call_options(call)
         try:
             if isinstance(call, calls.Download):
-                stream = self._stub.Download(call.request, **kw)
+                stream = self._methods["Download"](call.request, **kw)
                 try:
                     async for chunk in stream:
                         call.sink(chunk)
@@ -149,7 +148,7 @@ class Client(_client.Client):
                     stream.cancel()
                     raise
                 return None
-            return await getattr(self._stub, call.method)(calls.request_of(call), **kw)
+            return await self._methods[call.method](calls.request_of(call), **kw)
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e) from None
 
