@@ -184,21 +184,32 @@ class Client:
         return self.connection.address
 
     async def _execute(self, call: calls.Call) -> Any:
-        """One RPC of a flow (uopd.calls), blocking; gRPC errors become uopd.Error."""
+        """One RPC of a flow (uopd.calls); gRPC errors become uopd.Error. Written once for
+        both flavours: here the calls block and _answer / _stream only wrap what they
+        return (nothing suspends); uopd.aio's await them."""
         kw = self.connection.call_options(call)
         try:
             if isinstance(call, calls.Download):
                 stream = self._methods["Download"](call.request, **kw)
                 try:
-                    for chunk in stream:
+                    async for chunk in self._stream(stream):
                         call.sink(chunk)
                 except errors.Error:
                     stream.cancel()
                     raise
                 return None
-            return self._methods[call.method](calls.request_of(call), **kw)
+            return await self._answer(self._methods[call.method](calls.request_of(call), **kw))
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e) from None
+
+    @staticmethod
+    async def _answer(response: Any) -> Any:
+        return response
+
+    @staticmethod
+    async def _stream(responses: Any) -> Any:
+        for r in responses:
+            yield r
 
     def _drive(self, flow: calls.Flow) -> Any:
         return calls.run_now(calls.drive(flow, self._execute))
