@@ -112,3 +112,11 @@ def test_pip_installs_it_offline_with_the_builds_stubs(server, examples, tmp_pat
     assert r.returncode == 0, r.stderr
     where, total = r.stdout.split()
     assert where.startswith(str(venv)) and float(total) == 32.0
+
+
+def test_from_torch_without_torch_says_so():
+    code = ("import sys; sys.modules['torch'] = None\nimport uopd\n"
+            "try:\n    uopd.from_torch(object(), 1, session=None)\nexcept ImportError as e:\n    print(e)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "uopd.from_torch needs PyTorch" in r.stdout
