@@ -1,15 +1,16 @@
 """What each operation asks of uopd, written once for both flavours of the client.
 
 An operation is a generator that yields the RPCs it needs (Unary, Upload, Download
-below) and gets each one's answer back (or its error thrown in); uopd.Session runs it
-with blocking calls (drive), uopd.aio with awaits (uopd.aio.drive). Requests are built and
+below) and gets each one's answer back (or its error thrown in); drive() runs it, over
+blocking calls for uopd.Client and with awaits for uopd.aio.Client. Requests are built and
 answers checked here, so the two flavours cannot drift apart.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Coroutine, Dict, Generator, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (Any, Awaitable, Callable, Coroutine, Dict, Generator, Iterable, List, Mapping, Optional, Sequence,
+                    Tuple, Union)
 
 import numpy as np
 
