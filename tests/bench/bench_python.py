@@ -17,7 +17,6 @@ Figures (one JSON object on stdout, a summary on stderr):
 """
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys

@@ -21,7 +21,6 @@ import numpy as np
 
 from uopd import calls, client as _client, errors, models, results, session as _session, transfers
 from uopd.embedded import EmbeddedServer
-from uopd.graphs import GraphLike
 
 
 class Buffer(_session.Buffer):
@@ -90,8 +89,12 @@ class Session(_session.Session):
     async def __aenter__(self) -> "Session":
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+    async def __aexit__(self, exc_type: object, *exc: object) -> None:
+        try:
+            await self.close()
+        except errors.Error:
+            if exc_type is None:
+                raise  # else the error that ended the block says more than closing's
 
 
 class _Opening:
@@ -108,9 +111,9 @@ class _Opening:
         self._session = await self._opening
         return self._session
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, *exc: Any) -> None:
         if self._session is not None:
-            await self._session.close()
+            await self._session.__aexit__(*exc)
 
 
 class Client(_client.Client):
