@@ -1,0 +1,73 @@
+"""The fixtures of the Python client's tests: one real uopd with two CPU workers on a free
+loopback port for the whole run (started by uopd.EmbeddedServer: ready when it prints its
+LISTENING line; stopped by its PID at the end), and the paths the build passes in
+(client/python/CMakeLists.txt): $UOPD_BINARY, $UOP_BINARY, $UOPD_EXAMPLES, $UOPD_README."""
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import uopd
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _path(env: str, default: Path) -> Path:
+    p = Path(os.environ.get(env) or default)
+    if not p.exists():
+        pytest.exit(f"{p} is missing (set ${env}, or build it)", returncode=1)
+    return p
+
+
+@pytest.fixture(scope="session")
+def uopd_binary() -> str:
+    return str(_path("UOPD_BINARY", REPO / "build/release/server/uopd"))
+
+
+@pytest.fixture(scope="session")
+def uop_binary() -> str:
+    return str(_path("UOP_BINARY", REPO / "build/release/client/uop"))
+
+
+@pytest.fixture(scope="session")
+def examples() -> Path:
+    return _path("UOPD_EXAMPLES", REPO / "examples")
+
+
+@pytest.fixture(scope="session")
+def server(uopd_binary, tmp_path_factory):
+    """uopd with two embedded CPU workers and a disk cache of its own. Outputs over 64 KiB
+    are not returned inline (--max-inline-output-bytes), so the tests also see outputs kept
+    by the server and streamed down by the client."""
+    cache = tmp_path_factory.mktemp("cache")
+    srv = uopd.EmbeddedServer(uopd_binary, ["--workers=2", f"--cache-dir={cache}", "--max-inline-output-bytes=65536"])
+    yield srv
+    srv.stop()
+    with pytest.raises(ProcessLookupError):  # stopped and reaped: no such process any more
+        os.kill(srv.pid, 0)
+
+
+@pytest.fixture(scope="session")
+def client(server):
+    c = uopd.connect(server.address)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def session(client):
+    with client.session() as s:
+        yield s
+
+
+def uop(uop_binary: str, *args: str) -> str:
+    """The C++ client's `uop ARGS...`: its stdout; the test fails with its output otherwise."""
+    r = subprocess.run([uop_binary, *args], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"uop {' '.join(args)} exited {r.returncode}:\n{r.stdout}\n{r.stderr}"
+    return r.stdout
+
+
+def rng_array(shape, dtype=np.float32, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)

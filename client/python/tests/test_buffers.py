@@ -1,0 +1,92 @@
+"""put / numpy round trips: every dtype uopd has, strided and odd layouts, chunked
+transfers with progress, the bfloat16 bits, buffers bound as inputs."""
+import numpy as np
+import pytest
+
+import uopd
+from uopd import dtypes, transfers
+
+INT_AND_FLOAT = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
+                 "float64"]
+
+
+def values(dtype, shape, seed=1):
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        return rng.standard_normal(shape).astype(dt)
+    info = np.iinfo(dt)
+    return rng.integers(info.min, info.max, size=shape, dtype=dt, endpoint=True)
+
+
+@pytest.mark.parametrize("dtype", INT_AND_FLOAT)
+def test_every_dtype_round_trips(session, dtype):
+    a = values(dtype, (3, 5, 7))
+    buf = session.put(a)
+    assert buf.dtype == dtype and buf.shape == (3, 5, 7) and buf.nbytes == a.nbytes
+    back = buf.numpy()
+    assert back.dtype == a.dtype and back.shape == a.shape
+    np.testing.assert_array_equal(back, a)
+    assert back.flags.writeable
+
+
+def test_bool_round_trips(session):
+    a = np.random.default_rng(2).random((4, 9)) > 0.5
+    buf = session.put(a)
+    assert buf.dtype == "bool"
+    np.testing.assert_array_equal(buf.numpy(), a)
+
+
+def test_bfloat16_as_bits(session):
+    # bfloat16 of 1.0, -2.0, 0.5, inf: the upper halves of their float32 bits.
+    f32 = np.array([1.0, -2.0, 0.5, np.inf], dtype=np.float32)
+    bits = (f32.view(np.uint32) >> 16).astype(np.uint16)
+    buf = session.put(bits, dtype="bfloat16")
+    assert buf.dtype == "bfloat16"
+    back = buf.numpy()
+    if dtypes.BFLOAT16 is None:
+        assert back.dtype == np.uint16
+        np.testing.assert_array_equal(back, bits)
+    else:
+        np.testing.assert_array_equal(back.astype(np.float32), f32)
+
+
+@pytest.mark.parametrize("layout", ["strided", "transposed", "fortran", "big-endian", "negative-stride"])
+def test_non_contiguous_arrays_are_sent_as_c_order(session, layout):
+    base = values("float32", (6, 8), seed=3)
+    a = {"strided": base[::2, 1::3], "transposed": base.T, "fortran": np.asfortranarray(base),
+         "big-endian": base.astype(">f4"), "negative-stride": base[::-1, ::-2]}[layout]
+    back = session.put(a).numpy()
+    np.testing.assert_array_equal(back, a)
+    assert back.dtype == np.float32 and back.flags["C_CONTIGUOUS"]
+
+
+def test_large_transfer_is_chunked_with_progress(session):
+    a = values("uint8", (3 * transfers.DEFAULT_CHUNK_BYTES + 12345,), seed=4)
+    up, down = [], []
+    buf = session.put(a, progress=lambda done, total: up.append((done, total)))
+    back = buf.numpy(progress=lambda done, total: down.append((done, total)))
+    np.testing.assert_array_equal(back, a)
+    for seen in (up, down):
+        assert len(seen) == 4  # three full chunks and the rest
+        assert [d for d, _ in seen] == sorted(d for d, _ in seen) and seen[-1] == (a.nbytes, a.nbytes)
+
+
+def test_write_and_empty(session):
+    buf = session.empty("int32", (2, 3))
+    assert buf.shape == (2, 3) and buf.dtype == "int32"
+    buf.write(np.arange(6, dtype=np.int32).reshape(2, 3))
+    np.testing.assert_array_equal(buf.numpy(), np.arange(6).reshape(2, 3))
+
+
+def test_freed_buffer_is_not_found(session):
+    buf = session.put(np.zeros(4, np.float32))
+    buf.free()
+    with pytest.raises(uopd.NotFound) as e:
+        buf.numpy()
+    assert buf.id in e.value.message or "buffer" in e.value.message
+
+
+def test_unsupported_dtype_is_refused_here(session):
+    with pytest.raises(uopd.InvalidArgument, match="complex"):
+        session.put(np.zeros(3, np.complex64))

@@ -1,0 +1,343 @@
+"""What each operation asks of uopd, written once for both flavours of the client.
+
+An operation is a generator that yields the RPCs it needs (Unary, Upload, Download
+below) and gets each one's answer back (or its error thrown in); drive() runs it, over
+blocking calls for uopd.Client and with awaits for uopd.aio.Client. Requests are built and
+answers checked here, so the two flavours cannot drift apart.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import (Any, Awaitable, Callable, Coroutine, Dict, Generator, Iterable, List, Mapping, Optional, Sequence,
+                    Tuple, Union)
+
+import numpy as np
+
+from uopd import dtypes, errors, graphs, results, transfers, wire
+from uopd._stubs import pb
+
+
+@dataclass
+class Unary:
+    method: str
+    request: Any
+    limit: Optional[float] = None  # seconds, if shorter than the connection's deadline
+
+
+@dataclass
+class Upload:  # a client stream (Upload, LoadModel): its messages, one answer
+    method: str
+    requests: Iterable[Any]
+
+
+@dataclass
+class Download:  # a server stream: every message goes to `sink`, which may raise
+    request: Any
+    sink: Callable[[Any], None]
+
+
+Call = Union[Unary, Upload, Download]
+Flow = Generator[Call, Any, Any]
+
+
+async def drive(flow: Flow, execute: Callable[[Call], Awaitable[Any]]) -> Any:
+    """Runs `flow`: each yielded call's answer is sent back into it, a uopd.Error thrown
+    into it (so its try / finally blocks clean up). uopd.aio awaits this; the blocking
+    client's `execute` never suspends, so run_now finishes it in one step."""
+    try:
+        call = next(flow)
+        while True:
+            try:
+                answer = await execute(call)
+            except errors.Error as e:
+                call = flow.throw(e)
+            else:
+                call = flow.send(answer)
+    except StopIteration as done:
+        return done.value
+
+
+def run_now(coro: Coroutine[Any, Any, Any]) -> Any:
+    """The value of a coroutine that never waits (drive over blocking calls)."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    raise RuntimeError("a blocking uopd call suspended (was an asyncio call passed to the blocking client?)")
+
+
+# ---------------------------------------------------------------------------------------
+# Targets, sessions, buffers
+
+
+def target(text: str) -> "pb.Target":
+    """"cpu", "cuda" or "cuda:sm_NN"; InvalidArgument naming the text otherwise."""
+    if text in ("cpu", "cuda"):
+        return pb.Target(backend=text)
+    if text.startswith("cuda:sm_") and text[8:].isdigit():
+        return pb.Target(backend="cuda", arch=text[5:])
+    raise errors.InvalidArgument(f"unknown target '{text}' (cpu, cuda or cuda:sm_NN, e.g. cuda:sm_90)")
+
+
+def create_session(devices: Sequence[str], idle_timeout_s: Optional[float]) -> Flow:
+    req = pb.CreateSessionRequest(devices=list(devices), idle_timeout_ms=int((idle_timeout_s or 0) * 1000))
+    resp = yield Unary("CreateSession", req)
+    if not resp.session_id:
+        raise errors.Internal("uopd created a session without an id")
+    return resp.session_id, list(resp.devices)
+
+
+def close_session(session_id: str) -> Flow:
+    # Closing should not hold a finishing program for a full request deadline.
+    yield Unary("CloseSession", pb.CloseSessionRequest(session_id=session_id), limit=5.0)
+
+
+def create_buffer(session_id: str, scalar: int, elements: int, device: Optional[str]) -> Flow:
+    req = pb.CreateBufferRequest(session_id=session_id, device=device or "", dtype=scalar, elements=elements)
+    resp = yield Unary("CreateBuffer", req)
+    if not resp.buffer_id:
+        raise errors.Internal("uopd created a buffer without an id")
+    return resp.buffer_id
+
+
+def upload(session_id: str, buffer_id: str, data: memoryview, chunk_bytes: int,
+           progress: transfers.ProgressArg = None, offset: int = 0) -> Flow:
+    """Streams `data` into the buffer at byte `offset`."""
+    p = transfers.Progress(len(data), progress, f"upload {buffer_id[:8]}")
+    first = pb.UploadChunk(session_id=session_id, buffer_id=buffer_id).SerializeToString()
+    resp = yield Upload("Upload", transfers.chunks(first, data, chunk_bytes, p, pb.UploadChunk.DATA_FIELD_NUMBER,
+                                                   (pb.UploadChunk.OFFSET_FIELD_NUMBER, offset)))
+    if resp.bytes != len(data):
+        raise errors.DataLoss(f"uopd took {resp.bytes} of {len(data)} bytes uploaded to {buffer_id}")
+
+
+def download(session_id: str, buffer_id: str, nbytes: int, chunk_bytes: int,
+             progress: transfers.ProgressArg = None, offset: int = 0) -> Flow:
+    """`nbytes` bytes of the buffer from `offset`, as a uint8 array."""
+    asm = transfers.Assembler(buffer_id, offset, nbytes, transfers.Progress(nbytes, progress, f"download {buffer_id[:8]}"))
+    if nbytes == 0:
+        return asm.result()
+    req = pb.DownloadRequest(session_id=session_id, buffer_id=buffer_id, offset=offset, length=nbytes,
+                             chunk_bytes=transfers.effective_chunk_bytes(chunk_bytes))
+    yield Download(req, asm.add)
+    return asm.result()
+
+
+def free_buffer(session_id: str, buffer_id: str) -> Flow:
+    yield Unary("FreeBuffer", pb.FreeBufferRequest(session_id=session_id, buffer_id=buffer_id))
+
+
+def put(session_id: str, array: Any, device: Optional[str], dtype: dtypes.DTypeLike, chunk_bytes: int,
+        progress: transfers.ProgressArg) -> Flow:
+    """A new buffer holding `array` (made C-order first): its id, dtype number and shape."""
+    arr, scalar = dtypes.host_array(array, dtype)
+    buffer_id = yield from create_buffer(session_id, scalar, arr.size, device)
+    try:
+        yield from upload(session_id, buffer_id, transfers.byte_view(arr), chunk_bytes, progress)
+    except errors.Error:
+        yield from _free_quietly(session_id, buffer_id)
+        raise
+    return buffer_id, scalar, arr.shape
+
+
+def buffer_array(session_id: str, buffer_id: str, scalar: int, shape: Tuple[int, ...], chunk_bytes: int,
+                 progress: transfers.ProgressArg = None) -> Flow:
+    """A kept buffer's data as an array of its dtype and shape."""
+    dt, dims, nbytes = dtypes.header(f"buffer {buffer_id}", scalar, shape)
+    raw = yield from download(session_id, buffer_id, nbytes, chunk_bytes, progress)
+    return raw.view(dt).reshape(dims)
+
+
+def _free_quietly(session_id: str, buffer_id: str) -> Flow:
+    try:
+        yield from free_buffer(session_id, buffer_id)
+    except errors.Error:
+        pass  # the session's close frees it all the same
+
+
+# ---------------------------------------------------------------------------------------
+# Runs
+
+
+class BufferRef:
+    """What a binding needs of a Buffer (uopd.Buffer and uopd.aio.Buffer are ones)."""
+
+    id: str
+    session_id: str
+
+
+Inputs = Mapping[Union[str, int], Any]
+
+
+def _bind(name: Union[str, int], value: Any) -> Tuple["pb.Binding", Optional[np.ndarray]]:
+    """A Binding by name (or wire index); an array larger than INLINE_INPUT_BYTES comes back
+    to be uploaded as a buffer of the session instead of travelling inline."""
+    b = pb.Binding(index=name) if isinstance(name, int) else pb.Binding(name=name)
+    if isinstance(value, BufferRef):
+        b.buffer_id = value.id
+        return b, None
+    arr, scalar = dtypes.host_array(value)
+    if arr.nbytes > transfers.INLINE_INPUT_BYTES:
+        return b, arr
+    b.tensor.dtype = scalar
+    b.tensor.shape.extend(arr.shape)
+    b.tensor.data = arr.tobytes()
+    return b, None
+
+
+def _bindings(session_id: str, inputs: Inputs, chunk_bytes: int, temporaries: List[str]) -> Flow:
+    """Bindings for `inputs`, large arrays uploaded first (their ids added to temporaries)."""
+    out = []
+    for name, value in inputs.items():
+        b, large = _bind(name, value)
+        if large is not None:
+            buffer_id, _, _ = yield from put(session_id, large, None, None, chunk_bytes, None)
+            temporaries.append(buffer_id)
+            b.buffer_id = buffer_id
+        out.append(b)
+    return out
+
+
+def _answer(session_id: str, resp: "pb.RunResponse", keep_outputs: bool, chunk_bytes: int,
+            make_buffer: Callable[[str, int, Tuple[int, ...], str], Any]) -> Flow:
+    """A Run's answer as the caller sees it. Outputs over the server's inline limit were
+    kept all the same: without keep_outputs they are downloaded, then freed."""
+    outputs: Dict[str, Any] = {}
+    for o in resp.outputs:
+        what = f"output {o.name}"
+        _, shape, _ = dtypes.header(what, o.dtype, o.shape)
+        if o.WhichOneof("value") == "buffer_id":
+            if keep_outputs:
+                outputs[o.name] = make_buffer(o.buffer_id, o.dtype, shape, resp.device)
+                continue
+            try:
+                outputs[o.name] = yield from buffer_array(session_id, o.buffer_id, o.dtype, shape, chunk_bytes)
+            finally:
+                yield from _free_quietly(session_id, o.buffer_id)
+        else:
+            try:
+                outputs[o.name] = dtypes.from_bytes(o.dtype, shape, o.data)
+            except errors.DataLoss as e:
+                raise errors.DataLoss(f"{what}: {e.message}") from None
+    return results.RunResult(outputs, resp)
+
+
+def run(session_id: str, method: str, request: Any, inputs: Inputs, keep_outputs: bool, profile: bool,
+        chunk_bytes: int, make_buffer: Callable[[str, int, Tuple[int, ...], str], Any],
+        graph: Optional[bytes] = None) -> Flow:
+    """Run (a graph, sent as RunRequest.graph) or RunModel (a held model): binds `inputs`,
+    runs, answers; the buffers made here for large inputs are freed whatever happens."""
+    temporaries: List[str] = []
+    try:
+        request.inputs.extend((yield from _bindings(session_id, inputs, chunk_bytes, temporaries)))
+        request.session_id, request.keep_outputs, request.profile = session_id, keep_outputs, profile
+        body = request if graph is None else with_graph(request, pb.RunRequest.GRAPH_FIELD_NUMBER, graph)
+        resp = yield Unary(method, body)
+        return (yield from _answer(session_id, resp, keep_outputs, chunk_bytes, make_buffer))
+    finally:
+        for buffer_id in temporaries:
+            yield from _free_quietly(session_id, buffer_id)
+
+
+def with_graph(request: Any, field_number: int, data: bytes) -> bytes:
+    """`request` serialized with a graph's encoding (graphs.encode) as its field
+    `field_number`, since a protobuf message is its fields concatenated in any order: the
+    graph is neither copied into the request nor encoded again when it is a uopd.Graph."""
+    return request.SerializeToString() + wire.length_prefix(field_number, len(data)) + data
+
+
+def run_graph(session_id: str, graph: graphs.GraphLike, inputs: Inputs, keep_outputs: bool, profile: bool,
+              chunk_bytes: int, make_buffer: Callable[[str, int, Tuple[int, ...], str], Any]) -> Flow:
+    data = graphs.encode(graph)  # first: a bad graph fails before any upload
+    return (yield from run(session_id, "Run", pb.RunRequest(), inputs, keep_outputs, profile, chunk_bytes,
+                           make_buffer, data))
+
+
+def compile_graph(graph: graphs.GraphLike, target_text: str, include_binary: bool, include_source: bool) -> Flow:
+    req = pb.CompileRequest(target=target(target_text), include_binary=include_binary, include_source=include_source)
+    resp = yield Unary("Compile", with_graph(req, pb.CompileRequest.GRAPH_FIELD_NUMBER, graphs.encode(graph)))
+    return results.compile_result(resp)
+
+
+def explain(graph: graphs.GraphLike, stage: Optional[str], target_text: str) -> Flow:
+    req = pb.ExplainRequest(target=target(target_text), stage=stage or "")
+    resp = yield Unary("Explain", with_graph(req, pb.ExplainRequest.GRAPH_FIELD_NUMBER, graphs.encode(graph)))
+    # uopc refuses an unknown stage; a server that answers with nothing means the same.
+    if stage and not resp.stages:
+        raise errors.InvalidArgument(f"uopd showed nothing for stage '{stage}'")
+    return [results.ExplainStage(s.name, s.kernel, s.text) for s in resp.stages]
+
+
+def stats() -> Flow:
+    return results.stats((yield Unary("Stats", pb.StatsRequest())))
+
+
+# ---------------------------------------------------------------------------------------
+# Models
+
+ModelLike = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview]
+
+
+def model_bytes(model: ModelLike) -> memoryview:
+    """An ONNX model's bytes: the bytes themselves, or a file's."""
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return memoryview(model).cast("B")
+    try:
+        with open(os.fspath(model), "rb") as f:
+            return memoryview(f.read())
+    except OSError as e:
+        raise errors.NotFound(f"{os.fspath(model)}: cannot read it ({e.strerror})") from None
+
+
+def load_model(session_id: str, model: ModelLike, input_shapes: Optional[Mapping[str, Sequence[int]]],
+               chunk_bytes: int, progress: transfers.ProgressArg) -> Flow:
+    """Streams an ONNX model to uopd, which imports it and keeps its weights as buffers of
+    the session; the answer (uopd.v1.LoadModelResponse)."""
+    data = model_bytes(model)
+    first = pb.LoadModelChunk(session_id=session_id)
+    for name, shape in (input_shapes or {}).items():
+        first.input_shapes.add(name=name, shape=[int(d) for d in shape])
+    p = transfers.Progress(len(data), progress, "load model")
+    resp = yield Upload("LoadModel", transfers.chunks(first.SerializeToString(), data, chunk_bytes, p,
+                                                      pb.LoadModelChunk.DATA_FIELD_NUMBER))
+    if not resp.model_id:
+        raise errors.Internal("uopd loaded a model without an id")
+    return resp
+
+
+def model_inputs(infos: List[results.TensorInfo], args: Sequence[Any], named: Mapping[str, Any]) -> Dict[str, Any]:
+    """A model call's inputs by name: positional ones in the model's input order, then the
+    named ones. Values that are not arrays or Buffers (lists, scalars) become arrays of the
+    input's declared dtype; arrays are sent as they are (uopd refuses a wrong dtype)."""
+    if len(args) == 1 and isinstance(args[0], Mapping):
+        args, named = (), {**args[0], **named}
+    if len(args) > len(infos):
+        raise errors.InvalidArgument(f"{len(args)} positional inputs for a model with {len(infos)} inputs")
+    out: Dict[str, Any] = {info.name: a for info, a in zip(infos, args)}
+    for name, value in named.items():
+        if name in out:
+            raise errors.InvalidArgument(f"model input '{name}' given twice")
+        out[name] = value
+    by_name = {i.name: i for i in infos}
+    for name, value in out.items():
+        if name in by_name and not isinstance(value, (np.ndarray, np.generic, BufferRef)):
+            out[name] = np.asarray(value, dtype=dtypes.numpy_dtype(dtypes.scalar(by_name[name].dtype)))
+    return out
+
+
+def run_model(session_id: str, model_id: str, inputs: Inputs, keep_outputs: bool, profile: bool, chunk_bytes: int,
+              make_buffer: Callable[[str, int, Tuple[int, ...], str], Any]) -> Flow:
+    req = pb.RunModelRequest(model_id=model_id)
+    return (yield from run(session_id, "RunModel", req, inputs, keep_outputs, profile, chunk_bytes, make_buffer))
+
+
+def then(flow: Flow, fn: Callable[[Any], Any]) -> Flow:
+    """`flow`, its answer passed through `fn` (which makes the caller's objects from it)."""
+    return fn((yield from flow))
+
+
+def request_of(call: Call) -> Any:
+    """What a unary or client-stream call sends: its request, or its messages."""
+    return iter(call.requests) if isinstance(call, Upload) else call.request
