@@ -746,6 +746,12 @@ absl::Status recurrent(NodeContext& c, RnnKind kind) {
         const UOp* ot = act(a[0], clipped(go));
         h = m.mul(ot, act(a[2], cell));
       }
+      // Each step's state is realized: unrealized, step t's state is an expression of
+      // every step before it (the LSTM cell is elementwise all the way back), and whatever
+      // reads all steps (Y, fused into a next layer's input projection) holds the whole
+      // unrolled chain in one kernel, past --max-kernel-ops at a few dozen steps.
+      h = tb.contiguous(h);
+      if (kind == RnnKind::Lstm) cell = tb.contiguous(cell);
       ys[d][t] = h;
     }
     hs[d] = h;

@@ -314,7 +314,10 @@ absl::Status conv_transpose(NodeContext& c) {
   os.insert(os.end(), out_sp.begin(), out_sp.end());
   const UOp* out = acc ? acc : tb.full(c.dtype_of(x), ConstValue::Float(0), os);
   ONNX_TRY(add_bias(c, out));
-  c.out(0, out);
+  // Realized: each placement is a select and a pad of Z, so a consumer that reads a window
+  // of the output (a following Conv reads 9 taps of it) would fuse kernel-count times
+  // that many placements into one kernel, past --max-kernel-ops for a modest U-Net.
+  c.out(0, tb.contiguous(out));
   return absl::OkStatus();
 }
 
