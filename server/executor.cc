@@ -207,13 +207,15 @@ absl::Status Executor::flush_launches(RunState& rs) {
 struct Executor::LiveGroup {
   std::string name;       // cluster_auth::random_hex(16)
   std::string transport;
+  std::vector<std::pair<std::string, uint64_t>> members;  // worker id and generation, by rank
   std::mutex run;         // one collective at a time: the members' calls must line up
   bool rendezvous_open = false;  // gloo: its keys' group at the Rendezvous, open while it lives
   uint64_t last_use = 0;
 };
 
-std::shared_ptr<Executor::LiveGroup> Executor::live_group(const std::string& key, const std::string& transport) {
-  std::shared_ptr<LiveGroup> evicted;
+std::shared_ptr<Executor::LiveGroup> Executor::live_group(const std::string& key, const std::string& transport,
+                                                          const std::vector<std::pair<std::string, uint64_t>>& members) {
+  std::vector<std::shared_ptr<LiveGroup>> gone;
   std::shared_ptr<LiveGroup> g;
   {
     std::lock_guard l(groups_mu_);
@@ -222,22 +224,40 @@ std::shared_ptr<Executor::LiveGroup> Executor::live_group(const std::string& key
       it->second = std::make_shared<LiveGroup>();
       it->second->name = cluster_auth::random_hex(16);
       it->second->transport = transport;
+      it->second->members = members;
       groups_formed_.fetch_add(1, std::memory_order_relaxed);
+      // A group with a member process that is no more (its worker restarted since: the
+      // same id, another generation) is torn down; so is the least recently used one past
+      // kMaxLiveGroups.
+      auto left = [&](const LiveGroup& other) {
+        for (const auto& [id, generation] : other.members)
+          for (const auto& [our_id, our_generation] : members)
+            if (id == our_id && generation != our_generation) return true;
+        return false;
+      };
+      for (auto i = groups_.begin(); i != groups_.end();) {
+        if (i != it && left(*i->second)) {
+          gone.push_back(std::move(i->second));
+          groups_.erase(i++);
+        } else {
+          ++i;
+        }
+      }
       if (groups_.size() > kMaxLiveGroups) {
         auto oldest = groups_.end();
         for (auto i = groups_.begin(); i != groups_.end(); ++i)
           if (i != it && (oldest == groups_.end() || i->second->last_use < oldest->second->last_use)) oldest = i;
-        evicted = std::move(oldest->second);
+        gone.push_back(std::move(oldest->second));
         groups_.erase(oldest);
       }
     }
     it->second->last_use = ++group_clock_;
     g = it->second;
   }
-  if (evicted) {
-    std::lock_guard l(evicted->run);  // after the collective it may be running
-    if (evicted->rendezvous_open) collectives_.groups->close_group(evicted->name);
-    evicted->rendezvous_open = false;
+  for (const auto& old : gone) {
+    std::lock_guard l(old->run);  // after the collective it may be running
+    if (old->rendezvous_open) collectives_.groups->close_group(old->name);
+    old->rendezvous_open = false;
   }
   return g;
 }
@@ -263,9 +283,11 @@ absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, 
   std::string_view in_device = backend_for_device(rs.devices[rs.device_of[members[0]]].w->device()).device_collectives;
   // The group's identity: who asks, and the member processes in rank order.
   std::string key = cat(rs.tenant.size(), ":", rs.tenant);
+  std::vector<std::pair<std::string, uint64_t>> processes;
   for (int b : members) {
     const RunState::Device& d = rs.devices[rs.device_of[b]];
     names.push_back(d.name);
+    processes.emplace_back(d.w->id(), d.generation);
     one_host &= host_of(d.w->address()) == host_of(rs.devices[rs.device_of[members[0]]].w->address());
     if (backend_for_device(d.w->device()).device_collectives != in_device) in_device = "";
     key += cat("|", d.w->id(), "@", d.generation);
@@ -302,7 +324,7 @@ absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, 
   } close_rendezvous;
   std::unique_lock<std::mutex> group_lock;
   if (live) {
-    group = live_group(key, transport);
+    group = live_group(key, transport, processes);
     group_lock = std::unique_lock<std::mutex>(group->run);
     name = group->name;
     if (transport != "shm" && !group->rendezvous_open) {

@@ -198,11 +198,13 @@ class Executor {
   // The collective groups that live across runs: one per tenant, transport and member
   // processes (worker id and generation, in rank order), so a worker that restarts, or
   // another tenant, never finds an old group. Its name is 128 random bits that only the
-  // scheduler and the members' workers see (never a client); at most kMaxLiveGroups, the
-  // least recently used closed first.
+  // scheduler and the members' workers see (never a client). A group one of whose
+  // processes has been replaced goes when its members' next group forms; at most
+  // kMaxLiveGroups live, the least recently used closed first.
   struct LiveGroup;
   static constexpr size_t kMaxLiveGroups = 64;
-  std::shared_ptr<LiveGroup> live_group(const std::string& key, const std::string& transport);
+  std::shared_ptr<LiveGroup> live_group(const std::string& key, const std::string& transport,
+                                        const std::vector<std::pair<std::string, uint64_t>>& members);
   void drop_live_group(const std::string& key, const LiveGroup* g);
   mutable std::mutex groups_mu_;
   std::map<std::string, std::shared_ptr<LiveGroup>> groups_;  // guarded by groups_mu_

@@ -90,11 +90,19 @@ TEST(TrainingE2E, OneCollectiveGroupServesEveryStepAndIsReformedAfterAMemberDies
     auto want = reference.step();
     ASSERT_TRUE(want.ok()) << "reference step " << step << ": " << want.status();
     ASSERT_EQ(got->loss, want->loss) << "step " << step;
-    if (step == 1 || step == kKillAt - 1 || step == kKillAt || step == kSteps)
+    if (step == 1 || step == kKillAt - 1 || step == kKillAt || step == kSteps) {
       EXPECT_EQ(svc.metric("uopd_collective_groups_formed_total"), formed_before + (step < kKillAt ? 1 : 2))
           << "after step " << step;
+    }
+    // The group of the dead process is gone, whether or not the failed step reached its
+    // collective: one group alive, the re-formed one.
+    if (step == kKillAt || step == kSteps) {
+      EXPECT_EQ(svc.metric("uopd_collective_groups"), 1) << "after step " << step;
+    }
     // Every warm step is one collective: the gradients and the loss in one bucket.
-    if (step == 3) EXPECT_EQ(svc.metric("uopd_collectives_total"), collectives_after_2 + 1);
+    if (step == 3) {
+      EXPECT_EQ(svc.metric("uopd_collectives_total"), collectives_after_2 + 1);
+    }
     if (step == 2) collectives_after_2 = svc.metric("uopd_collectives_total");
   }
   ASSERT_TRUE(trainer->check_replicas().ok()) << trainer->check_replicas();
