@@ -48,8 +48,8 @@ struct Service {
 // One collective group for a whole training run: 200 steps of the spirals MLP on two
 // workers, CPU:1 killed (by its pid, between steps) before step 120. Every step before
 // it reuses the group the first step formed; step 120 fails UNAVAILABLE naming CPU:1; the
-// run goes on from replica 0's parameters once the worker is back, on one new group. Every
-// step's loss and the final parameters are bit for bit those of the same steps run in
+// run goes on from replica 0's parameters once the worker is back, on one new group (the
+// old one torn down), and each warm step is one collective (the bucket). Every step's loss and the final parameters are bit for bit those of the same steps run in
 // this process (LocalRunner: the same compiler, the collective folded in device order).
 TEST(TrainingE2E, OneCollectiveGroupServesEveryStepAndIsReformedAfterAMemberDies) {
   constexpr int kSteps = 200, kKillAt = 120;
@@ -105,6 +105,8 @@ TEST(TrainingE2E, OneCollectiveGroupServesEveryStepAndIsReformedAfterAMemberDies
     }
     if (step == 2) collectives_after_2 = svc.metric("uopd_collectives_total");
   }
+  // The group of the killed process went when its replacement's formed.
+  EXPECT_EQ(svc.metric("uopd_collective_groups"), 1);
   ASSERT_TRUE(trainer->check_replicas().ok()) << trainer->check_replicas();
   auto got = trainer->parameters();
   auto want = reference.parameters();
