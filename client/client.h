@@ -233,6 +233,9 @@ class Session {
   // DATA_LOSS if the chunks do not follow each other or overrun the length.
   absl::StatusOr<std::string> download(const std::string& buffer_id, uint64_t offset = 0, uint64_t length = 0);
   absl::Status free_buffer(const std::string& buffer_id);
+  // Frees them all at once (the calls side by side, not one round trip each); the first
+  // failure, or OK.
+  absl::Status free_buffers(const std::vector<std::string>& buffer_ids);
 
   // create_buffer + upload of a whole tensor (a buffer is flat: the shape stays here).
   absl::StatusOr<std::string> upload_tensor(const HostTensor& t, const std::string& device = "");

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <future>
+#include <optional>
 
+#include "absl/container/flat_hash_set.h"
 #include "compiler/ir/digest.h"
 #include "compiler/pipeline.h"
 #include "compiler/support/status_macros.h"
@@ -144,7 +146,8 @@ absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan_now(const DecodedGraph
     PlannedCollective pc;
     pc.op = c.op;
     pc.dtype = c.dtype;
-    for (const UOp* b : c.buffers) pc.buffers.push_back(buffer(b, role_of(b)));
+    pc.segments.emplace_back();
+    for (const UOp* b : c.buffers) pc.segments.back().push_back(buffer(b, role_of(b)));
     plan->collectives.push_back(std::move(pc));
   }
   for (const CopyStep& c : p.copies) plan->copies.push_back({buffer(c.src, role_of(c.src)), buffer(c.dst, role_of(c.dst))});
@@ -157,8 +160,103 @@ absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan_now(const DecodedGraph
     for (size_t i = 0; i < p.outputs.size(); ++i)
       plan->outputs.push_back({p.outputs[i]->dtype().scalar, p.output_shapes[i], buffer(p.outputs[i], PlannedBuffer::Role::Output)});
   }
+  bucket_collectives(*plan, opts_.bucket_cap_bytes);
   plan->plan_ms = ms_since(t0);
   return std::shared_ptr<const Plan>(plan);
+}
+
+void bucket_collectives(Plan& plan, uint64_t cap_bytes) {
+  if (cap_bytes == 0 || plan.collectives.size() < 2) return;
+  auto member_bytes = [&](const PlannedCollective& c) {
+    uint64_t total = 0;
+    for (const auto& seg : c.segments)
+      total += static_cast<uint64_t>(std::max<int64_t>(plan.buffers[seg[0]].elements, 0)) * scalar_bytes(c.dtype);
+    return total;
+  };
+  auto devices_of = [&](const PlannedCollective& c) {
+    std::vector<std::string> d;
+    for (int b : c.members()) d.push_back(plan.buffers[b].device);
+    return d;
+  };
+  // What a step reads and writes: a kernel writes its slot 0 and reads the rest, a copy
+  // reads its source and writes its destination, a collective reads and writes all of its
+  // buffers.
+  struct Access {
+    std::vector<int> reads, writes;
+  };
+  auto access_of = [&](const ScheduleStep& st) {
+    Access a;
+    switch (st.kind) {
+      case ScheduleStep::Kind::Kernel: {
+        const std::vector<int>& b = plan.kernels[st.index].buffers;
+        if (!b.empty()) a.writes.push_back(b[0]);
+        if (b.size() > 1) a.reads.assign(b.begin() + 1, b.end());
+        break;
+      }
+      case ScheduleStep::Kind::Copy:
+        a.reads.push_back(plan.copies[st.index].src);
+        a.writes.push_back(plan.copies[st.index].dst);
+        break;
+      case ScheduleStep::Kind::Collective:
+        for (const auto& seg : plan.collectives[st.index].segments) a.writes.insert(a.writes.end(), seg.begin(), seg.end());
+        a.reads = a.writes;
+        break;
+    }
+    return a;
+  };
+  // Two steps keep their order where one writes a buffer the other reads or writes; any
+  // others may swap. The open bucket is not in `steps` yet; a step that depends so on it,
+  // or on a step deferred already, is deferred until the bucket is closed, so that later
+  // collectives can still join it.
+  std::vector<PlannedCollective> collectives;
+  std::vector<ScheduleStep> steps, deferred;
+  std::optional<PlannedCollective> open;
+  absl::flat_hash_set<int> in_bucket, deferred_reads, deferred_writes;
+  uint64_t open_bytes = 0;
+  auto any_in = [](const absl::flat_hash_set<int>& set, const std::vector<int>& buffers) {
+    return std::any_of(buffers.begin(), buffers.end(), [&](int b) { return set.contains(b); });
+  };
+  auto waits = [&](const Access& a) {
+    return any_in(in_bucket, a.reads) || any_in(in_bucket, a.writes) || any_in(deferred_writes, a.reads) ||
+           any_in(deferred_writes, a.writes) || any_in(deferred_reads, a.writes);
+  };
+  auto close = [&] {
+    if (!open) return;
+    steps.push_back({ScheduleStep::Kind::Collective, collectives.size()});
+    collectives.push_back(*std::move(open));
+    open.reset();
+    in_bucket.clear();
+    open_bytes = 0;
+    steps.insert(steps.end(), deferred.begin(), deferred.end());
+    deferred.clear();
+    deferred_reads.clear();
+    deferred_writes.clear();
+  };
+  for (const ScheduleStep& st : plan.steps) {
+    const Access a = access_of(st);
+    if (st.kind != ScheduleStep::Kind::Collective) {
+      if (open && waits(a)) {
+        deferred.push_back(st);
+        deferred_reads.insert(a.reads.begin(), a.reads.end());
+        deferred_writes.insert(a.writes.begin(), a.writes.end());
+      } else {
+        steps.push_back(st);
+      }
+      continue;
+    }
+    PlannedCollective& c = plan.collectives[st.index];
+    const uint64_t bytes = member_bytes(c);
+    const bool joins = open && open->op == c.op && open->dtype == c.dtype && devices_of(*open) == devices_of(c) &&
+                       open_bytes + bytes <= cap_bytes && !waits(a);
+    if (!joins) close();
+    if (!open) open = PlannedCollective{c.op, c.dtype, {}};
+    for (auto& seg : c.segments) open->segments.push_back(std::move(seg));
+    in_bucket.insert(a.writes.begin(), a.writes.end());
+    open_bytes += bytes;
+  }
+  close();
+  plan.collectives = std::move(collectives);
+  plan.steps = std::move(steps);
 }
 
 PipelineOptions Planner::compile_options(const PlannedKernel& k, const std::function<bool()>& wanted) const {

@@ -64,7 +64,11 @@ struct PlannedKernel {
 struct PlannedCollective {
   ReduceOp op = ReduceOp::Add;
   Scalar dtype = Scalar::Float32;
-  std::vector<int> buffers;  // into Plan::buffers
+  // segments[k][i]: member i's buffer (into Plan::buffers) of the k-th allreduce this one
+  // step does. One segment, or a bucket (bucket_collectives): allreduces of the same op,
+  // dtype and devices reduced by one collective, each element as if its buffer were alone.
+  std::vector<std::vector<int>> segments;
+  const std::vector<int>& members() const { return segments.front(); }
 };
 struct PlannedCopy {
   int src = 0, dst = 0;  // into Plan::buffers
@@ -140,6 +144,9 @@ struct PlannerOptions {
   // it many minutes. Every model's planning stays far below the node bound.
   size_t max_kernel_ops = 16384;      // one kernel, before LLVM / NVRTC
   size_t max_plan_nodes = 2'000'000;  // the graph while planning it, or one kernel while lowering it
+  // Allreduces that can wait for each other (bucket_collectives) go as one collective of up
+  // to this many bytes per member; 0: each on its own.
+  uint64_t bucket_cap_bytes = uint64_t{25} << 20;
   bool allow_custom = false;
   bool keep_source = false;  // store LLVM IR with each artifact (for `include_source`)
   // The arch a backend compiles for when a request names none (a Compile or Explain with
@@ -147,6 +154,14 @@ struct PlannerOptions {
   // ("cuda" -> "sm_90"); a backend not named here gets its registry default.
   absl::flat_hash_map<std::string, std::string> default_arch;
 };
+
+// Bucketing, as DDP does with gradients: collectives of the same op, dtype and member
+// devices join one bucket while it stays within `cap_bytes` per member (one larger than
+// that stays alone). Steps that share a buffer keep their order; the steps that need a
+// bucket's results (the updates that read the gradients) wait until it is closed, so the
+// collectives after them can still join it. The kernels between collectives then also
+// gather into fewer Executes. 0: nothing changes.
+void bucket_collectives(Plan& plan, uint64_t cap_bytes);
 
 class Planner {
  public:
