@@ -207,7 +207,7 @@ absl::StatusOr<Split> split_impl(Graph& g, const UOp* kernel, const UOp* r, int6
                                           "bounds, and the clamped index would hide the range from it"));
   SplitCtx c;
   c.target = r;
-  const int64_t outer_end = (end + factor - 1) / factor;
+  const int64_t outer_end = end / factor + (end % factor != 0);  // ceil, without overflow near INT64_MAX
   c.outer = g.make(Op::RANGE, dtypes::index, {g.idx(outer_end)}, r->arg_as<RangeArg>());
   c.inner = g.make(Op::RANGE, dtypes::index, {g.idx(factor)}, RangeArg{next_id, type, true});
   const UOp* flat = g.alu(Op::ADD, {g.alu(Op::MUL, {c.outer, g.idx(factor)}), c.inner});
@@ -333,7 +333,7 @@ absl::StatusOr<const UOp*> apply_schedule(Graph& g, const UOp* kernel, const Loo
         if (!maskable[a] && (n % st.factor != 0 || st.type != AxisType::Upcast))
           return bad(cat("an access's gate reads axis ", a, ": it splits only into upcast lanes by a divisor of its trip count ", n,
                          " (the gate proves the access in bounds)"));
-        const int64_t outer = (n + st.factor - 1) / st.factor;
+        const int64_t outer = n / st.factor + (n % st.factor != 0);  // ceil, without overflow
         if (r->arg_as<RangeArg>().type == AxisType::Thread && outer < 2)
           return bad(cat("axis ", a, " runs on threads: it would keep one iteration"));
         int64_t after = lanes;

@@ -151,14 +151,19 @@ LoopSchedule heuristic_schedule(const UOp* kernel, const OptimizeOptions& opts) 
     p.trip.push_back(vr.vmax(r->src(0)));
     p.upcast.push_back(r->arg_as<RangeArg>().type == AxisType::Upcast);
   }
-  for (const UOp* u : toposort(kernel))
+  // A CUSTOM op is a call of a C function on scalars (llvm_cpu.custom): a kernel with one
+  // gets no vector lanes, whatever its trip counts.
+  bool custom = false;
+  for (const UOp* u : toposort(kernel)) {
     if (u->op() == Op::REDUCE && u->num_src() > 1) p.reduces = true;
+    if (u->op() == Op::CUSTOM || u->op() == Op::CUSTOMI) custom = true;
+  }
   for (const UOp* u : p.store->src().subspan(2))
     if (u->op() == Op::RANGE) p.store_order.push_back(static_cast<int64_t>(p.outputs++));
 
   const DType vt = p.store->src(1)->dtype();
   p.width = opts.vector_bits / (8 * std::max(vt.itemsize(), 1));
-  if (p.width >= 2 && p.idx && !vt.is_bool()) {
+  if (p.width >= 2 && p.idx && !vt.is_bool() && !custom) {
     if (!p.reduces) elementwise(p, opts);
     else if (p.outputs > 0) tiled_reduction(p, opts);
     else full_reduction(p, opts);
