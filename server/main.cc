@@ -596,12 +596,13 @@ int run(int argc, char** argv) {
                                    absl::Milliseconds(f.integer("collective-timeout-ms")), transport == "auto" ? "" : transport});
   std::cout << "INTERNAL " << internal_host << ":" << internal_port << std::endl;
   std::cout << "LISTENING " << host << ":" << port << std::endl;
-  std::cerr << "uopd: serving on " << host << ":" << port << " (internal services on " << internal_host << ":" << internal_port
-            << ", " << (internal_gate.authenticates() ? "authenticated" : "unauthenticated: --insecure-internal") << "), "
-            << wo.embedded_cpu_workers << " CPU workers, cache "
-            << (cache_dir.empty() ? std::string("in memory only") : cache_dir)
-            << (f.get("redis").empty() ? "" : cat(" + redis ", f.get("redis")))
-            << ((*metrics)->address().empty() ? "" : cat(", metrics on http://", (*metrics)->address(), "/metrics")) << "\n";
+  // One write: std::cerr is unbuffered, so a line made of many << reaches a reader (a test
+  // waiting for "uopd: serving") in pieces.
+  std::cerr << cat("uopd: serving on ", host, ":", port, " (internal services on ", internal_host, ":", internal_port,
+                   ", ", internal_gate.authenticates() ? "authenticated" : "unauthenticated: --insecure-internal", "), ",
+                   wo.embedded_cpu_workers, " CPU workers, cache ", cache_dir.empty() ? std::string("in memory only") : cache_dir,
+                   f.get("redis").empty() ? "" : cat(" + redis ", f.get("redis")),
+                   (*metrics)->address().empty() ? "" : cat(", metrics on http://", (*metrics)->address(), "/metrics"), "\n");
 
   // Idle sessions close on their own.
   std::atomic<bool> stopping{false};
