@@ -28,21 +28,6 @@ constexpr std::array<std::pair<AxisType, std::string_view>, 9> kTypeNames{{
     {AxisType::Unroll, "unroll"},
 }};
 
-int64_t const_end(const UOp* r) {
-  const ConstValue* c = r->src(0)->const_value();
-  return c ? c->to_int() : -1;
-}
-
-// The RANGEs `x` closes, outermost first.
-std::vector<const UOp*> closed_ranges(const UOp* x) {
-  std::vector<const UOp*> out;
-  int rs = op_info(x->op()).range_start;
-  if (rs < 0) return out;
-  for (const UOp* r : x->src().subspan(static_cast<size_t>(rs)))
-    if (r->op() == Op::RANGE) out.push_back(r);
-  return out;
-}
-
 bool one_store(const UOp* kernel) {
   return kernel->op() == Op::SINK && kernel->num_src() == 1 && kernel->src(0)->op() == Op::STORE;
 }
@@ -229,6 +214,20 @@ absl::StatusOr<Split> split_impl(Graph& g, const UOp* kernel, const UOp* r, int6
 }
 
 }  // namespace
+
+int64_t const_end(const UOp* r) {
+  const ConstValue* c = r->src(0)->const_value();
+  return c ? c->to_int() : -1;
+}
+
+std::vector<const UOp*> closed_ranges(const UOp* x) {
+  std::vector<const UOp*> out;
+  int rs = op_info(x->op()).range_start;
+  if (rs < 0) return out;
+  for (const UOp* r : x->src().subspan(static_cast<size_t>(rs)))
+    if (r->op() == Op::RANGE) out.push_back(r);
+  return out;
+}
 
 std::string axis_type_step_name(AxisType t) {
   for (const auto& [type, name] : kTypeNames)

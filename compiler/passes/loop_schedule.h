@@ -88,6 +88,11 @@ struct ScheduleLimits {
   int64_t max_lanes = 128;
 };
 
+// A RANGE's trip count when it is a constant, else -1.
+int64_t const_end(const UOp* r);
+// The RANGEs `x` (a STORE, REDUCE or END) closes, outermost first.
+std::vector<const UOp*> closed_ranges(const UOp* x);
+
 // The kernel's canonical axis list (above): its ranges, 0 .. N-1. Empty when the kernel
 // is not one STORE (the only shape a schedule applies to).
 std::vector<const UOp*> schedule_axes(const UOp* kernel);

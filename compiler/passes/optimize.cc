@@ -9,11 +9,6 @@
 namespace uop {
 namespace {
 
-int64_t const_end(const UOp* r) {
-  const ConstValue* c = r->src(0)->const_value();
-  return c ? c->to_int() : -1;
-}
-
 // The lanes for a loop of n iterations and vectors of w lanes: w when it divides n; else a
 // divisor of n above w / 2 (no mask, nearly full vectors); else w with the tail masked
 // where the loop may be masked (can_mask), the largest divisor of n below w where not;

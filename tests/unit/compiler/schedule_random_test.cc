@@ -24,11 +24,6 @@ namespace {
 
 using namespace difftest;
 
-int64_t const_end(const UOp* r) {
-  const ConstValue* c = r->src(0)->const_value();
-  return c ? c->to_int() : -1;
-}
-
 // A schedule drawn at random from the steps that fit `kernel` under the CPU's limits:
 // the generator keeps what each step does to the trip counts, the lanes and the STORE's
 // loop order, so every schedule it makes applies (a refusal is a failure).
