@@ -88,6 +88,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 #include <sstream>
 #include <vector>
 
+#include "tests/fuzz/replay.h"
+
 #include "onnx/onnx_pb.h"
 
 int main(int argc, char** argv) {
@@ -127,19 +129,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "no model.onnx under the given directories\n");
     return 1;
   }
-  if (seeds_dir) {
-    std::filesystem::create_directories(seeds_dir);
-    for (size_t i = 0; i < seeds.size(); ++i) {
-      std::ofstream out(std::filesystem::path(seeds_dir) / ("seed" + std::to_string(i)), std::ios::binary);
-      out << seeds[i];
-      if (!out) {
-        std::fprintf(stderr, "cannot write the seeds under %s\n", seeds_dir);
-        return 1;
-      }
-    }
-    std::printf("wrote %zu seeds to %s\n", seeds.size(), seeds_dir);
-    return 0;
-  }
+  if (seeds_dir) return uop::fuzz::write_seeds(seeds, seeds_dir);
   // UOPD_FUZZ_LAST=FILE: each input is written there before it runs, so a crash leaves it.
   const char* last = std::getenv("UOPD_FUZZ_LAST");
   auto feed = [last](const std::string& s) {
@@ -218,17 +208,7 @@ int main(int argc, char** argv) {
       feed(structured(s));
       continue;
     }
-    const int edits = 1 + static_cast<int>(rng() % 8);
-    for (int e = 0; e < edits && s.size() > 1; ++e) {
-      size_t at = rng() % s.size();
-      switch (rng() % 5) {
-        case 0: s[at] = static_cast<char>(s[at] ^ (1 << (rng() % 8))); break;
-        case 1: s.insert(s.begin() + static_cast<std::ptrdiff_t>(at), static_cast<char>(rng())); break;
-        case 2: s.erase(at, 1 + rng() % 8); break;
-        case 3: s.insert(at, s.substr(at, 1 + rng() % 16)); break;
-        default: s.resize(std::max<size_t>(at, 1)); break;
-      }
-    }
+    uop::fuzz::mutate_bytes(s, rng);
     feed(s);
   }
   std::printf("replayed %zu seeds and %d mutations: %llu models tried, %llu imported\n", seeds.size(), iterations,
