@@ -66,17 +66,37 @@ std::string Planner::cache_key(const Digest& kernel, const Backend& backend, std
   return backend.cache_key(kernel, opts_.keep_source, cache_namespace, schedule);
 }
 
+std::shared_ptr<const Plan> Planner::cached_plan_locked(const std::pair<std::string, Digest>& key) {
+  for (auto it = lru_.begin(); it != lru_.end(); ++it) {
+    if (it->first != key) continue;
+    auto plan = it->second;
+    lru_.erase(it);
+    lru_.emplace_back(key, plan);
+    return plan;
+  }
+  return nullptr;
+}
+
+std::shared_ptr<std::mutex> Planner::planning_lock(const DecodedGraph* g) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::shared_ptr<std::mutex> lock = planning_locks_[g].lock();
+  if (!lock) {
+    // The graphs whose tasks have all finished leave expired entries: drop them as the
+    // map grows, so it holds about as many entries as graphs being planned.
+    if (planning_locks_.size() > 64) absl::erase_if(planning_locks_, [](const auto& e) { return e.second.expired(); });
+    lock = std::make_shared<std::mutex>();
+    planning_locks_[g] = lock;
+  }
+  return lock;
+}
+
 absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan(std::shared_ptr<const DecodedGraph> g, bool* cached,
                                                          std::string_view cache_namespace, const Requester& who) {
   Digest digest = g->root->digest();  // computes every digest below the root, once, here
   std::pair<std::string, Digest> key(std::string(cache_namespace), digest);
   {
     std::lock_guard<std::mutex> l(mu_);
-    for (auto it = lru_.begin(); it != lru_.end(); ++it) {
-      if (it->first != key) continue;
-      auto plan = it->second;
-      lru_.erase(it);
-      lru_.emplace_back(std::move(key), plan);
+    if (auto plan = cached_plan_locked(key)) {
       ++hits_;
       *cached = true;
       return plan;
@@ -87,6 +107,12 @@ absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan(std::shared_ptr<const 
   auto planned = to_pool<std::shared_ptr<const Plan>>(
       who, "planning", [this, g, digest, key](const std::function<absl::Status()>& keep_going)
                            -> absl::StatusOr<std::shared_ptr<const Plan>> {
+        std::shared_ptr<std::mutex> graph_lock = planning_lock(g.get());
+        std::lock_guard<std::mutex> planning(*graph_lock);
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          if (auto plan = cached_plan_locked(key)) return plan;  // planned while this task waited
+        }
         ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, plan_now(*g, digest, keep_going));
         std::lock_guard<std::mutex> l(mu_);
         lru_.emplace_back(key, plan);

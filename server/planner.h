@@ -231,6 +231,13 @@ class Planner {
   PipelineOptions compile_options(const PlannedKernel& k, const std::function<bool()>& wanted) const;
   absl::StatusOr<std::shared_ptr<const Plan>> plan_now(const DecodedGraph& g, const Digest& digest,
                                                        const std::function<absl::Status()>& keep_going);
+  // The cached plan for `key`, moved to most recent; null on a miss. Under mu_.
+  std::shared_ptr<const Plan> cached_plan_locked(const std::pair<std::string, Digest>& key);
+  // Planning adds nodes to the Graph it plans (plan_graph), so one graph is planned by one
+  // task at a time: a graph the server holds across requests (a model's, RunModel) can be
+  // asked for by several requests at once, and a task whose request went away may still
+  // be planning it when the next request comes. The lock for `g`, while any task holds it.
+  std::shared_ptr<std::mutex> planning_lock(const DecodedGraph* g);
   // Lowers and compiles one kernel for `backend` with `schedule` ("" the heuristic's; the
   // compile cache's compute for its key); `wanted` says whether a request still waits for it.
   absl::StatusOr<std::string> build(const PlannedKernel& k, const Backend& backend, const std::string& key,
@@ -263,6 +270,7 @@ class Planner {
   // (namespace, graph digest) -> plan, most recent last.
   std::vector<std::pair<std::pair<std::string, Digest>, std::shared_ptr<const Plan>>> lru_;
   uint64_t hits_ = 0, misses_ = 0;
+  absl::flat_hash_map<const DecodedGraph*, std::weak_ptr<std::mutex>> planning_locks_;  // planning_lock's
   TaskQueue compiles_;  // last: its threads stop (finishing what they run) before the rest goes
 };
 

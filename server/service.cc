@@ -866,6 +866,9 @@ grpc::Status UopdService::LoadModel(grpc::ServerContext* ctx, grpc::ServerReader
   if (absl::Status s = held.grow(imported->graph_bytes, "LoadModel: the model's graph"); !s.ok()) return finish("LoadModel", s);
   auto model = std::make_shared<HeldModel>();
   model->graph = imported->graph;
+  // Digests memoize on first use, without a lock: computed here, before every RunModel of
+  // the model shares the graph.
+  compute_digests(model->graph->root);
   model->inputs = imported->inputs;
   model->outputs = imported->outputs;
   // The weights become buffers of the session, written once; a failure takes back the
