@@ -5,15 +5,17 @@
 # the scheduler's internal listener with it, and take calls only from who has it. Pids,
 # addresses and namespaces go to STATE_DIR/cluster.env, which `stop` / `--netns down` read.
 #
-#   deploy/cluster.sh start [--workers N] [--redis] [--state DIR] [--bin DIR] [-- UOPD_FLAGS...]
+#   deploy/cluster.sh start [--workers N] [--worker-threads N] [--redis] [--state DIR] [--bin DIR]
+#                           [-- UOPD_FLAGS...]
 #   deploy/cluster.sh status [--state DIR]
 #   deploy/cluster.sh stop [--state DIR]
 #
 # Every process listens on 127.0.0.1 on a free port. Or, as hosts of their own (root only):
 #
-#   deploy/cluster.sh --netns up [--workers N] [--redis] [--schedulers 1|2] [--prefix NAME]
-#                                [--state DIR] [--bin DIR] [-- UOPD_FLAGS...]
+#   deploy/cluster.sh --netns up [--workers N] [--worker-threads N] [--redis] [--schedulers 1|2]
+#                                [--prefix NAME] [--state DIR] [--bin DIR] [-- UOPD_FLAGS...]
 #   deploy/cluster.sh --netns train [--state DIR] [-- UOP_TRAIN_DEMO_FLAGS...]
+#   deploy/cluster.sh --netns bench [--state DIR] [-- BENCH_TRAIN_FLAGS...]
 #   deploy/cluster.sh --netns exec HOST [--state DIR] -- COMMAND...
 #   deploy/cluster.sh --netns status|down [--state DIR]
 #
@@ -24,12 +26,15 @@
 # Gloo, not shared memory), redis 10.77.0.3 the Redis tier (with a password), s1 10.77.0.2
 # a second uopd with its own embedded workers sharing that Redis (--schedulers 2, which
 # needs --redis). `train` runs uop-train-demo on s0 against its uopd over the workers;
-# `exec HOST` runs a command on a host with UOPD_ADDRESS set to that host's uopd (s0's
+# `bench` runs bench_train's BM_TrainStepAcrossHosts on s0: a step there against the same
+# step on one host's shared memory (a peer it starts), both p50s and their ratio; `exec
+# HOST` runs a command on a host with UOPD_ADDRESS set to that host's uopd (s0's
 # elsewhere). `down` stops every process and deletes the namespaces; so does a failed `up`.
 #
 #   --workers N   uop-worker processes (devices CPU:0 .. CPU:N-1)                [2]
 #   --redis       start a redis-server for the cluster's shared cache tier (and make the
 #                 key its entries are authenticated with, STATE_DIR/cache.key, mode 0600)
+#   --worker-threads N  kernel threads per worker                 [the machine's cores]
 #   --schedulers  (--netns) 2: a second scheduler sharing the Redis tier           [1]
 #   --prefix NAME (--netns) the namespaces' names begin with NAME-                 [uopd]
 #   --state DIR   where pids, addresses, logs and the disk caches live [/tmp/uopd-cluster]
@@ -39,17 +44,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,38p' "$0"; exit "${1:-2}"; }
+# The comment above, up to its first line that is not one.
+usage() { awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit "${1:-2}"; }
 cmd=${1:-}; shift || true
 netns=0
 if [ "$cmd" = --netns ]; then netns=1 cmd=${1:-}; shift || true; fi
 case "$cmd" in -h|--help|help) usage 0 ;; esac
-workers=2 redis=0 schedulers=1 prefix=uopd state=/tmp/uopd-cluster bin=build/release extra=() host=""
+workers=2 threads="" redis=0 schedulers=1 prefix=uopd state=/tmp/uopd-cluster bin=build/release extra=() host=""
 [ "$netns" = 1 ] && [ "$cmd" = exec ] && { host=${1:-}; shift || true; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --workers) workers=$2; shift 2 ;;
     --redis) redis=1; shift ;;
+    --worker-threads) threads=$2; shift 2 ;;
     --schedulers) schedulers=$2; shift 2 ;;
     --prefix) prefix=$2; shift 2 ;;
     --state) state=$2; shift 2 ;;
@@ -62,6 +69,7 @@ done
 env_file=$state/cluster.env
 case "$workers" in ''|*[!0-9]*) echo "cluster.sh: --workers takes a number" >&2; exit 2 ;; esac
 [ "$workers" -le 200 ] || { echo "cluster.sh: --workers: at most 200" >&2; exit 2; }
+case "$threads" in *[!0-9]*) echo "cluster.sh: --worker-threads takes a number" >&2; exit 2 ;; esac
 case "$schedulers" in 1|2) ;; *) echo "cluster.sh: --schedulers is 1 or 2" >&2; exit 2 ;; esac
 [ "$schedulers" = 1 ] || [ "$redis" = 1 ] || { echo "cluster.sh: --schedulers 2 shares a Redis tier: add --redis" >&2; exit 2; }
 # A namespace's name is a file name; keep it to what ip(8) and logs show plainly.
@@ -133,7 +141,7 @@ start_uopd() {
 start_worker() {
   local ip=$1 where=$2 i=$3
   $(on "$where") "$bin/worker/uop-worker" --device="cpu:$i" --listen="$ip:0" --scheduler="$internal" \
-    --cluster-secret-file="$secret" >"$state/worker$i.out" 2>"$state/worker$i.log" &
+    --cluster-secret-file="$secret" ${threads:+--threads="$threads"} >"$state/worker$i.out" 2>"$state/worker$i.log" &
   worker_pids="$worker_pids $!"
   wait_listening "$state/worker$i.out" "$!" >/dev/null
 }
@@ -166,13 +174,26 @@ need_binaries() {
   return 0
 }
 
+# cluster.env's variables, or a message and exit 1 when there is no cluster in $state.
+load_env() {
+  [ -f "$env_file" ] || { echo "cluster.sh: no cluster in $state" >&2; exit 1; }
+  # shellcheck disable=SC1090
+  . "$env_file"
+}
+
+# An EXIT trap while starting: a start that fails takes down what it made.
+stop_on_failure() {
+  local rc=$?
+  [ "$rc" = 0 ] || { echo "cluster.sh: $cmd failed; stopping what it started" >&2; stop >/dev/null; }
+  exit "$rc"
+}
+
 # Stops what cluster.env names (by pid), then whatever else still runs in its namespaces
 # (they are this cluster's own), and deletes the namespaces.
 stop() {
   [ -f "$env_file" ] || { echo "cluster.sh: no cluster in $state" >&2; return 0; }
   local UOPD_PID="" UOPD2_PID="" WORKER_PIDS="" REDIS_PID="" NETNS=""
-  # shellcheck disable=SC1090
-  . "$env_file"
+  load_env
   local pids="$WORKER_PIDS $UOPD_PID $UOPD2_PID $REDIS_PID" ns
   for ns in $NETNS; do pids="$pids $(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')"; done
   for pid in $pids; do kill -TERM "$pid" 2>/dev/null || true; done
@@ -229,7 +250,7 @@ netns_up() {
   make_secret
   netns_made="" worker_pids="" redis_pid="" redis_flag=() addr="" internal="" uopd_pid="" metrics="" addr2="" uopd2_pid="" metrics2=""
   # A failure from here on takes down what was made.
-  trap 'rc=$?; [ $rc = 0 ] || { echo "cluster.sh: --netns up failed; tearing down" >&2; stop >/dev/null; }; exit $rc' EXIT
+  trap stop_on_failure EXIT
   if ! ip netns add "$prefix-sw" 2>"$state/netns.err"; then
     echo "cluster.sh: cannot make network namespaces here: $(cat "$state/netns.err")" >&2; trap - EXIT; exit 3
   fi
@@ -250,7 +271,7 @@ netns_up() {
   wait_registered "$state/uopd.log" "$workers"
   if [ "$schedulers" = 2 ]; then
     local a=$addr in=$internal p=$uopd_pid m=$metrics
-    start_uopd 10.77.0.2 s1 uopd2 --workers="$workers" "${redis_flag[@]}" "${extra[@]}"
+    start_uopd 10.77.0.2 s1 uopd2 --workers="$workers" ${threads:+--worker-threads="$threads"} "${redis_flag[@]}" "${extra[@]}"
     addr2=$addr uopd2_pid=$uopd_pid metrics2=$metrics addr=$a internal=$in uopd_pid=$p metrics=$m
   fi
   save_env
@@ -261,9 +282,7 @@ netns_up() {
 
 # Runs "$@" on host $host with UOPD_ADDRESS set to that host's uopd (s0's elsewhere).
 netns_exec() {
-  [ -f "$env_file" ] || { echo "cluster.sh: no cluster in $state" >&2; exit 1; }
-  # shellcheck disable=SC1090
-  . "$env_file"
+  load_env
   [ -n "${NETNS_PREFIX:-}" ] && [ -n "${NETNS:-}" ] || { echo "cluster.sh: the cluster in $state is not --netns" >&2; exit 1; }
   case " $NETNS " in *" $NETNS_PREFIX-$host "*) ;; *)
     echo "cluster.sh: no host '$host' (hosts: $(echo "$NETNS" | tr ' ' '\n' | sed -n "s/^$NETNS_PREFIX-//p" | grep -v '^sw$' | tr '\n' ' '))" >&2
@@ -279,7 +298,7 @@ start() {
   need_binaries
   make_secret
   worker_pids="" redis_pid="" redis_flag=() netns_made=""
-  trap 'rc=$?; [ $rc = 0 ] || { echo "cluster.sh: start failed; stopping" >&2; stop >/dev/null; }; exit $rc' EXIT
+  trap stop_on_failure EXIT
   [ "$redis" = 0 ] || { start_redis 127.0.0.1 "$(free_port)" ""; save_env; }
   start_uopd 127.0.0.1 "" uopd --workers=0 "${redis_flag[@]}" "${extra[@]}"
   save_env
@@ -293,7 +312,7 @@ start() {
 case "$netns:$cmd" in
   0:start) start ;;
   0:status|1:status)
-    [ -f "$env_file" ] || { echo "cluster.sh: no cluster in $state"; exit 1; }
+    load_env
     cat "$env_file"
     ;;
   0:stop|1:down) stop ;;
@@ -302,10 +321,17 @@ case "$netns:$cmd" in
   1:train)
     host=s0
     [ -x "$bin/client/uop-train-demo" ] || { echo "cluster.sh: build first: $bin/client/uop-train-demo is missing" >&2; exit 1; }
-    [ -f "$env_file" ] && . "$env_file"
+    load_env
     devices=""
     for i in $(seq 0 $(($(echo "${WORKER_PIDS:-}" | wc -w) - 1))); do devices="$devices${devices:+,}CPU:$i"; done
     netns_exec "$bin/client/uop-train-demo" --devices="$devices" "${extra[@]}"
+    ;;
+  1:bench)
+    host=s0
+    [ -x "$bin/tests/bench/bench_train" ] || { echo "cluster.sh: build first: $bin/tests/bench/bench_train is missing" >&2; exit 1; }
+    load_env
+    netns_exec env UOPD_BENCH_ACROSS_HOSTS="$UOPD_ADDRESS" "$bin/tests/bench/bench_train" \
+      --benchmark_filter=AcrossHosts --benchmark_counters_tabular=true "${extra[@]}"
     ;;
   *) usage 2 ;;
 esac
