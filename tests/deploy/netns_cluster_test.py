@@ -4,14 +4,16 @@ deploy/cluster.sh --netns (veth pairs on a bridge, 10.77.0.0/24 inside the names
 
   netns_cluster_test.py REPO_ROOT BUILD_DIR [gloo|redis ...]
 
-gloo: uopd on host s0, a uop-worker on each of hosts w0 and w1; uop-train-demo trains the
-  spirals MLP data-parallel over CPU:0 and CPU:1. The workers' addresses are on different
-  hosts, so every allreduce runs over Gloo (uopd_collective_transport_total{transport}
-  says so, and no shared-memory one ran). The same training (same seed, same steps) on one
-  host, deploy/cluster.sh start (workers on 127.0.0.1), runs over the shared-memory ring.
-  Every step's loss must be the same double in both: with two members an allreduce adds
-  two operands, and IEEE addition is commutative, so any reduction order gives the same
-  bits; the kernels are the same compiles (same graph, same compiler).
+gloo: uopd on host s0 and a uop-worker on each of hosts w0, w1 (then w0, w1, w2: four
+  hosts); uop-train-demo trains the spirals MLP data-parallel over CPU:0, CPU:1 (, CPU:2).
+  The workers' addresses are on different hosts, so every allreduce runs over Gloo
+  (uopd_collective_transport_total{transport} says so, and no shared-memory one ran). The
+  same training (same seed, same steps) on one host, deploy/cluster.sh start (workers on
+  127.0.0.1), runs over the shared-memory ring. Every step's loss must be the same double
+  in both: with two members an allreduce adds two operands, and IEEE addition is
+  commutative, so either order gives the same bits; with three, every buffer of the step
+  is under 16 KiB, which Gloo's path reduces in the shm ring's own order
+  (worker/collectives/gloo_allreduce.h), and the kernels are the same compiles.
 redis: a redis-server on host redis, uopd on s0 (its worker on w0) and a second uopd on s1
   (an embedded worker), both with the Redis tier. Each example graph runs on s0 first
   (every kernel compiled) then on s1: every kernel there is a hit from Redis, with s0's
@@ -118,39 +120,46 @@ def losses(out):
     return got
 
 
-def train_args(build):
-    return [os.path.join(build, "client", "uop-train-demo"), "--devices=CPU:0,CPU:1", f"--steps={STEPS}", "--seed=7",
-            "--exact"]
+def train_args(build, workers):
+    return [os.path.join(build, "client", "uop-train-demo"), "--devices=" + ",".join(f"CPU:{i}" for i in range(workers)),
+            f"--steps={STEPS}", "--seed=7", "--exact"]
+
+
+def transports(cluster):
+    m = cluster.metrics()
+    return (counter(m, "uopd_collective_transport_total", transport="gloo"),
+            counter(m, "uopd_collective_transport_total", transport="shm"))
 
 
 def test_gloo(repo, build, scratch, clusters):
-    hosts = Cluster(repo, build, scratch, "gloo", netns=True)
-    clusters.append(hosts)
-    hosts.start("--workers", "2")
-    # Three hosts: the scheduler on s0, one worker on each of w0 and w1.
-    assert hosts.namespace_of(hosts.env["UOPD_PID"]) == f"{hosts.prefix}-s0"
-    workers = hosts.env["WORKER_PIDS"].split()
-    assert [hosts.namespace_of(p) for p in workers] == [f"{hosts.prefix}-w0", f"{hosts.prefix}-w1"], workers
-    across = hosts.on("s0", *train_args(build))
-    assert "bit-identical" in across.stdout, across.stdout
-    m = hosts.metrics()
-    gloo, shm = counter(m, "uopd_collective_transport_total", transport="gloo"), \
-        counter(m, "uopd_collective_transport_total", transport="shm")
-    assert gloo >= STEPS and shm == 0, f"across hosts: {gloo} gloo and {shm} shm collectives"
+    for workers in (2, 3):
+        hosts = Cluster(repo, build, scratch, f"gloo{workers}", netns=True)
+        clusters.append(hosts)
+        hosts.start("--workers", str(workers))
+        # The scheduler on s0, one worker on each of w0, w1, ...
+        assert hosts.namespace_of(hosts.env["UOPD_PID"]) == f"{hosts.prefix}-s0"
+        pids = hosts.env["WORKER_PIDS"].split()
+        assert [hosts.namespace_of(p) for p in pids] == [f"{hosts.prefix}-w{i}" for i in range(workers)], pids
+        across = hosts.on("s0", *train_args(build, workers))
+        assert "bit-identical" in across.stdout, across.stdout
+        gloo, shm = transports(hosts)
+        assert gloo >= STEPS and shm == 0, f"across hosts: {gloo} gloo and {shm} shm collectives"
+        hosts.down()
 
-    one = Cluster(repo, build, scratch, "onehost", netns=False)
-    clusters.append(one)
-    one.start("--workers", "2")
-    here = one.on(None, *train_args(build))
-    m = one.metrics()
-    gloo, shm = counter(m, "uopd_collective_transport_total", transport="gloo"), \
-        counter(m, "uopd_collective_transport_total", transport="shm")
-    assert shm >= STEPS and gloo == 0, f"one host: {gloo} gloo and {shm} shm collectives"
+        one = Cluster(repo, build, scratch, f"onehost{workers}", netns=False)
+        clusters.append(one)
+        one.start("--workers", str(workers))
+        here = one.on(None, *train_args(build, workers))
+        gloo, shm = transports(one)
+        assert shm >= STEPS and gloo == 0, f"one host: {gloo} gloo and {shm} shm collectives"
+        one.down()
 
-    a, b = losses(across.stdout), losses(here.stdout)
-    differ = [s for s in a if a[s] != b[s]]
-    assert not differ, "losses differ at steps " + ", ".join(f"{s}: gloo {a[s]} vs shm {b[s]}" for s in differ)
-    print(f"gloo: {STEPS} steps across 3 namespaces, losses {a[1]} -> {a[STEPS]}, the same bits as on one host's shm")
+        a, b = losses(across.stdout), losses(here.stdout)
+        differ = [s for s in a if a[s] != b[s]]
+        assert not differ, f"{workers} workers: losses differ at steps " + ", ".join(
+            f"{s}: gloo {a[s]} vs shm {b[s]}" for s in differ)
+        print(f"gloo: {STEPS} steps on {workers} worker hosts, losses {a[1]} -> {a[STEPS]}, "
+              "the same bits as on one host's shm")
 
 
 def test_redis(repo, build, scratch, clusters):
