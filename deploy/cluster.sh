@@ -79,17 +79,21 @@ case "$prefix" in ''|*[!A-Za-z0-9_.-]*) echo "cluster.sh: --prefix: letters, dig
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null ||
   shuf -i 20000-60000 -n 1; }
 
-# Waits until a line of a log matches an extended regex, while its process lives.
-wait_line() {
-  local log=$1 pid=$2 re=$3
+# Runs "$@" every 0.1 s until it succeeds, while process $1 lives, for at most 20 s; else
+# fails, naming $2 (what it waited for).
+wait_for() {
+  local pid=$1 what=$2; shift 2
   for _ in $(seq 1 200); do
-    grep -Eq "$re" "$log" 2>/dev/null && return 0
-    kill -0 "$pid" 2>/dev/null || { echo "cluster.sh: process $pid exited; see $log" >&2; return 1; }
+    "$@" && return 0
+    kill -0 "$pid" 2>/dev/null || { echo "cluster.sh: process $pid exited while waiting for $what" >&2; return 1; }
     sleep 0.1
   done
-  echo "cluster.sh: no line like '$re' from $pid within 20 s; see $log" >&2
+  echo "cluster.sh: no $what within 20 s" >&2
   return 1
 }
+
+# Waits until a line of log $1 (of process $2) matches the extended regex $3.
+wait_line() { wait_for "$2" "line like '$3' in $1" grep -Eqs "$3" "$1"; }
 
 # Waits for a "LISTENING host:port" line (or another WORD: INTERNAL) in a log; prints host:port.
 wait_listening() {
@@ -113,14 +117,11 @@ start_redis() {
   redis_pid=$!
   # Schedulers sharing a Redis authenticate its entries with one key.
   redis_flag=(--redis="$ip:$port" --cache-key-file="$state/cache.key" --redis-password-file="$state/redis-password")
-  for _ in $(seq 1 100); do
-    REDISCLI_AUTH=$(cat "$state/redis-password") $(on "$where") redis-cli -h "$ip" -p "$port" ping 2>/dev/null |
-      grep -q PONG && return 0
-    kill -0 "$redis_pid" 2>/dev/null || { echo "cluster.sh: redis-server exited; see $state/redis.log" >&2; return 1; }
-    sleep 0.1
-  done
-  echo "cluster.sh: redis-server at $ip:$port does not answer; see $state/redis.log" >&2
-  return 1
+  wait_for "$redis_pid" "answer from redis-server at $ip:$port (see $state/redis.log)" redis_answers "$ip" "$port" "$where"
+}
+
+redis_answers() {
+  REDISCLI_AUTH=$(cat "$state/redis-password") $(on "$3") redis-cli -h "$1" -p "$2" ping 2>/dev/null | grep -q PONG
 }
 
 # uopd on host $2 listening on $1 (its client API, internal services and /metrics), logs
@@ -146,17 +147,11 @@ start_worker() {
   wait_listening "$state/worker$i.out" "$!" >/dev/null
 }
 
-# Workers register in the background: wait until the scheduler whose log is $1 has $2.
+# Workers register in the background: wait until the scheduler (pid $1, log $2) has $3.
 wait_registered() {
-  local up
-  for _ in $(seq 1 200); do
-    up=$(grep -c "registered" "$1" 2>/dev/null || true)
-    [ "$up" -ge "$2" ] && return 0
-    sleep 0.1
-  done
-  echo "cluster.sh: $2 workers did not register within 20 s; see $1 and $state/worker*.log" >&2
-  return 1
+  wait_for "$1" "$3 workers registered (see $2 and $state/worker*.log)" registered_at_least "$2" "$3"
 }
+registered_at_least() { [ "$(grep -c "registered" "$1" 2>/dev/null || true)" -ge "$2" ]; }
 
 make_secret() {
   mkdir -p "$state"
@@ -268,7 +263,7 @@ netns_up() {
   start_uopd 10.77.0.1 s0 uopd --workers=0 "${redis_flag[@]}" "${extra[@]}"
   save_env
   for i in $(seq 0 $((workers - 1))); do start_worker "10.77.0.$((10 + i))" "w$i" "$i"; save_env; done
-  wait_registered "$state/uopd.log" "$workers"
+  wait_registered "$uopd_pid" "$state/uopd.log" "$workers"
   if [ "$schedulers" = 2 ]; then
     local a=$addr in=$internal p=$uopd_pid m=$metrics
     start_uopd 10.77.0.2 s1 uopd2 --workers="$workers" ${threads:+--worker-threads="$threads"} "${redis_flag[@]}" "${extra[@]}"
@@ -303,7 +298,7 @@ start() {
   start_uopd 127.0.0.1 "" uopd --workers=0 "${redis_flag[@]}" "${extra[@]}"
   save_env
   for i in $(seq 0 $((workers - 1))); do start_worker 127.0.0.1 "" "$i"; save_env; done
-  wait_registered "$state/uopd.log" "$workers"
+  wait_registered "$uopd_pid" "$state/uopd.log" "$workers"
   trap - EXIT
   echo "cluster.sh: uopd at $addr (pid $uopd_pid), $workers workers${redis_pid:+, redis pid $redis_pid}; logs in $state"
   echo "export UOPD_ADDRESS=$addr"
