@@ -25,6 +25,8 @@ packages=(
   # alerting rules and scrape config checks (promtool), the e2e scrape test; the YAML
   # checks of deploy/ (tests/deploy)
   prometheus python3-yaml
+  # hosts as network namespaces (deploy/cluster.sh --netns, tests/deploy/netns_cluster_test.py)
+  iproute2
   # the Python client (client/python) and its tests: pip installs it offline into a venv
   python3-grpcio python3-protobuf python3-numpy python3-pytest python3-pip python3-venv
 )

@@ -269,7 +269,8 @@ void Executor::drop_live_group(const std::string& key, const LiveGroup* g) {
 
 Executor::CollectiveCounts Executor::collective_counts() const {
   std::lock_guard l(groups_mu_);
-  return {groups_formed_.load(), groups_.size(), collectives_running_.load(), collectives_run_.load()};
+  return {groups_formed_.load(),      groups_.size(),           collectives_running_.load(), collectives_run_.load(),
+          collectives_shm_.load(), collectives_gloo_.load(), collectives_nccl_.load()};
 }
 
 absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, size_t index) {
@@ -399,6 +400,8 @@ absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, 
     };
     auto t0 = std::chrono::steady_clock::now();
     collectives_run_.fetch_add(1, std::memory_order_relaxed);
+    (transport == "shm" ? collectives_shm_ : transport == "gloo" ? collectives_gloo_ : collectives_nccl_)
+        .fetch_add(1, std::memory_order_relaxed);
     collectives_running_.fetch_add(1, std::memory_order_relaxed);
     std::vector<std::thread> threads;
     for (size_t i = 1; i < n; ++i) threads.emplace_back(member, i);

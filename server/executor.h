@@ -138,6 +138,7 @@ class Executor {
   struct CollectiveCounts {
     uint64_t groups_formed = 0, groups_alive = 0, running = 0;
     uint64_t run = 0;  // collectives run so far (a bucket is one)
+    uint64_t shm = 0, gloo = 0, nccl = 0;  // of them, by the transport they ran over
   };
   CollectiveCounts collective_counts() const;
 
@@ -210,6 +211,7 @@ class Executor {
   std::map<std::string, std::shared_ptr<LiveGroup>> groups_;  // guarded by groups_mu_
   uint64_t group_clock_ = 0;                                   // guarded by groups_mu_
   std::atomic<uint64_t> groups_formed_{0}, collectives_running_{0}, collectives_run_{0};
+  std::atomic<uint64_t> collectives_shm_{0}, collectives_gloo_{0}, collectives_nccl_{0};
 
   WorkerPool* pool_;
   CollectiveOptions collectives_;

@@ -226,6 +226,10 @@ std::vector<SampledFamily> sample(CompileCache& cache, WorkerPool& pool, Planner
                  true, {{{}, double(coll.groups_formed)}}});
   out.push_back({"uopd_collective_groups", "collective groups alive", false, {{{}, double(coll.groups_alive)}}});
   out.push_back({"uopd_collectives_total", "collectives run (a bucket of allreduces is one)", true, {{{}, double(coll.run)}}});
+  out.push_back({"uopd_collective_transport_total", "collectives run by transport (shm: one host; gloo: across hosts)", true,
+                 {{{{"transport", "shm"}}, double(coll.shm)},
+                  {{{"transport", "gloo"}}, double(coll.gloo)},
+                  {{{"transport", "nccl"}}, double(coll.nccl)}}});
   out.push_back({"uopd_collectives_running", "collectives whose members are being called now", false,
                  {{{}, double(coll.running)}}});
   out.push_back({"uopd_sessions", "open sessions", false, {{{}, double(sessions.sessions())}}});

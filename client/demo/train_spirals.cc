@@ -6,7 +6,10 @@
 // end it checks that the parameter replicas are bit-identical across the devices.
 //
 //   uop-train-demo [--server=HOST:PORT] [--steps=N] [--devices=CPU:0,CPU:1]
-//                  [--hidden=N] [--points=N] [--lr=X] [--seed=N]
+//                  [--hidden=N] [--points=N] [--lr=X] [--seed=N] [--exact]
+//
+// --exact prints each step's loss with every digit of its double (%.17g), so that two runs
+// (one host's shared memory against Gloo across hosts) can be compared bit for bit.
 //
 // Exit status: 0 trained and checked; 1 a failure (a Run, the replicas, the cache after
 // step 1); 2 usage.
@@ -24,7 +27,7 @@ namespace {
 int usage(const std::string& why) {
   std::cerr << "uop-train-demo: " << why
             << "\nusage: uop-train-demo [--server=HOST:PORT] [--steps=N] [--devices=CPU:0,CPU:1] [--hidden=N]"
-               " [--points=N] [--lr=X] [--seed=N]\n";
+               " [--points=N] [--lr=X] [--seed=N] [--exact]\n";
   return 2;
 }
 
@@ -34,6 +37,7 @@ int main(int argc, char** argv) {
   using namespace uop;
   std::string server = getenv("UOPD_ADDRESS") ? getenv("UOPD_ADDRESS") : client::kDefaultAddress;
   int steps = 40;
+  bool exact = false;
   demo::TrainOptions opts;
   try {
     for (int i = 1; i < argc; ++i) {
@@ -47,6 +51,7 @@ int main(int argc, char** argv) {
       else if (name == "--points") opts.points_per_class = std::stoll(value);
       else if (name == "--lr") opts.learning_rate = std::stod(value);
       else if (name == "--seed") opts.seed = std::stoull(value);
+      else if (a == "--exact") exact = true;
       else return usage("unknown argument '" + a + "'");
     }
   } catch (...) {
@@ -87,7 +92,8 @@ int main(int argc, char** argv) {
     if (s == 0) first_loss = r->loss;
     last_loss = r->loss;
     if (r->step >= 2 && r->cache_misses != 0) cache_ok = false;
-    std::printf("%5d %10.6f %8d %6d %6d | %8.2f %9.2f %8.2f %10.2f %8.1f\n", r->step, r->loss, r->kernels, r->cache_hits,
+    std::printf(exact ? "%5d %.17g %8d %6d %6d | %8.2f %9.2f %8.2f %10.2f %8.1f\n"
+                      : "%5d %10.6f %8d %6d %6d | %8.2f %9.2f %8.2f %10.2f %8.1f\n", r->step, r->loss, r->kernels, r->cache_hits,
                 r->cache_misses, r->plan_ms, r->compile_ms, r->run_ms, r->allreduce_ms, r->wall_ms);
     std::fflush(stdout);
   }

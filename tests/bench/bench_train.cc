@@ -23,6 +23,14 @@
 //   build/release/tests/bench/bench_train --benchmark_counters_tabular=true
 //
 // $UOPD_BENCH_UOPD measures another uopd build (its own uop-worker beside it) the same way.
+//
+// Across hosts: $UOPD_BENCH_ACROSS_HOSTS=HOST:PORT names a uopd whose CPU:0 and CPU:1
+// workers are on two other hosts (deploy/cluster.sh --netns up; `--netns bench` runs this
+// on its scheduler's host), so its allreduces go over Gloo. BM_TrainStepAcrossHosts/M
+// steps model M there and on a peer started here on one host (two embedded workers, Execute
+// over gRPC as to remote workers, allreduces over the shared-memory ring), a step on each
+// in turn, and reports both p50s and ratio_vs_one_host (across / one host), both
+// allreduce_ms, and same_losses (1: every step's loss the same double on both).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -30,6 +38,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -53,6 +62,9 @@ struct Service {
   std::unique_ptr<client::Client> client;
 };
 Service* g_service = nullptr;  // started by main(): EmbeddedServer must outlive its starting thread
+// With $UOPD_BENCH_ACROSS_HOSTS: the uopd there (a client only) and the one-host peer.
+Service* g_across = nullptr;
+Service* g_one_host = nullptr;
 
 // The models: the demo's spirals MLP, and a wide one whose gradients are megabytes.
 struct Model {
@@ -91,11 +103,7 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
-// Arguments: devices, model (an index into kModels).
-void BM_TrainStep(benchmark::State& state) {
-  const int devices = static_cast<int>(state.range(0));
-  const size_t model = static_cast<size_t>(state.range(1));
-  const Model& m = kModels[model];
+demo::TrainOptions train_options(int devices, const Model& m) {
   demo::TrainOptions opts;
   opts.devices.clear();
   for (int i = 0; i < devices; ++i) opts.devices.push_back(cat("CPU:", i));
@@ -104,6 +112,15 @@ void BM_TrainStep(benchmark::State& state) {
   opts.hidden = m.hidden;
   opts.classes = m.classes;
   opts.learning_rate = m.hidden > 100 ? 0.05 : 0.5;
+  return opts;
+}
+
+// Arguments: devices, model (an index into kModels).
+void BM_TrainStep(benchmark::State& state) {
+  const int devices = static_cast<int>(state.range(0));
+  const size_t model = static_cast<size_t>(state.range(1));
+  const Model& m = kModels[model];
+  const demo::TrainOptions opts = train_options(devices, m);
   state.SetLabel(m.name);
   auto session = g_service->client->create_session(opts.devices);
   if (!session.ok()) return state.SkipWithError(session.status().ToString().c_str());
@@ -159,15 +176,83 @@ BENCHMARK(BM_TrainStep)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
+// Argument: model. Two devices, on other hosts (g_across) and on one (g_one_host), stepped
+// in turn so that both see the same load on this machine.
+void BM_TrainStepAcrossHosts(benchmark::State& state) {
+  if (!g_across) return state.SkipWithError("set $UOPD_BENCH_ACROSS_HOSTS (deploy/cluster.sh --netns bench)");
+  const Model& m = kModels[static_cast<size_t>(state.range(0))];
+  const demo::TrainOptions opts = train_options(2, m);
+  state.SetLabel(m.name);
+  auto across_session = g_across->client->create_session(opts.devices);
+  auto one_session = g_one_host->client->create_session(opts.devices);
+  if (!across_session.ok()) return state.SkipWithError(across_session.status().ToString().c_str());
+  if (!one_session.ok()) return state.SkipWithError(one_session.status().ToString().c_str());
+  demo::SpiralsTrainer across(*across_session, opts), one(*one_session, opts);
+  std::vector<double> across_walls, one_walls;
+  double across_allreduce = 0, one_allreduce = 0;
+  bool same_losses = true;
+  // A step on each, in turn; the first (every kernel compiled, or found) is not timed.
+  auto both = [&](bool timed) {
+    auto a = across.step();
+    auto o = one.step();
+    if (!a.ok() || !o.ok()) {
+      state.SkipWithError((a.ok() ? o.status() : a.status()).ToString().c_str());
+      return false;
+    }
+    same_losses &= a->loss == o->loss;
+    if (timed) {
+      across_walls.push_back(a->wall_ms);
+      one_walls.push_back(o->wall_ms);
+      across_allreduce += a->allreduce_ms;
+      one_allreduce += o->allreduce_ms;
+    }
+    return true;
+  };
+  if (!both(false)) return;
+  for (auto _ : state)
+    if (!both(true)) return;
+  const double n = static_cast<double>(across_walls.size());
+  state.counters["p50_step_ms"] = median(across_walls);
+  state.counters["one_host_p50_step_ms"] = median(one_walls);
+  state.counters["ratio_vs_one_host"] = median(across_walls) / median(one_walls);
+  state.counters["allreduce_ms"] = across_allreduce / n;
+  state.counters["one_host_allreduce_ms"] = one_allreduce / n;
+  state.counters["same_losses"] = same_losses ? 1 : 0;
+}
+BENCHMARK(BM_TrainStepAcrossHosts)->Arg(0)->MinTime(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+// The wide model's steps take about half a second each: long enough for eight or so.
+BENCHMARK(BM_TrainStepAcrossHosts)->Arg(1)->MinTime(10)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// A client of the uopd at `address`; on failure a message and null.
+std::unique_ptr<client::Client> connect_to(const std::string& address) {
+  client::ClientOptions o;
+  o.address = address;
+  auto c = client::Client::connect(o);
+  if (!c.ok()) {
+    std::fprintf(stderr, "bench_train: %s: %s\n", address.c_str(), c.status().ToString().c_str());
+    return nullptr;
+  }
+  return std::move(*c);
+}
+
 }  // namespace
 }  // namespace uop
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  uop::Service svc;
-  // The peer first, alone on the machine (uopd is not started yet).
-  for (size_t m = 0; m < std::size(uop::kModels); ++m) uop::g_torch_p50[m] = uop::torch_ddp_p50(uop::kModels[m]);
+  uop::Service svc, across, one_host;
+  // The peer first, alone on the machine (uopd is not started yet), where BM_TrainStep's
+  // two-device runs are selected.
+  const std::string filter = benchmark::GetBenchmarkFilter();
+  bool torch = filter.empty() || filter == "all";
+  try {
+    torch = torch || std::regex_search("BM_TrainStep/2/0", std::regex(filter));
+  } catch (const std::regex_error&) {
+    torch = true;  // Google Benchmark names what is wrong with it
+  }
+  if (torch)
+    for (size_t m = 0; m < std::size(uop::kModels); ++m) uop::g_torch_p50[m] = uop::torch_ddp_p50(uop::kModels[m]);
   // No disk cache: the cold step compiles for real whatever ran before.
   const char* other = std::getenv("UOPD_BENCH_UOPD");  // another uopd build, measured the same way
   auto proc = uop::client::EmbeddedServer::start(other && *other ? other : UOPD_BINARY, {"--workers=3", "--cache-dir=", uop::cat("--worker-threads=", uop::kThreads)});
@@ -176,19 +261,28 @@ int main(int argc, char** argv) {
     return 1;
   }
   svc.proc = std::move(*proc);
-  uop::client::ClientOptions o;
-  o.address = svc.proc->address();
-  auto c = uop::client::Client::connect(o);
-  if (!c.ok()) {
-    std::fprintf(stderr, "bench_train: %s\n", c.status().ToString().c_str());
-    return 1;
-  }
-  svc.client = std::move(*c);
+  svc.client = uop::connect_to(svc.proc->address());
+  if (!svc.client) return 1;
   uop::g_service = &svc;
+  if (const char* a = std::getenv("UOPD_BENCH_ACROSS_HOSTS"); a && *a) {
+    across.client = uop::connect_to(a);
+    auto peer = uop::client::EmbeddedServer::start(other && *other ? other : UOPD_BINARY,
+                                                   {"--workers=2", "--cache-dir=", "--exec-lane=grpc",
+                                                    uop::cat("--worker-threads=", uop::kThreads)});
+    if (!peer.ok()) std::fprintf(stderr, "bench_train: the one-host peer: %s\n", peer.status().ToString().c_str());
+    if (peer.ok()) one_host.proc = std::move(*peer);
+    if (one_host.proc) one_host.client = uop::connect_to(one_host.proc->address());
+    if (!across.client || !one_host.client) return 1;
+    uop::g_across = &across;
+    uop::g_one_host = &one_host;
+  }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   svc.client.reset();
+  across.client.reset();
+  one_host.client.reset();
   int rc = 0;
+  if (one_host.proc) (void)one_host.proc->stop();
   if (absl::Status s = svc.proc->stop(); !s.ok()) {
     std::fprintf(stderr, "bench_train: uopd did not stop cleanly: %s\n", s.ToString().c_str());
     rc = 1;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -28,6 +29,7 @@
 #include "worker/sandbox.h"
 #include "proto/worker.grpc.pb.h"
 #include "worker/collectives/reduce.h"
+#include "worker/collectives/shm_ring.h"
 #include "worker/collectives/rendezvous_client.h"
 
 namespace uop {
@@ -106,6 +108,13 @@ absl::StatusOr<std::shared_ptr<gloo::transport::Device>> shared_device(const std
     return absl::UnavailableError(cat("gloo: cannot listen on ", hostname, ": ", e.what()));
   }
 }
+
+// A buffer of up to this many bytes goes with the members' agreement check, which is of a
+// fixed size whatever the buffer (header, then the buffer or zeros): a small allreduce is
+// one Gloo exchange instead of three (the check, then the ring's reduce-scatter and
+// all-gather), each a few thread wake-ups on every member.
+constexpr uint64_t kInlineBytes = 16 << 10;
+constexpr size_t kMessageBytes = 3 * sizeof(uint64_t) + kInlineBytes;
 
 // Gloo's messages say "Timed out" / "timeout" when a wait ran out; anything else is a
 // broken connection.
@@ -231,13 +240,18 @@ absl::Status GlooGroup::allreduce(void* data, uint64_t elements, ReduceOp op, Sc
   auto combine = combine_function(op, dtype);
   const uint64_t esize = static_cast<uint64_t>(std::max(1, scalar_bytes(dtype)));
   if (g.opts.size == 1) return combine.ok() ? absl::OkStatus() : combine.status();
-  // What everyone is about to do, exchanged in band (a tiny Gloo allgather): members that
-  // disagree all fail with the same INVALID_ARGUMENT instead of corrupting each other.
-  uint64_t mine[3] = {elements, static_cast<uint64_t>(op), static_cast<uint64_t>(dtype)};
-  std::vector<uint64_t> all(3 * g.opts.size);
+  // What everyone is about to do, exchanged in band (one Gloo allgather of a fixed size,
+  // whatever the call): members that disagree all fail with the same INVALID_ARGUMENT
+  // instead of corrupting each other. A buffer of up to kInlineBytes rides along.
+  const bool inline_data = elements <= kInlineBytes / esize;
+  const size_t n = static_cast<size_t>(g.opts.size);
+  std::vector<uint8_t> mine(kMessageBytes, 0), all(kMessageBytes * n);
+  const uint64_t header[3] = {elements, static_cast<uint64_t>(op), static_cast<uint64_t>(dtype)};
+  std::memcpy(mine.data(), header, sizeof header);
+  if (inline_data && elements) std::memcpy(mine.data() + sizeof header, data, elements * esize);
   try {
     gloo::AllgatherOptions ag(g.context);
-    ag.setInput(mine, 3);
+    ag.setInput(mine.data(), mine.size());
     ag.setOutput(all.data(), all.size());
     ag.setTag(g.tag++);
     ag.setTimeout(g.opts.timeout);
@@ -245,20 +259,39 @@ absl::Status GlooGroup::allreduce(void* data, uint64_t elements, ReduceOp op, Sc
   } catch (const std::exception& e) {
     return g.lost(e.what());
   }
+  auto header_of = [&](size_t q) {
+    std::array<uint64_t, 3> h;
+    std::memcpy(h.data(), all.data() + q * kMessageBytes, sizeof header);
+    return h;
+  };
   // Every member names the same pair (rank 0 and the first rank unlike it), whichever
   // of them it is itself.
-  for (int q = 1; q < g.opts.size; ++q) {
-    if (std::equal(all.begin(), all.begin() + 3, all.begin() + 3 * q)) continue;
-    auto describe = [&](const uint64_t* d) {
+  for (size_t q = 1; q < n; ++q) {
+    if (header_of(q) == header_of(0)) continue;
+    auto describe = [&](const std::array<uint64_t, 3>& d) {
       return cat(d[0], " ", scalar_name(static_cast<Scalar>(d[2] & 0xff)), " elements (",
                  reduce_op_wire_name(static_cast<ReduceOp>(d[1] & 3)), ")");
     };
-    return absl::InvalidArgumentError(cat(g.where(), "the members disagree: rank 0 reduces ", describe(all.data()),
-                                          ", rank ", q, " reduces ", describe(all.data() + 3 * q)));
+    return absl::InvalidArgumentError(cat(g.where(), "the members disagree: rank 0 reduces ", describe(header_of(0)),
+                                          ", rank ", q, " reduces ", describe(header_of(q))));
   }
   if (!combine.ok()) return absl::InvalidArgumentError(cat(g.where(), combine.status().message()));
   if (elements == 0) return absl::OkStatus();
   if (elements > UINT64_MAX / esize) return absl::InvalidArgumentError(cat(g.where(), elements, " elements overflow"));
+  if (inline_data) {
+    // Every member has every input: each reduces them itself in the shm ring's order
+    // (shm_ring.h: part j as x[j], then x[j+1] op acc, ...), so all hold the same bits,
+    // the shm ring's.
+    auto input = [&](size_t q, uint64_t offset) { return all.data() + q * kMessageBytes + sizeof header + offset * esize; };
+    for (int j = 0; j < g.opts.size; ++j) {
+      const RingPart part = ring_part(elements, g.opts.size, j);
+      if (part.count == 0) continue;
+      uint8_t* acc = static_cast<uint8_t*>(data) + part.offset * esize;
+      std::memcpy(acc, input(static_cast<size_t>(j), part.offset), part.count * esize);
+      for (size_t s = 1; s < n; ++s) (*combine)(acc, input((j + s) % n, part.offset), acc, part.count);
+    }
+    return absl::OkStatus();
+  }
 
   try {
     gloo::AllreduceOptions o(g.context);

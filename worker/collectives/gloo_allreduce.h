@@ -9,8 +9,11 @@
 // joined"; when the ring breaks mid-allreduce the survivors close their connections (so
 // that everyone notices at once), report to each other through the rendezvous, and the
 // one that does not report is named (UNAVAILABLE "rank i (pid P on H) stopped answering").
-// Not bit-for-bit the shm ring's answer for float ADD / MUL: Gloo's ring cuts the buffer
-// into other parts, so the order of the additions differs.
+// A buffer of up to 16 KiB goes with the members' agreement check (one Gloo all-gather)
+// and every member reduces it locally in the shm ring's order: the shm ring's bits, in
+// one exchange. A larger one goes through Gloo's ring allreduce, which is not bit for bit
+// the shm ring's answer for float ADD / MUL: it cuts the buffer into other parts, so the
+// order of the additions differs.
 #pragma once
 
 #include <chrono>
