@@ -67,18 +67,21 @@ def scalar(dtype: DTypeLike) -> Scalar:
     return s
 
 
+# Wire scalar -> numpy dtype, for every dtype a tensor can hold (a dict: looked up per output).
+_DTYPE_OF = {ir.DType.Scalar.Value(n.upper()): dt for n, dt in _NUMPY.items()}
+_DTYPE_OF[ir.DType.BFLOAT16] = BFLOAT16 if BFLOAT16 is not None else np.dtype(np.uint16)
+
+
 def itemsize(s: Scalar) -> int:
     return numpy_dtype(s).itemsize
 
 
 def numpy_dtype(s: Scalar) -> np.dtype:
     """numpy's dtype for a wire scalar; bfloat16 without ml_dtypes: uint16 (its bits)."""
-    n = name(s)
-    if n == "bfloat16":
-        return BFLOAT16 if BFLOAT16 is not None else np.dtype(np.uint16)
-    if n not in _NUMPY:
-        raise errors.InvalidArgument(f"a tensor cannot hold {n}")
-    return _NUMPY[n]
+    dt = _DTYPE_OF.get(s)
+    if dt is None:
+        raise errors.InvalidArgument(f"a tensor cannot hold {name(s)}")
+    return dt
 
 
 def host_array(a: object, dtype: DTypeLike = None) -> Tuple[np.ndarray, Scalar]:
@@ -104,11 +107,12 @@ def host_array(a: object, dtype: DTypeLike = None) -> Tuple[np.ndarray, Scalar]:
     return np.ascontiguousarray(arr), s
 
 
-def from_bytes(s: Scalar, shape: Sequence[int], data: Union[bytes, memoryview]) -> np.ndarray:
-    """A writable array of `shape` from wire bytes, checked against the dtype's size."""
-    dt, dims, want = header("a tensor", s, shape)
+def from_bytes(what: str, s: Scalar, shape: Sequence[int], data: Union[bytes, memoryview]) -> np.ndarray:
+    """A writable array of `shape` from the wire bytes of `what` uopd sent, checked
+    against the dtype's size."""
+    dt, dims, want = header(what, s, shape)
     if len(data) != want:
-        raise errors.DataLoss(f"uopd sent {len(data)} bytes for {name(s)}{list(dims)} ({want} bytes)")
+        raise errors.DataLoss(f"{what}: uopd sent {len(data)} bytes for {name(s)}{list(dims)} ({want} bytes)")
     return np.frombuffer(data, dtype=dt).reshape(dims).copy()
 
 
