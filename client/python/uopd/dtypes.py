@@ -9,6 +9,7 @@ array (``Buffer.dtype`` still says "bfloat16"), and a uint16 array is sent as bf
 """
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -113,7 +114,7 @@ def from_bytes(what: str, s: Scalar, shape: Sequence[int], data: Union[bytes, me
     dt, dims, want = header(what, s, shape)
     if len(data) != want:
         raise errors.DataLoss(f"{what}: uopd sent {len(data)} bytes for {name(s)}{list(dims)} ({want} bytes)")
-    return np.frombuffer(data, dtype=dt).reshape(dims).copy()
+    return np.ndarray(dims, dt, bytearray(data))  # one copy, writable: numpy calls cost more than copying
 
 
 def header(what: str, s: Scalar, shape: Sequence[int], limit: int = 1 << 62) -> Tuple[np.dtype, Tuple[int, ...], int]:
@@ -123,12 +124,8 @@ def header(what: str, s: Scalar, shape: Sequence[int], limit: int = 1 << 62) -> 
         dt = numpy_dtype(s)
     except errors.Error:
         raise errors.Internal(f"uopd sent {what} with dtype number {s}") from None
-    dims = tuple(int(d) for d in shape)
-    n = 1
-    for d in dims:
-        if d < 0:
-            raise errors.Internal(f"uopd sent {what} with shape {list(dims)}")
-        n *= d
-    if n * dt.itemsize > limit:
+    dims = tuple(map(int, shape))
+    nbytes = math.prod(dims) * dt.itemsize
+    if (dims and min(dims) < 0) or nbytes > limit:
         raise errors.Internal(f"uopd sent {what} with shape {list(dims)}")
-    return dt, dims, n * dt.itemsize
+    return dt, dims, nbytes

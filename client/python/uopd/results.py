@@ -130,11 +130,26 @@ class RunResult:
     def __init__(self, outputs: Dict[str, Union[np.ndarray, Any]], response: "pb.RunResponse"):
         self.outputs = outputs
         self._response = response
-        self.device: str = response.device
-        self.plan_ms: float = response.plan_ms
-        self.compile_ms: float = response.compile_ms
-        self.run_ms: float = response.run_ms
-        self.collective_ms: float = response.collective_ms
+
+    @property
+    def device(self) -> str:
+        return self._response.device
+
+    @property
+    def plan_ms(self) -> float:
+        return self._response.plan_ms
+
+    @property
+    def compile_ms(self) -> float:
+        return self._response.compile_ms
+
+    @property
+    def run_ms(self) -> float:
+        return self._response.run_ms
+
+    @property
+    def collective_ms(self) -> float:
+        return self._response.collective_ms
 
     @functools.cached_property
     def kernels(self) -> List[Kernel]:
