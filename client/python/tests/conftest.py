@@ -71,3 +71,30 @@ def uop(uop_binary: str, *args: str) -> str:
 
 def rng_array(shape, dtype=np.float32, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def onnx_dense_relu(w: np.ndarray, b: np.ndarray) -> bytes:
+    """An ONNX model y = Relu(x @ w + b), x of shape (rows, w.shape[0]) with rows fixed by
+    input_shapes at load, w and b its weights (initializers): a model whose numpy
+    reference is one line. Encoded here with uopd.wire, protobuf field by field (onnx.proto:
+    ModelProto, GraphProto, NodeProto, TensorProto, ValueInfoProto), so no onnx package
+    is needed."""
+    from uopd.wire import bytes_field as msg, packed_field, uint_field
+
+    def tensor(name, a):  # TensorProto: dims 1, data_type 2 (FLOAT = 1), name 8, raw_data 9
+        return packed_field(1, a.shape) + uint_field(2, 1) + msg(8, name.encode()) + msg(9, a.astype("<f4").tobytes())
+
+    def value_info(name, dims):  # ValueInfoProto: name 1, type 2 -> tensor_type 1 -> elem_type 1, shape 2
+        shape = b"".join(msg(1, uint_field(1, d) if isinstance(d, int) else msg(2, d.encode())) for d in dims)
+        return msg(1, name.encode()) + msg(2, msg(1, uint_field(1, 1) + msg(2, shape)))
+
+    def node(op, inputs, outputs):  # NodeProto: input 1, output 2, op_type 4
+        return b"".join(msg(1, i.encode()) for i in inputs) + b"".join(msg(2, o.encode()) for o in outputs) + \
+            msg(4, op.encode())
+
+    graph = (msg(1, node("MatMul", ["x", "w"], ["xw"])) + msg(1, node("Add", ["xw", "b"], ["pre"])) +
+             msg(1, node("Relu", ["pre"], ["y"])) + msg(2, b"dense_relu") + msg(5, tensor("w", w)) +
+             msg(5, tensor("b", b)) + msg(11, value_info("x", ["rows", w.shape[0]])) +
+             msg(12, value_info("y", ["rows", w.shape[1]])))
+    # ModelProto: ir_version 1, graph 7, opset_import 8 (domain "", version 13)
+    return uint_field(1, 8) + msg(7, graph) + msg(8, uint_field(2, 13))

@@ -6,7 +6,7 @@ import pytest
 
 import uopd
 import uopd.aio
-from conftest import REPO, rng_array
+from conftest import REPO, onnx_dense_relu, rng_array
 
 
 def test_aio_session_buffers_runs_and_models(server, examples):
@@ -48,6 +48,25 @@ def test_aio_session_buffers_runs_and_models(server, examples):
             await s2.close()
             with pytest.raises(uopd.NotFound):
                 await s2.put(a)
+
+    asyncio.run(main())
+
+
+def test_aio_concurrent_runs_of_one_held_model(server):
+    """N calls of one held model awaited at once, its first runs among them (their plans
+    made concurrently on the model's shared graph), each answer its own input's."""
+    w, b = rng_array((6, 5), seed=20), rng_array((5,), seed=21)
+
+    async def main():
+        async with await uopd.aio.connect(server.address) as client, client.session() as s:
+            model = await s.load_model(onnx_dense_relu(w, b), input_shapes={"x": [4, 6]})
+            assert [(t.name, t.shape) for t in model.inputs] == [("x", (4, 6))]
+            for round_ in range(2):  # the first round plans the model, the second finds it planned
+                xs = [rng_array((4, 6), seed=100 * round_ + i) for i in range(8)]
+                outs = await asyncio.gather(*[model(x=x) for x in xs])
+                for x, out in zip(xs, outs):
+                    np.testing.assert_allclose(out["y"], np.maximum(x @ w + b, 0), rtol=1e-5, atol=1e-6)
+            assert (await client.stats()).sessions >= 1  # uopd is still serving
 
     asyncio.run(main())
 
