@@ -30,8 +30,9 @@ def test_a_source_index_ahead_is_refused(session, examples):
 def test_unknown_buffer_is_not_found(session, examples):
     buf = session.put(rng_array((12,)))
     buf.id = "0" * 32
-    with pytest.raises(uopd.NotFound):
+    with pytest.raises(uopd.NotFound) as e:
         session.run(examples / "elementwise.json", a=buf, b=rng_array((12,)))
+    assert e.value.code.name == "NOT_FOUND" and buf.id in e.value.message, e.value.message
 
 
 def test_unknown_session_is_not_found(client):

@@ -120,6 +120,7 @@ def test_compile_explain_profile_stats(session, client, examples):
     assert prof and all(p.launches >= 1 and p.total_ms >= 0 for p in prof)
     assert uopd.profile_table(prof).splitlines()[0].split()[:2] == ["kernel", "launches"]
     st = client.stats()
+    assert session.stats().sessions == st.sessions
     assert st.kernels_run > 0 and st.launches_timed >= 1 and st.sessions >= 1
     assert {w.device for w in st.workers} >= {"CPU:0", "CPU:1"}
 
