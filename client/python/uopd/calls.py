@@ -241,15 +241,16 @@ def _answer(session_id: str, resp: "pb.RunResponse", keep_outputs: bool, chunk_b
     kept all the same: without keep_outputs they are downloaded, then freed."""
     outputs: Dict[str, Any] = {}
     for o in resp.outputs:
+        name = o.name
         if o.WhichOneof("value") != "buffer_id":
-            outputs[o.name] = dtypes.from_bytes(f"output {o.name}", o.dtype, o.shape, o.data)
+            outputs[name] = dtypes.from_bytes(f"output {name}", o.dtype, o.shape, o.data)
             continue
-        _, shape, _ = dtypes.header(f"output {o.name}", o.dtype, o.shape)
+        _, shape, _ = dtypes.header(f"output {name}", o.dtype, o.shape)
         if keep_outputs:
-            outputs[o.name] = make_buffer(o.buffer_id, o.dtype, shape, resp.device)
+            outputs[name] = make_buffer(o.buffer_id, o.dtype, shape, resp.device)
             continue
         try:
-            outputs[o.name] = yield from buffer_array(session_id, o.buffer_id, o.dtype, shape, chunk_bytes)
+            outputs[name] = yield from buffer_array(session_id, o.buffer_id, o.dtype, shape, chunk_bytes)
         finally:
             yield from _free_quietly(session_id, o.buffer_id)
     return results.RunResult(outputs, resp)
