@@ -215,63 +215,80 @@ def _inline_head(name: Union[str, int], scalar: int, shape: Tuple[int, ...], nby
     return head
 
 
-def _bindings(session_id: str, inputs: Inputs, chunk_bytes: int, temporaries: List[str]) -> Flow:
+def _bindings(inputs: Inputs) -> Tuple[List[wire.Part], List[Tuple[Union[str, int], np.ndarray]]]:
     """RunRequest.inputs (RunModelRequest's alike) for `inputs`, encoded: Buffers by id,
-    arrays inline, except those over INLINE_INPUT_BYTES, uploaded first as buffers of the
-    session (their ids added to temporaries)."""
+    arrays inline, except those over INLINE_INPUT_BYTES, which come back (name, array) to
+    be uploaded as buffers of the session first."""
     out: List[wire.Part] = []
+    large = []
     for name, value in inputs.items():
         if isinstance(value, BufferRef):
             out.append(_buffer_binding(name, value.id))
             continue
         arr, scalar = dtypes.host_array(value)
-        if arr.nbytes <= transfers.INLINE_INPUT_BYTES:
-            data = transfers.byte_view(arr)
-            out += (_inline_head(name, scalar, arr.shape, len(data)), data)
+        if arr.nbytes > transfers.INLINE_INPUT_BYTES:
+            large.append((name, arr))
             continue
-        buffer_id, _, _ = yield from put(session_id, arr, None, None, chunk_bytes, None)
-        temporaries.append(buffer_id)
-        out.append(_buffer_binding(name, buffer_id))
-    return out
+        # The array itself goes into the request's join (numpy's dtypes export their bytes).
+        data = arr if arr.dtype.isbuiltin == 1 else transfers.byte_view(arr)
+        out += (_inline_head(name, scalar, arr.shape, arr.nbytes), data)
+    return out, large
 
 
-def _answer(session_id: str, resp: "pb.RunResponse", keep_outputs: bool, chunk_bytes: int,
-            make_buffer: Callable[[str, int, Tuple[int, ...], str], Any]) -> Flow:
-    """A Run's answer as the caller sees it. Outputs over the server's inline limit were
-    kept all the same: without keep_outputs they are downloaded, then freed."""
+def _outputs(resp: "pb.RunResponse", keep_outputs: bool,
+             make_buffer: Callable[[str, int, Tuple[int, ...], str], Any]) -> Tuple[Dict[str, Any], List[Any]]:
+    """A Run's outputs by name, in the answer's order: inline ones as arrays, kept ones as
+    Buffers with keep_outputs; outputs over the server's inline limit that were kept all
+    the same come back (name, output, shape) to be downloaded, then freed (their places
+    held by None)."""
     outputs: Dict[str, Any] = {}
+    kept = []
     for o in resp.outputs:
         name = o.name
         if o.WhichOneof("value") != "buffer_id":
-            outputs[name] = dtypes.from_bytes(f"output {name}", o.dtype, o.shape, o.data)
+            outputs[name] = dtypes.from_bytes(name, o.dtype, o.shape, o.data)
             continue
         _, shape, _ = dtypes.header(f"output {name}", o.dtype, o.shape)
         if keep_outputs:
             outputs[name] = make_buffer(o.buffer_id, o.dtype, shape, resp.device)
-            continue
-        try:
-            outputs[name] = yield from buffer_array(session_id, o.buffer_id, o.dtype, shape, chunk_bytes)
-        finally:
-            yield from _free_quietly(session_id, o.buffer_id)
-    return results.RunResult(outputs, resp)
+        else:
+            outputs[name] = None
+            kept.append((name, o, shape))
+    return outputs, kept
 
 
 def run(session_id: str, method: str, subject: bytes, inputs: Inputs, keep_outputs: bool, profile: bool,
         chunk_bytes: int, make_buffer: Callable[[str, int, Tuple[int, ...], str], Any]) -> Flow:
     """Run (`subject`: a graph's encoding, graphs.encode) or RunModel (a held model's id):
-    binds `inputs`, runs, answers; the buffers made here for large inputs are freed
-    whatever happens."""
+    binds `inputs`, runs, answers; the buffers made here for large inputs and outputs are
+    freed whatever happens. (Plain functions do the work of a Run that needs no upload or
+    download, generators only what does: each layer costs a cached Run's time.)"""
     temporaries: List[str] = []
     try:
         parts: List[wire.Part] = [wire.bytes_field(_SESSION_ID, session_id.encode()),
                                   wire.length_prefix(_SUBJECT, len(subject)), subject]
-        parts += yield from _bindings(session_id, inputs, chunk_bytes, temporaries)
+        bindings, large = _bindings(inputs)
+        parts += bindings
+        for name, arr in large:
+            buffer_id, _, _ = yield from put(session_id, arr, None, None, chunk_bytes, None)
+            temporaries.append(buffer_id)
+            parts.append(_buffer_binding(name, buffer_id))
         if keep_outputs:
             parts.append(wire.uint_field(_KEEP_OUTPUTS, 1))
         if profile:
             parts.append(wire.uint_field(_PROFILE, 1))
         resp = yield Unary(method, b"".join(parts))
-        return (yield from _answer(session_id, resp, keep_outputs, chunk_bytes, make_buffer))
+        outputs, kept = _outputs(resp, keep_outputs, make_buffer)
+        for i, (name, o, shape) in enumerate(kept):
+            try:
+                outputs[name] = yield from buffer_array(session_id, o.buffer_id, o.dtype, shape, chunk_bytes)
+            except errors.Error:
+                for _, rest, _ in kept[i + 1:]:  # not downloaded: freed all the same
+                    yield from _free_quietly(session_id, rest.buffer_id)
+                raise
+            finally:
+                yield from _free_quietly(session_id, o.buffer_id)
+        return results.RunResult(outputs, resp)
     finally:
         for buffer_id in temporaries:
             yield from _free_quietly(session_id, buffer_id)
@@ -286,8 +303,8 @@ def with_graph(request: Any, field_number: int, data: bytes) -> bytes:
 
 def run_graph(session_id: str, graph: graphs.GraphLike, inputs: Inputs, keep_outputs: bool, profile: bool,
               chunk_bytes: int, make_buffer: Callable[[str, int, Tuple[int, ...], str], Any]) -> Flow:
-    data = graphs.encode(graph)  # first: a bad graph fails before any upload
-    return (yield from run(session_id, "Run", data, inputs, keep_outputs, profile, chunk_bytes, make_buffer))
+    data = graphs.encode(graph)  # now: a bad graph fails before anything is sent
+    return run(session_id, "Run", data, inputs, keep_outputs, profile, chunk_bytes, make_buffer)
 
 
 def compile_graph(graph: graphs.GraphLike, target_text: str, include_binary: bool, include_source: bool) -> Flow:
@@ -364,8 +381,7 @@ def model_inputs(infos: List[results.TensorInfo], args: Sequence[Any], named: Ma
 
 def run_model(session_id: str, model_id: str, inputs: Inputs, keep_outputs: bool, profile: bool, chunk_bytes: int,
               make_buffer: Callable[[str, int, Tuple[int, ...], str], Any]) -> Flow:
-    return (yield from run(session_id, "RunModel", model_id.encode(), inputs, keep_outputs, profile, chunk_bytes,
-                           make_buffer))
+    return run(session_id, "RunModel", model_id.encode(), inputs, keep_outputs, profile, chunk_bytes, make_buffer)
 
 
 def then(flow: Flow, fn: Callable[[Any], Any]) -> Flow:

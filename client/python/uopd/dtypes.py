@@ -91,9 +91,12 @@ def host_array(a: object, dtype: DTypeLike = None) -> Tuple[np.ndarray, Scalar]:
     another uopd dtype: values converted as numpy's astype does, except that a uint16
     array sent as "bfloat16" is taken as the bits of bfloat16 values."""
     arr = np.asarray(a)
+    if dtype is None:
+        s = _SCALAR_OF.get(arr.dtype)
+        if s is not None and arr.flags.c_contiguous and (arr.dtype.byteorder in "=|" and np.little_endian or
+                                                         arr.dtype.byteorder == "<"):
+            return arr, s  # the common case: sent as it is
     s = scalar(arr.dtype) if dtype is None else scalar(dtype)
-    if dtype is None and arr.flags.c_contiguous and arr.dtype.isnative and (np.little_endian or arr.itemsize == 1):
-        return arr, s  # the common case: sent as it is
     want = numpy_dtype(s)
     native = arr.dtype.newbyteorder("=") if arr.dtype.byteorder in "<>" else arr.dtype
     if native != want:
@@ -108,11 +111,13 @@ def host_array(a: object, dtype: DTypeLike = None) -> Tuple[np.ndarray, Scalar]:
     return np.ascontiguousarray(arr), s
 
 
-def from_bytes(what: str, s: Scalar, shape: Sequence[int], data: Union[bytes, memoryview]) -> np.ndarray:
-    """A writable array of `shape` from the wire bytes of `what` uopd sent, checked
-    against the dtype's size."""
-    dt, dims, want = header(what, s, shape)
-    if len(data) != want:
+def from_bytes(output: str, s: Scalar, shape: Sequence[int], data: Union[bytes, memoryview]) -> np.ndarray:
+    """A writable array of `shape` from the wire bytes uopd sent for the output named
+    `output`, checked against the dtype's size."""
+    dt, dims = _DTYPE_OF.get(s), tuple(shape)
+    if dt is None or (dims and min(dims) < 0) or len(data) != math.prod(dims) * dt.itemsize:
+        what = f"output {output}"
+        dt, dims, want = header(what, s, dims)  # raises for a bad dtype or shape
         raise errors.DataLoss(f"{what}: uopd sent {len(data)} bytes for {name(s)}{list(dims)} ({want} bytes)")
     return np.ndarray(dims, dt, bytearray(data))  # one copy, writable: numpy calls cost more than copying
 

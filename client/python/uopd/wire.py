@@ -31,17 +31,18 @@ _ONE_BYTE = tuple(bytes((i,)) for i in range(0x80))
 
 
 def key(field: int, wire_type: int) -> bytes:
-    return varint(field << 3 | wire_type)
+    k = field << 3 | wire_type
+    return _ONE_BYTE[k] if k < 0x80 else varint(k)
 
 
 def length_prefix(field: int, length: int) -> bytes:
     """The key and length of a length-delimited field (bytes, string, message) whose
     `length` bytes follow."""
-    return key(field, 2) + varint(length)
+    return key(field, 2) + (_ONE_BYTE[length] if 0 <= length < 0x80 else varint(length))
 
 
 def uint_field(field: int, value: int) -> bytes:
-    return key(field, 0) + varint(value)
+    return key(field, 0) + (_ONE_BYTE[value] if 0 <= value < 0x80 else varint(value))
 
 
 def bytes_field(field: int, data: Part) -> bytes:
