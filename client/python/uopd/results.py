@@ -121,6 +121,11 @@ class Stats:
     workers: List[WorkerStatus] = field(default_factory=list)
 
 
+def _from_response(name: str) -> Any:
+    """A RunResult attribute read from its response's field `name` when asked."""
+    return property(lambda self: getattr(self._response, name), doc=f"uopd.v1.RunResponse.{name}")
+
+
 class RunResult:
     """A Run's (or RunModel's) answer: outputs by name (arrays, or Buffers when kept), the
     kernels with their cache status, where the time went (ms), and the per-kernel profile
@@ -131,25 +136,11 @@ class RunResult:
         self.outputs = outputs
         self._response = response
 
-    @property
-    def device(self) -> str:
-        return self._response.device
-
-    @property
-    def plan_ms(self) -> float:
-        return self._response.plan_ms
-
-    @property
-    def compile_ms(self) -> float:
-        return self._response.compile_ms
-
-    @property
-    def run_ms(self) -> float:
-        return self._response.run_ms
-
-    @property
-    def collective_ms(self) -> float:
-        return self._response.collective_ms
+    device: str = _from_response("device")
+    plan_ms: float = _from_response("plan_ms")
+    compile_ms: float = _from_response("compile_ms")
+    run_ms: float = _from_response("run_ms")
+    collective_ms: float = _from_response("collective_ms")
 
     @functools.cached_property
     def kernels(self) -> List[Kernel]:
