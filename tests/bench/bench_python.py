@@ -24,8 +24,9 @@ random values of its --random seed; an elementwise kernel's time does not depend
 them); each times one Run call from the caller's side, request encoding and answer
 decoding included, and both read the graph file once (a uopd.Graph here, as `uop bench`
 parses it once; the C++ client still encodes its graph into every request). Transfers
-move the same 256 MiB in 1 MiB chunks into a destination allocated inside the timing
-(a numpy array, a std::string). Rounds alternate between the two clients (Python, then
+move the same 256 MiB in 1 MiB chunks (the default of both), to a buffer of one session
+created once, downloads into a destination allocated inside the timing (a numpy array,
+a std::string), after one untimed warm-up. Rounds alternate between the two clients (Python, then
 C++, --rounds times), so a busy moment of a shared machine weighs on both alike; each
 figure is the best round's.
 """
