@@ -178,16 +178,22 @@ Inputs = Mapping[Union[str, int], Any]
 _RUN_FIELDS = ("SESSION_ID", "INPUTS", "KEEP_OUTPUTS", "PROFILE")
 _SESSION_ID, _INPUTS, _KEEP_OUTPUTS, _PROFILE = (getattr(pb.RunRequest, f"{n}_FIELD_NUMBER") for n in _RUN_FIELDS)
 _SUBJECT = pb.RunRequest.GRAPH_FIELD_NUMBER
-assert all(getattr(pb.RunModelRequest, f"{n}_FIELD_NUMBER") == getattr(pb.RunRequest, f"{n}_FIELD_NUMBER")
-           for n in _RUN_FIELDS) and pb.RunModelRequest.MODEL_ID_FIELD_NUMBER == _SUBJECT
+if not (all(getattr(pb.RunModelRequest, f"{n}_FIELD_NUMBER") == getattr(pb.RunRequest, f"{n}_FIELD_NUMBER")
+            for n in _RUN_FIELDS) and pb.RunModelRequest.MODEL_ID_FIELD_NUMBER == _SUBJECT):
+    raise ImportError("uopd.v1.RunRequest and RunModelRequest no longer number their fields alike (uopd.calls.run)")
 _B_NAME, _B_INDEX, _B_BUFFER, _B_TENSOR = (pb.Binding.NAME_FIELD_NUMBER, pb.Binding.INDEX_FIELD_NUMBER,
                                            pb.Binding.BUFFER_ID_FIELD_NUMBER, pb.Binding.TENSOR_FIELD_NUMBER)
 _T_DTYPE, _T_SHAPE, _T_DATA = (pb.Tensor.DTYPE_FIELD_NUMBER, pb.Tensor.SHAPE_FIELD_NUMBER, pb.Tensor.DATA_FIELD_NUMBER)
 
 
 def _node(name: Union[str, int]) -> bytes:
-    """A Binding's node: the input's name, or its wire index."""
-    return wire.uint_field(_B_INDEX, name) if isinstance(name, int) else wire.bytes_field(_B_NAME, name.encode())
+    """A Binding's node: the input's name, or its wire index (a uint32: a larger number
+    would reach uopd cut to 32 bits, naming another input)."""
+    if not isinstance(name, int):
+        return wire.bytes_field(_B_NAME, name.encode())
+    if not 0 <= name < 1 << 32:
+        raise errors.InvalidArgument(f"input index {name} is not a wire index (0 to 2^32 - 1)")
+    return wire.uint_field(_B_INDEX, name)
 
 
 def _buffer_binding(name: Union[str, int], buffer_id: str) -> bytes:

@@ -6,7 +6,7 @@ it cached. A protobuf message is its fields concatenated (in any order), each a 
 """
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple, Union
+from typing import Sequence, Tuple, Union
 
 from uopd import errors
 
