@@ -4,6 +4,7 @@ stderr is not a terminal, when progress=False, or when tqdm is missing (callback
 test_buffers). The transfers are real, against the fixture's uopd."""
 import fcntl
 import os
+import select
 import struct
 import subprocess
 import sys
@@ -45,6 +46,9 @@ def run_child(server, mode, tty):
         os.close(slave)
     seen = bytearray()
     while True:  # until the child has closed its end (EIO on Linux)
+        if not select.select([master], [], [], 300)[0]:
+            p.kill()
+            raise AssertionError(f"the child wrote nothing for 300 s: {seen.decode(errors='replace')}")
         try:
             data = os.read(master, 65536)
         except OSError:
