@@ -27,8 +27,9 @@ packages=(
   prometheus python3-yaml
   # hosts as network namespaces (deploy/cluster.sh --netns, tests/deploy/netns_cluster_test.py)
   iproute2
-  # the Python client (client/python) and its tests: pip installs it offline into a venv
-  python3-grpcio python3-protobuf python3-numpy python3-pytest python3-pip python3-venv
+  # the Python client (client/python) and its tests: pip installs it offline into a venv;
+  # tqdm draws its progress bars on a terminal (optional for the client, tested)
+  python3-grpcio python3-protobuf python3-numpy python3-pytest python3-pip python3-venv python3-tqdm
 )
 if [ "${1:-}" = "--bench" ]; then packages+=(python3-torch python3-torchvision python3-onnx); fi
 

@@ -45,6 +45,7 @@ setup(
     version="0.1.0",
     description="Python client of uopd, the UOp graph compile-and-run service",
     packages=["uopd"],
+    package_data={"uopd": ["py.typed"]},  # PEP 561: the package's annotations are for type checkers
     python_requires=">=3.9",
     install_requires=["grpcio", "protobuf", "numpy"],
     extras_require={"torch": ["torch"], "bfloat16": ["ml_dtypes"], "progress": ["tqdm"]},

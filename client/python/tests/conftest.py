@@ -71,3 +71,30 @@ def uop(uop_binary: str, *args: str) -> str:
 
 def rng_array(shape, dtype=np.float32, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def onnx_mlp(w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, rows: object = "rows") -> bytes:
+    """An ONNX model y = Relu(x @ w1 + b1) @ w2 (as tests/e2e/models_test.cc's mlp), x of
+    shape (rows, w1.shape[0]): rows a number, or a name to be fixed by input_shapes at
+    load; the weights are initializers. Its numpy reference is one line. Encoded here
+    with uopd.wire, protobuf field by field (onnx.proto: ModelProto, GraphProto,
+    NodeProto, TensorProto, ValueInfoProto), so no onnx package is needed."""
+    from uopd.wire import bytes_field as msg, packed_field, uint_field
+
+    def tensor(name, a):  # TensorProto: dims 1, data_type 2 (FLOAT = 1), name 8, raw_data 9
+        return packed_field(1, a.shape) + uint_field(2, 1) + msg(8, name.encode()) + msg(9, a.astype("<f4").tobytes())
+
+    def value_info(name, dims):  # ValueInfoProto: name 1, type 2 -> tensor_type 1 -> elem_type 1, shape 2
+        shape = b"".join(msg(1, uint_field(1, d) if isinstance(d, int) else msg(2, d.encode())) for d in dims)
+        return msg(1, name.encode()) + msg(2, msg(1, uint_field(1, 1) + msg(2, shape)))
+
+    def node(op, inputs, output):  # NodeProto: input 1, output 2, op_type 4
+        return b"".join(msg(1, i.encode()) for i in inputs) + msg(2, output.encode()) + msg(4, op.encode())
+
+    nodes = [node("MatMul", ["x", "w1"], "h"), node("Add", ["h", "b1"], "hb"), node("Relu", ["hb"], "r"),
+             node("MatMul", ["r", "w2"], "y")]
+    graph = (b"".join(msg(1, n) for n in nodes) + msg(2, b"mlp") +
+             b"".join(msg(5, tensor(n, a)) for n, a in (("w1", w1), ("b1", b1), ("w2", w2))) +
+             msg(11, value_info("x", [rows, w1.shape[0]])) + msg(12, value_info("y", [rows, w2.shape[1]])))
+    # ModelProto: ir_version 1, graph 7, opset_import 8 (domain "", version 13)
+    return uint_field(1, 8) + msg(7, graph) + msg(8, uint_field(2, 13))

@@ -6,7 +6,7 @@ import pytest
 
 import uopd
 import uopd.aio
-from conftest import REPO, rng_array
+from conftest import REPO, onnx_mlp, rng_array
 
 
 def test_aio_session_buffers_runs_and_models(server, examples):
@@ -48,6 +48,30 @@ def test_aio_session_buffers_runs_and_models(server, examples):
             await s2.close()
             with pytest.raises(uopd.NotFound):
                 await s2.put(a)
+
+    asyncio.run(main())
+
+
+def test_aio_concurrent_runs_of_one_held_model(server):
+    """Eight calls of one freshly loaded model awaited at once (its plan not made yet:
+    they plan it together on the model's one graph in uopd), each answer its own input's
+    numpy one; a fresh model of another width each round, so each round plans anew; the
+    first model once more, planned. uopd keeps serving throughout (a uopd whose planning
+    of one graph was not serialized died in about every other run of this test)."""
+    async def main():
+        async with await uopd.aio.connect(server.address) as client, client.session() as s:
+            for round_ in range(12):
+                # Another hidden width each round: another graph, another plan to make.
+                w1, b1 = rng_array((8, 16 + round_), seed=20 + round_), rng_array((16 + round_,), seed=40 + round_)
+                w2 = rng_array((16 + round_, 4), seed=60 + round_)
+                model = await s.load_model(onnx_mlp(w1, b1, w2), input_shapes={"x": [2, 8]})
+                assert [(t.name, t.shape) for t in model.inputs] == [("x", (2, 8))]
+                for again in range(2 if round_ == 0 else 1):
+                    xs = [rng_array((2, 8), seed=100 * round_ + 10 * again + i) for i in range(8)]
+                    outs = await asyncio.gather(*[model(x=x) for x in xs])
+                    for x, out in zip(xs, outs):
+                        np.testing.assert_allclose(out["y"], np.maximum(x @ w1 + b1, 0) @ w2, rtol=1e-5, atol=1e-5)
+            assert (await client.stats()).sessions >= 1  # uopd is still serving
 
     asyncio.run(main())
 

@@ -72,6 +72,16 @@ def test_large_transfer_is_chunked_with_progress(session):
         assert [d for d, _ in seen] == sorted(d for d, _ in seen) and seen[-1] == (a.nbytes, a.nbytes)
 
 
+def test_put_on_a_device_of_the_session(client):
+    with client.session(["CPU:0", "CPU:1"]) as s:
+        a = values("int32", (7,), seed=5)
+        buf = s.put(a, device="CPU:1")
+        assert buf.device == "CPU:1"
+        np.testing.assert_array_equal(buf.numpy(), a)
+        with pytest.raises(uopd.InvalidArgument, match="CPU:7"):  # uopd's message names the device
+            s.put(a, device="CPU:7")
+
+
 def test_write_and_empty(session):
     buf = session.empty("int32", (2, 3))
     assert buf.shape == (2, 3) and buf.dtype == "int32"

@@ -30,8 +30,9 @@ def test_a_source_index_ahead_is_refused(session, examples):
 def test_unknown_buffer_is_not_found(session, examples):
     buf = session.put(rng_array((12,)))
     buf.id = "0" * 32
-    with pytest.raises(uopd.NotFound):
+    with pytest.raises(uopd.NotFound) as e:
         session.run(examples / "elementwise.json", a=buf, b=rng_array((12,)))
+    assert e.value.code.name == "NOT_FOUND" and buf.id in e.value.message, e.value.message
 
 
 def test_unknown_session_is_not_found(client):
@@ -53,6 +54,10 @@ def test_wrong_size_and_unknown_input(session, examples):
         session.run(examples / "elementwise.json", a=rng_array((12,)), b=rng_array((12,)), nope=rng_array((12,)))
     with pytest.raises(uopd.InvalidArgument, match="not bound"):
         session.run(examples / "elementwise.json", a=rng_array((12,)))
+    # Inputs by wire index: one past uint32 is refused here, not sent cut to 32 bits.
+    for index in (-1, 1 << 32):
+        with pytest.raises(uopd.InvalidArgument, match="wire index"):
+            session.run(examples / "elementwise.json", {index: rng_array((12,))})
 
 
 def test_dead_server_is_unavailable(uopd_binary, examples):

@@ -44,6 +44,8 @@ def test_elementwise_against_numpy(session, examples):
     a, b = rng_array((12,), seed=5), rng_array((12,), seed=6)
     out = session.run(examples / "elementwise.json", a=a, b=b)["out"]
     np.testing.assert_allclose(out, np.maximum(a.reshape(3, 4) + b.reshape(3, 4) * 1.5, 0), rtol=1e-6)
+    # Bound by wire index (the BUFFER nodes' places in the graph: a is node 2, b node 4).
+    np.testing.assert_array_equal(session.run(examples / "elementwise.json", {2: a, 4: b})["out"], out)
 
 
 def test_graph_forms(session, examples, tmp_path):
@@ -120,6 +122,7 @@ def test_compile_explain_profile_stats(session, client, examples):
     assert prof and all(p.launches >= 1 and p.total_ms >= 0 for p in prof)
     assert uopd.profile_table(prof).splitlines()[0].split()[:2] == ["kernel", "launches"]
     st = client.stats()
+    assert session.stats().sessions == st.sessions
     assert st.kernels_run > 0 and st.launches_timed >= 1 and st.sessions >= 1
     assert {w.device for w in st.workers} >= {"CPU:0", "CPU:1"}
 

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -112,6 +113,7 @@ def test_pip_installs_it_offline_with_the_builds_stubs(server, examples, tmp_pat
     assert r.returncode == 0, r.stderr
     where, total = r.stdout.split()
     assert where.startswith(str(venv)) and float(total) == 32.0
+    assert (Path(where).parent / "py.typed").is_file()  # typed (PEP 561) for the installed package's users
 
 
 def test_from_torch_without_torch_says_so():

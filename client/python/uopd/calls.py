@@ -171,71 +171,130 @@ class BufferRef:
 Inputs = Mapping[Union[str, int], Any]
 
 
-def _bind(name: Union[str, int], value: Any) -> Tuple["pb.Binding", Optional[np.ndarray]]:
-    """A Binding by name (or wire index); an array larger than INLINE_INPUT_BYTES comes back
-    to be uploaded as a buffer of the session instead of travelling inline."""
-    b = pb.Binding(index=name) if isinstance(name, int) else pb.Binding(name=name)
-    if isinstance(value, BufferRef):
-        b.buffer_id = value.id
-        return b, None
-    arr, scalar = dtypes.host_array(value)
-    if arr.nbytes > transfers.INLINE_INPUT_BYTES:
-        return b, arr
-    b.tensor.dtype = scalar
-    b.tensor.shape.extend(arr.shape)
-    b.tensor.data = arr.tobytes()
-    return b, None
+# RunRequest and RunModelRequest number their fields alike (1 session_id, 2 what runs: the
+# graph's encoding or the model's id, 3 inputs, 4 keep_outputs, 5 profile), so one
+# encoding by hand (uopd.wire) makes both: no message objects, the graph and each input's
+# data copied once, into the request.
+_RUN_FIELDS = ("SESSION_ID", "INPUTS", "KEEP_OUTPUTS", "PROFILE")
+_SESSION_ID, _INPUTS, _KEEP_OUTPUTS, _PROFILE = (getattr(pb.RunRequest, f"{n}_FIELD_NUMBER") for n in _RUN_FIELDS)
+_SUBJECT = pb.RunRequest.GRAPH_FIELD_NUMBER
+if not (all(getattr(pb.RunModelRequest, f"{n}_FIELD_NUMBER") == getattr(pb.RunRequest, f"{n}_FIELD_NUMBER")
+            for n in _RUN_FIELDS) and pb.RunModelRequest.MODEL_ID_FIELD_NUMBER == _SUBJECT):
+    raise ImportError("uopd.v1.RunRequest and RunModelRequest no longer number their fields alike (uopd.calls.run)")
+_B_NAME, _B_INDEX, _B_BUFFER, _B_TENSOR = (pb.Binding.NAME_FIELD_NUMBER, pb.Binding.INDEX_FIELD_NUMBER,
+                                           pb.Binding.BUFFER_ID_FIELD_NUMBER, pb.Binding.TENSOR_FIELD_NUMBER)
+_T_DTYPE, _T_SHAPE, _T_DATA = (pb.Tensor.DTYPE_FIELD_NUMBER, pb.Tensor.SHAPE_FIELD_NUMBER, pb.Tensor.DATA_FIELD_NUMBER)
 
 
-def _bindings(session_id: str, inputs: Inputs, chunk_bytes: int, temporaries: List[str]) -> Flow:
-    """Bindings for `inputs`, large arrays uploaded first (their ids added to temporaries)."""
-    out = []
+def _node(name: Union[str, int]) -> bytes:
+    """A Binding's node: the input's name, or its wire index (a uint32: a larger number
+    would reach uopd cut to 32 bits, naming another input)."""
+    if not isinstance(name, int):
+        return wire.bytes_field(_B_NAME, name.encode())
+    if not 0 <= name < 1 << 32:
+        raise errors.InvalidArgument(f"input index {name} is not a wire index (0 to 2^32 - 1)")
+    return wire.uint_field(_B_INDEX, name)
+
+
+def _buffer_binding(name: Union[str, int], buffer_id: str) -> bytes:
+    """RunRequest.inputs binding `name` to a buffer of the session, encoded."""
+    return wire.bytes_field(_INPUTS, _node(name) + wire.bytes_field(_B_BUFFER, buffer_id.encode()))
+
+
+_HEADS: Dict[Tuple[Union[str, int], int, Tuple[int, ...]], bytes] = {}
+
+
+def _inline_head(name: Union[str, int], scalar: int, shape: Tuple[int, ...], nbytes: int) -> bytes:
+    """RunRequest.inputs binding `name` to an inline tensor, encoded up to the tensor's
+    data, which follows it. It depends on the name, dtype and shape only, so it is made
+    once for each (a program running a graph again and again sends the same ones)."""
+    k = (name, scalar, shape)
+    head = _HEADS.get(k)
+    if head is None:
+        tensor = wire.uint_field(_T_DTYPE, scalar) + wire.packed_field(_T_SHAPE, shape) + \
+            wire.length_prefix(_T_DATA, nbytes)
+        binding = _node(name) + wire.length_prefix(_B_TENSOR, len(tensor) + nbytes) + tensor
+        head = wire.length_prefix(_INPUTS, len(binding) + nbytes) + binding
+        if len(_HEADS) >= 4096:  # bounded: a program with ever new shapes does not grow it
+            _HEADS.clear()
+        _HEADS[k] = head
+    return head
+
+
+def _bindings(inputs: Inputs) -> Tuple[List[wire.Part], List[Tuple[Union[str, int], np.ndarray]]]:
+    """RunRequest.inputs (RunModelRequest's alike) for `inputs`, encoded: Buffers by id,
+    arrays inline, except those over INLINE_INPUT_BYTES, which come back (name, array) to
+    be uploaded as buffers of the session first."""
+    out: List[wire.Part] = []
+    large = []
     for name, value in inputs.items():
-        b, large = _bind(name, value)
-        if large is not None:
-            buffer_id, _, _ = yield from put(session_id, large, None, None, chunk_bytes, None)
-            temporaries.append(buffer_id)
-            b.buffer_id = buffer_id
-        out.append(b)
-    return out
+        if isinstance(value, BufferRef):
+            out.append(_buffer_binding(name, value.id))
+            continue
+        arr, scalar = dtypes.host_array(value)
+        if arr.nbytes > transfers.INLINE_INPUT_BYTES:
+            large.append((name, arr))
+            continue
+        # The array itself goes into the request's join (numpy's dtypes export their bytes).
+        data = arr if arr.dtype.isbuiltin == 1 else transfers.byte_view(arr)
+        out += (_inline_head(name, scalar, arr.shape, arr.nbytes), data)
+    return out, large
 
 
-def _answer(session_id: str, resp: "pb.RunResponse", keep_outputs: bool, chunk_bytes: int,
-            make_buffer: Callable[[str, int, Tuple[int, ...], str], Any]) -> Flow:
-    """A Run's answer as the caller sees it. Outputs over the server's inline limit were
-    kept all the same: without keep_outputs they are downloaded, then freed."""
+def _outputs(resp: "pb.RunResponse", keep_outputs: bool,
+             make_buffer: Callable[[str, int, Tuple[int, ...], str], Any]) -> Tuple[Dict[str, Any], List[Any]]:
+    """A Run's outputs by name, in the answer's order: inline ones as arrays, kept ones as
+    Buffers with keep_outputs; outputs over the server's inline limit that were kept all
+    the same come back (name, output, shape) to be downloaded, then freed (their places
+    held by None)."""
     outputs: Dict[str, Any] = {}
+    kept = []
     for o in resp.outputs:
-        what = f"output {o.name}"
-        _, shape, _ = dtypes.header(what, o.dtype, o.shape)
-        if o.WhichOneof("value") == "buffer_id":
-            if keep_outputs:
-                outputs[o.name] = make_buffer(o.buffer_id, o.dtype, shape, resp.device)
-                continue
-            try:
-                outputs[o.name] = yield from buffer_array(session_id, o.buffer_id, o.dtype, shape, chunk_bytes)
-            finally:
-                yield from _free_quietly(session_id, o.buffer_id)
+        name = o.name
+        if o.WhichOneof("value") != "buffer_id":
+            outputs[name] = dtypes.from_bytes(name, o.dtype, o.shape, o.data)
+            continue
+        _, shape, _ = dtypes.header(f"output {name}", o.dtype, o.shape)
+        if keep_outputs:
+            outputs[name] = make_buffer(o.buffer_id, o.dtype, shape, resp.device)
         else:
-            try:
-                outputs[o.name] = dtypes.from_bytes(o.dtype, shape, o.data)
-            except errors.DataLoss as e:
-                raise errors.DataLoss(f"{what}: {e.message}") from None
-    return results.RunResult(outputs, resp)
+            outputs[name] = None
+            kept.append((name, o, shape))
+    return outputs, kept
 
 
-def run(session_id: str, method: str, request: Any, inputs: Inputs, keep_outputs: bool, profile: bool,
-        chunk_bytes: int, make_buffer: Callable[[str, int, Tuple[int, ...], str], Any],
-        graph: Optional[bytes] = None) -> Flow:
-    """Run (a graph, sent as RunRequest.graph) or RunModel (a held model): binds `inputs`,
-    runs, answers; the buffers made here for large inputs are freed whatever happens."""
+def run(session_id: str, method: str, subject: bytes, inputs: Inputs, keep_outputs: bool, profile: bool,
+        chunk_bytes: int, make_buffer: Callable[[str, int, Tuple[int, ...], str], Any]) -> Flow:
+    """Run (`subject`: a graph's encoding, graphs.encode) or RunModel (a held model's id):
+    binds `inputs`, runs, answers; the buffers made here for large inputs and outputs are
+    freed whatever happens. (Plain functions do the work of a Run that needs no upload or
+    download, generators only what does: each layer costs a cached Run's time.)"""
     temporaries: List[str] = []
     try:
-        request.inputs.extend((yield from _bindings(session_id, inputs, chunk_bytes, temporaries)))
-        request.session_id, request.keep_outputs, request.profile = session_id, keep_outputs, profile
-        body = request if graph is None else with_graph(request, pb.RunRequest.GRAPH_FIELD_NUMBER, graph)
-        resp = yield Unary(method, body)
-        return (yield from _answer(session_id, resp, keep_outputs, chunk_bytes, make_buffer))
+        parts: List[wire.Part] = [wire.bytes_field(_SESSION_ID, session_id.encode()),
+                                  wire.length_prefix(_SUBJECT, len(subject)), subject]
+        bindings, large = _bindings(inputs)
+        parts += bindings
+        for name, arr in large:
+            buffer_id, _, _ = yield from put(session_id, arr, None, None, chunk_bytes, None)
+            temporaries.append(buffer_id)
+            parts.append(_buffer_binding(name, buffer_id))
+        if keep_outputs:
+            parts.append(wire.uint_field(_KEEP_OUTPUTS, 1))
+        if profile:
+            parts.append(wire.uint_field(_PROFILE, 1))
+        resp = yield Unary(method, b"".join(parts))
+        outputs, kept = _outputs(resp, keep_outputs, make_buffer)
+        for i, (name, o, shape) in enumerate(kept):
+            try:
+                outputs[name] = yield from buffer_array(session_id, o.buffer_id, o.dtype, shape, chunk_bytes)
+            except errors.Error:
+                for _, rest, _ in kept[i + 1:]:  # not downloaded: freed all the same
+                    yield from _free_quietly(session_id, rest.buffer_id)
+                raise
+            finally:
+                yield from _free_quietly(session_id, o.buffer_id)
+        return results.RunResult(outputs, resp)
     finally:
         for buffer_id in temporaries:
             yield from _free_quietly(session_id, buffer_id)
@@ -245,14 +304,13 @@ def with_graph(request: Any, field_number: int, data: bytes) -> bytes:
     """`request` serialized with a graph's encoding (graphs.encode) as its field
     `field_number`, since a protobuf message is its fields concatenated in any order: the
     graph is neither copied into the request nor encoded again when it is a uopd.Graph."""
-    return request.SerializeToString() + wire.length_prefix(field_number, len(data)) + data
+    return b"".join((request.SerializeToString(), wire.length_prefix(field_number, len(data)), data))
 
 
 def run_graph(session_id: str, graph: graphs.GraphLike, inputs: Inputs, keep_outputs: bool, profile: bool,
               chunk_bytes: int, make_buffer: Callable[[str, int, Tuple[int, ...], str], Any]) -> Flow:
-    data = graphs.encode(graph)  # first: a bad graph fails before any upload
-    return (yield from run(session_id, "Run", pb.RunRequest(), inputs, keep_outputs, profile, chunk_bytes,
-                           make_buffer, data))
+    data = graphs.encode(graph)  # now: a bad graph fails before anything is sent
+    return run(session_id, "Run", data, inputs, keep_outputs, profile, chunk_bytes, make_buffer)
 
 
 def compile_graph(graph: graphs.GraphLike, target_text: str, include_binary: bool, include_source: bool) -> Flow:
@@ -329,8 +387,7 @@ def model_inputs(infos: List[results.TensorInfo], args: Sequence[Any], named: Ma
 
 def run_model(session_id: str, model_id: str, inputs: Inputs, keep_outputs: bool, profile: bool, chunk_bytes: int,
               make_buffer: Callable[[str, int, Tuple[int, ...], str], Any]) -> Flow:
-    req = pb.RunModelRequest(model_id=model_id)
-    return (yield from run(session_id, "RunModel", req, inputs, keep_outputs, profile, chunk_bytes, make_buffer))
+    return run(session_id, "RunModel", model_id.encode(), inputs, keep_outputs, profile, chunk_bytes, make_buffer)
 
 
 def then(flow: Flow, fn: Callable[[Any], Any]) -> Flow:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import grpc
+import grpc.experimental
 
 from uopd import calls, errors, results
 from uopd._stubs import pb
@@ -169,7 +170,9 @@ class Client:
         self.connection = conn
         self.embedded = embedded
         creds = conn.credentials()
-        options = conn.channel_options()
+        # A download (a server stream) read on the calling thread: without it, gRPC's
+        # polling thread takes each chunk and hands it over, a thread switch per chunk.
+        options = conn.channel_options() + [(grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)]
         self._channel = grpc.secure_channel(conn.address, creds, options) if creds else \
             grpc.insecure_channel(conn.address, options)
         try:

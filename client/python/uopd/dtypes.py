@@ -9,6 +9,7 @@ array (``Buffer.dtype`` still says "bfloat16"), and a uint16 array is sent as bf
 """
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -67,18 +68,21 @@ def scalar(dtype: DTypeLike) -> Scalar:
     return s
 
 
+# Wire scalar -> numpy dtype, for every dtype a tensor can hold (a dict: looked up per output).
+_DTYPE_OF = {ir.DType.Scalar.Value(n.upper()): dt for n, dt in _NUMPY.items()}
+_DTYPE_OF[ir.DType.BFLOAT16] = BFLOAT16 if BFLOAT16 is not None else np.dtype(np.uint16)
+
+
 def itemsize(s: Scalar) -> int:
     return numpy_dtype(s).itemsize
 
 
 def numpy_dtype(s: Scalar) -> np.dtype:
     """numpy's dtype for a wire scalar; bfloat16 without ml_dtypes: uint16 (its bits)."""
-    n = name(s)
-    if n == "bfloat16":
-        return BFLOAT16 if BFLOAT16 is not None else np.dtype(np.uint16)
-    if n not in _NUMPY:
-        raise errors.InvalidArgument(f"a tensor cannot hold {n}")
-    return _NUMPY[n]
+    dt = _DTYPE_OF.get(s)
+    if dt is None:
+        raise errors.InvalidArgument(f"a tensor cannot hold {name(s)}")
+    return dt
 
 
 def host_array(a: object, dtype: DTypeLike = None) -> Tuple[np.ndarray, Scalar]:
@@ -87,9 +91,12 @@ def host_array(a: object, dtype: DTypeLike = None) -> Tuple[np.ndarray, Scalar]:
     another uopd dtype: values converted as numpy's astype does, except that a uint16
     array sent as "bfloat16" is taken as the bits of bfloat16 values."""
     arr = np.asarray(a)
+    if dtype is None:
+        s = _SCALAR_OF.get(arr.dtype)
+        if s is not None and arr.flags.c_contiguous and (arr.dtype.byteorder in "=|" and np.little_endian or
+                                                         arr.dtype.byteorder == "<"):
+            return arr, s  # the common case: sent as it is
     s = scalar(arr.dtype) if dtype is None else scalar(dtype)
-    if dtype is None and arr.flags.c_contiguous and arr.dtype.isnative and (np.little_endian or arr.itemsize == 1):
-        return arr, s  # the common case: sent as it is
     want = numpy_dtype(s)
     native = arr.dtype.newbyteorder("=") if arr.dtype.byteorder in "<>" else arr.dtype
     if native != want:
@@ -104,12 +111,15 @@ def host_array(a: object, dtype: DTypeLike = None) -> Tuple[np.ndarray, Scalar]:
     return np.ascontiguousarray(arr), s
 
 
-def from_bytes(s: Scalar, shape: Sequence[int], data: Union[bytes, memoryview]) -> np.ndarray:
-    """A writable array of `shape` from wire bytes, checked against the dtype's size."""
-    dt, dims, want = header("a tensor", s, shape)
-    if len(data) != want:
-        raise errors.DataLoss(f"uopd sent {len(data)} bytes for {name(s)}{list(dims)} ({want} bytes)")
-    return np.frombuffer(data, dtype=dt).reshape(dims).copy()
+def from_bytes(output: str, s: Scalar, shape: Sequence[int], data: Union[bytes, memoryview]) -> np.ndarray:
+    """A writable array of `shape` from the wire bytes uopd sent for the output named
+    `output`, checked against the dtype's size."""
+    dt, dims = _DTYPE_OF.get(s), tuple(shape)
+    if dt is None or (dims and min(dims) < 0) or len(data) != math.prod(dims) * dt.itemsize:
+        what = f"output {output}"
+        dt, dims, want = header(what, s, dims)  # raises for a bad dtype or shape
+        raise errors.DataLoss(f"{what}: uopd sent {len(data)} bytes for {name(s)}{list(dims)} ({want} bytes)")
+    return np.ndarray(dims, dt, bytearray(data))  # one copy, writable: numpy calls cost more than copying
 
 
 def header(what: str, s: Scalar, shape: Sequence[int], limit: int = 1 << 62) -> Tuple[np.dtype, Tuple[int, ...], int]:
@@ -119,12 +129,8 @@ def header(what: str, s: Scalar, shape: Sequence[int], limit: int = 1 << 62) -> 
         dt = numpy_dtype(s)
     except errors.Error:
         raise errors.Internal(f"uopd sent {what} with dtype number {s}") from None
-    dims = tuple(int(d) for d in shape)
-    n = 1
-    for d in dims:
-        if d < 0:
-            raise errors.Internal(f"uopd sent {what} with shape {list(dims)}")
-        n *= d
-    if n * dt.itemsize > limit:
+    dims = tuple(map(int, shape))
+    nbytes = math.prod(dims) * dt.itemsize
+    if (dims and min(dims) < 0) or nbytes > limit:
         raise errors.Internal(f"uopd sent {what} with shape {list(dims)}")
-    return dt, dims, n * dt.itemsize
+    return dt, dims, nbytes

@@ -121,6 +121,11 @@ class Stats:
     workers: List[WorkerStatus] = field(default_factory=list)
 
 
+def _from_response(name: str) -> Any:
+    """A RunResult attribute read from its response's field `name` when asked."""
+    return property(lambda self: getattr(self._response, name), doc=f"uopd.v1.RunResponse.{name}")
+
+
 class RunResult:
     """A Run's (or RunModel's) answer: outputs by name (arrays, or Buffers when kept), the
     kernels with their cache status, where the time went (ms), and the per-kernel profile
@@ -130,11 +135,12 @@ class RunResult:
     def __init__(self, outputs: Dict[str, Union[np.ndarray, Any]], response: "pb.RunResponse"):
         self.outputs = outputs
         self._response = response
-        self.device: str = response.device
-        self.plan_ms: float = response.plan_ms
-        self.compile_ms: float = response.compile_ms
-        self.run_ms: float = response.run_ms
-        self.collective_ms: float = response.collective_ms
+
+    device: str = _from_response("device")
+    plan_ms: float = _from_response("plan_ms")
+    compile_ms: float = _from_response("compile_ms")
+    run_ms: float = _from_response("run_ms")
+    collective_ms: float = _from_response("collective_ms")
 
     @functools.cached_property
     def kernels(self) -> List[Kernel]:

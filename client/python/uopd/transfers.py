@@ -68,7 +68,8 @@ def byte_view(data: Union[np.ndarray, bytes, bytearray, memoryview]) -> memoryvi
     if isinstance(data, np.ndarray):
         if not data.flags["C_CONTIGUOUS"]:
             raise errors.InvalidArgument("a strided array is made contiguous before it is sent (dtypes.host_array)")
-        data = data.reshape(-1).view(np.uint8)
+        if data.dtype.isbuiltin != 1 or data.size == 0:  # ml_dtypes' bfloat16 exports no buffer format
+            data = data.reshape(-1).view(np.uint8)
     return memoryview(data).cast("B")
 
 

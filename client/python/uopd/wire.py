@@ -1,16 +1,24 @@
 """The few messages of the hot path, encoded and decoded by hand: protobuf's Python
-encoding of a 1 MiB chunk copies it three times and of even a small graph costs more than
-uopd takes to run it cached. A protobuf message is its fields concatenated (in any order),
-each a key (field number and wire type) and a value; only what uopd.proto needs is here.
+encoding of a 1 MiB chunk copies it three times, and building a Run request as messages
+(a Binding and a Tensor per input, the graph copied in) costs more than uopd takes to run
+it cached. A protobuf message is its fields concatenated (in any order), each a key
+(field number and wire type) and a value; only what uopd.proto needs is here.
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Sequence, Tuple, Union
 
 from uopd import errors
 
+Part = Union[bytes, memoryview]  # a piece of an encoding, joined with the others once
 
 def varint(n: int) -> bytes:
+    """An unsigned varint; a negative number (protobuf's 10-byte two's complement) is
+    never needed here, so it is refused."""
+    if 0 <= n < 0x80:
+        return _ONE_BYTE[n]
+    if n < 0:
+        raise ValueError(f"a negative varint ({n})")
     out = bytearray()
     while True:
         byte, n = n & 0x7F, n >> 7
@@ -19,18 +27,35 @@ def varint(n: int) -> bytes:
             return bytes(out)
 
 
+_ONE_BYTE = tuple(bytes((i,)) for i in range(0x80))
+
+
 def key(field: int, wire_type: int) -> bytes:
-    return varint(field << 3 | wire_type)
+    k = field << 3 | wire_type
+    return _ONE_BYTE[k] if k < 0x80 else varint(k)
 
 
 def length_prefix(field: int, length: int) -> bytes:
     """The key and length of a length-delimited field (bytes, string, message) whose
     `length` bytes follow."""
-    return key(field, 2) + varint(length)
+    return key(field, 2) + (_ONE_BYTE[length] if 0 <= length < 0x80 else varint(length))
 
 
 def uint_field(field: int, value: int) -> bytes:
-    return key(field, 0) + varint(value)
+    return key(field, 0) + (_ONE_BYTE[value] if 0 <= value < 0x80 else varint(value))
+
+
+def bytes_field(field: int, data: Part) -> bytes:
+    """A length-delimited field (bytes, string or an encoded message), copied once."""
+    return b"".join((length_prefix(field, len(data)), data))
+
+
+def packed_field(field: int, values: Sequence[int]) -> bytes:
+    """A packed repeated varint field (e.g. a shape, int64 >= 0); none: nothing, as
+    protobuf writes an empty repeated field."""
+    if not values:
+        return b""
+    return bytes_field(field, b"".join(varint(v) for v in values))
 
 
 def _read_varint(raw: bytes, i: int) -> Tuple[int, int]:
