@@ -61,6 +61,15 @@ absl::Status parse_search_mode(std::string_view text, SearchOptions* o) {
   return absl::OkStatus();
 }
 
+std::string search_mode_name(const SearchOptions& o) {
+  switch (o.mode) {
+    case SearchMode::Off: return "off";
+    case SearchMode::Heuristic: return "heuristic";
+    case SearchMode::Beam: return cat("beam:", o.width);
+  }
+  return "";
+}
+
 std::string tuning_record_key(const Digest& kernel, const Backend& backend, std::string_view cache_namespace) {
   std::string material = cat("uopd-tuning-record/1\n", kernel.hex(), "\n", backend.target_id(), "\n", backend.build_id(),
                              "\n", backend.key_parts());

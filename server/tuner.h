@@ -75,8 +75,9 @@ struct SearchOptions {
 };
 
 // "off", "heuristic", "beam" or "beam:WIDTH" (1 .. 64) into `o`; INVALID_ARGUMENT naming
-// what is wrong otherwise.
+// what is wrong otherwise. search_mode_name prints it back ("beam:4").
 absl::Status parse_search_mode(std::string_view text, SearchOptions* o);
+std::string search_mode_name(const SearchOptions& o);
 
 // A tuning record: the schedule that won for a kernel on a target and compiler build.
 struct TuningRecord {
