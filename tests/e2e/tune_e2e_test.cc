@@ -1,12 +1,16 @@
 // `Tune` end to end: a real uopd and its uop-worker. A graph tuned then run computes what
 // the interpreter computes, compiled with its record's schedule; a second uopd on the same
-// cache directory finds the record on disk and searches nothing; --search=off refuses
-// Tune and never searches; bad Tune requests are refused naming what is wrong, and the
-// server keeps serving.
+// cache directory finds the record on disk and searches nothing; two uopd sharing a real
+// Redis, asked to tune one kernel at once, search it once between them; --search=beam
+// searches a kernel after its first run, in the background; --search=off refuses Tune
+// and never searches; bad Tune requests are refused naming what is wrong, and the server
+// keeps serving.
 #include <unistd.h>
 
 #include <filesystem>
+#include <future>
 #include <optional>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -15,6 +19,7 @@
 #include "compiler/interp/interp.h"
 #include "compiler/ir/tensor_builder.h"
 #include "compiler/support/strings.h"
+#include "tests/unit/server/cache/test_util.h"
 
 namespace uop {
 namespace {
@@ -117,6 +122,68 @@ TEST(TuneE2e, ATunedGraphRunsLikeTheInterpreterWithItsRecordsSchedule) {
   EXPECT_EQ(st->searches, 0u);
   EXPECT_EQ(st->tuning_records_disk, 1u);
   expect_run_matches_interpreter(*again.client, l);
+}
+
+TEST(TuneE2e, TwoServersSharingARedisSearchAKernelOnce) {
+  if (!testing::RedisServer::installed()) GTEST_SKIP() << "redis-server is not installed";
+  testing::RedisServer redis;
+  ASSERT_TRUE(redis.start());
+  const std::string flag = cat("--redis=127.0.0.1:", redis.port());
+  const std::string key_dir = cache_dir("redis-key");
+  std::filesystem::create_directories(key_dir);
+  const std::string key = "--cache-key-file=" + testing::write_cache_key_file(key_dir + "/cache.key");
+  Server a = Server::start({"--cache-dir=" + cache_dir("redis-a"), flag, key, "--search-budget-s=20"});
+  Server b = Server::start({"--cache-dir=" + cache_dir("redis-b"), flag, key, "--search-budget-s=20"});
+  ASSERT_TRUE(a.client && b.client);
+  Layer l;
+  // Both at once: whichever takes the lease searches; the other finds the lease taken
+  // (and keeps the heuristic's kernel) or, if it comes later, the record.
+  auto on_b = std::async(std::launch::async, [&] { return b.client->tune(l.root, l.names, ""); });
+  auto ta = a.client->tune(l.root, l.names, "");
+  auto tb = on_b.get();
+  ASSERT_TRUE(ta.ok()) << ta.status();
+  ASSERT_TRUE(tb.ok()) << tb.status();
+  auto sa = a.client->stats();
+  auto sb = b.client->stats();
+  ASSERT_TRUE(sa.ok() && sb.ok());
+  EXPECT_EQ(sa->searches + sb->searches, 1u) << "one search between the two";
+  EXPECT_EQ(sa->tuning_records_written + sb->tuning_records_written, 1u);
+  // Afterwards both find the record: the searcher in memory, the other in Redis at the latest.
+  Server& other = sa->searches == 1 ? b : a;
+  auto later = other.client->tune(l.root, l.names, "");
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_TRUE(later->from_record);
+  expect_run_matches_interpreter(*other.client, l);
+}
+
+TEST(TuneE2e, BeamSearchesAKernelAfterItsFirstRunInTheBackground) {
+  Server s = Server::start({"--cache-dir=", "--search=beam:2", "--search-budget-s=10"});
+  ASSERT_TRUE(s.client);
+  Layer l;
+  expect_run_matches_interpreter(*s.client, l);
+  // The search runs after the Run has answered: wait for its record (bounded).
+  const absl::Time until = absl::Now() + absl::Seconds(90);
+  uint64_t written = 0;
+  while (written == 0 && absl::Now() < until) {
+    auto st = s.client->stats();
+    ASSERT_TRUE(st.ok());
+    written = st->tuning_records_written;
+    if (written == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(written, 1u) << "the background search wrote its record";
+  auto st = s.client->stats();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->search, "beam:2");
+  EXPECT_EQ(st->searches, 1u);
+  EXPECT_GT(st->candidates_timed, 0u);
+  // The record's schedule is what the next run compiles with, and it still matches.
+  auto t = s.client->tune(l.root, l.names, "");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->from_record);
+  const std::string abi = expect_run_matches_interpreter(*s.client, l);
+  if (!t->schedule.empty()) {
+    EXPECT_NE(abi.find(cat(t->schedule.size(), ":", t->schedule)), std::string::npos) << abi;
+  }
 }
 
 TEST(TuneE2e, SearchOffRefusesTuneAndSearchesNothing) {
