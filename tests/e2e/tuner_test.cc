@@ -1,13 +1,16 @@
 // Schedule search (server/tuner.h) with the scheduler's own parts in this process and a
 // real uop-worker: a searched kernel, compiled as its record says and run on the worker,
 // computes what the interpreter computes; a candidate rigged to compute something else
-// (the test hook) is dropped as a mismatch and never wins; records that are truncated,
+// (the test hook) is dropped as a mismatch and never wins; one whose object the worker
+// refuses, or under which the worker dies, is dropped as a crash (the worker replaced)
+// and the search goes on; records that are truncated,
 // corrupt, foreign or of another build are misses, in the record codec and in the tiers;
 // --search=off never searches nor uses a record; servers sharing a real Redis search a
 // kernel once (the lease), the other picks the record up.
 #include "server/tuner.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <filesystem>
 #include <memory>
@@ -198,6 +201,61 @@ TEST(Tuner, ACandidateRiggedToBeWrongNeverWins) {
   EXPECT_EQ(t.tuner->stats().dropped_mismatch, r->dropped_mismatch);
   for (const std::string& bad : rigged) EXPECT_NE(r->schedule, bad) << "a rigged candidate won";
   expect_runs_like_the_interpreter(t, m, *p, r->schedule);
+}
+
+// A candidate whose object the worker cannot load or run fails on the worker: it is
+// dropped as a crash, and the search goes on to a winner that still computes the right
+// thing, on a worker that still serves.
+TEST(Tuner, ACandidateThatFailsOnTheWorkerIsDroppedAndTheSearchGoesOn) {
+  SearchOptions o = beam();
+  std::mutex mu;
+  size_t seen = 0;
+  std::vector<std::string> broken;
+  o.corrupt_candidate = [&](const std::string& schedule, CompiledKernel& k) {
+    std::lock_guard<std::mutex> l(mu);
+    if (seen++ % 3) return;
+    broken.push_back(schedule);
+    k.object = "not an ELF object";
+  };
+  Server s(o);
+  Matmul m;
+  auto p = s.plan(m.root);
+  ASSERT_TRUE(p);
+  auto r = s.tune(*p);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_FALSE(broken.empty());
+  EXPECT_EQ(r->dropped_crash, broken.size());
+  EXPECT_EQ(s.tuner->stats().dropped_crash, broken.size());
+  for (const std::string& bad : broken) EXPECT_NE(r->schedule, bad);
+  expect_runs_like_the_interpreter(s, m, *p, r->schedule);
+}
+
+// The worker dies while a candidate is being timed (killed, as a crashing kernel would
+// end it): that candidate is dropped, the pool starts another worker, and the search goes
+// on on it.
+TEST(Tuner, AWorkerThatDiesUnderACandidateIsReplacedAndTheSearchGoesOn) {
+  SearchOptions o = beam();
+  WorkerPool* pool = nullptr;
+  int64_t killed = 0;
+  o.corrupt_candidate = [&](const std::string&, CompiledKernel&) {
+    if (killed || !pool) return;
+    killed = pool->snapshot().at(0).pid;
+    ASSERT_GT(killed, 0);
+    ::kill(static_cast<pid_t>(killed), SIGKILL);
+  };
+  Server s(o);
+  pool = &s.pool;
+  Matmul m;
+  auto p = s.plan(m.root);
+  ASSERT_TRUE(p);
+  auto r = s.tune(*p);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_GT(killed, 0);
+  EXPECT_EQ(r->dropped_crash, 1u);
+  EXPECT_GT(r->candidates_timed, 0u) << "candidates after the death were timed on the new worker";
+  EXPECT_NE(s.pool.snapshot().at(0).pid, killed);
+  EXPECT_EQ(s.pool.snapshot().at(0).restarts, 1u);
+  expect_runs_like_the_interpreter(s, m, *p, r->schedule);
 }
 
 TEST(Tuner, CorruptTruncatedForeignAndOtherBuildRecordsAreMisses) {
