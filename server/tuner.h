@@ -70,7 +70,9 @@ struct SearchOptions {
   int width = 4;                             // schedules kept per round
   absl::Duration budget = absl::Seconds(30);  // per kernel
   // Tests only: called on every candidate after it compiled and before it is timed (a
-  // test rigs one to compute something else). Never set by uopd.
+  // test rigs one to compute something else). Never set by uopd. The worker keeps what it
+  // loaded under the candidate's cache key, so a test must not run a rigged schedule
+  // through that worker afterwards.
   std::function<void(const std::string& schedule, CompiledKernel& kernel)> corrupt_candidate;
 };
 
