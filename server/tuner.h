@@ -156,7 +156,6 @@ class Tuner {
 
  private:
   struct Candidate;
-  struct Search;
   // The record in the first tier that has a good one (copied into the tiers above), or
   // nullopt; counts hits, misses and refused records.
   std::optional<TuningRecord> find_record(const std::string& key, const Digest& kernel, const Backend& backend);
