@@ -57,6 +57,18 @@ flags::Tool uop_flags(bool onnx) {
   explain.string("stage", "NAME", "only this stage (a name the server does not know: it answers with the list)");
   explain.string("target", "cpu|cuda:sm_NN", "lower for this target", "cpu");
 
+  flags::Command& tune = t.command("tune", onnx ? "search each kernel's loop schedule for the server's CPU ahead of time "
+                                                  "(GRAPH or MODEL.onnx, imported here): its progress, and each kernel's "
+                                                  "time before / after; the winners are recorded for every later compile"
+                                                : "search each kernel's loop schedule for the server's CPU ahead of time: "
+                                                  "its progress, and each kernel's time before / after; the winners are "
+                                                  "recorded for every later compile");
+  tune.positional("GRAPH");
+  tune.integer("width", "N", "schedules kept per round").shown_default("the server's").range(1, 64);
+  tune.integer("budget", "SECONDS", "the most one kernel's search may take (with --deadline above it)")
+      .shown_default("the server's --search-budget-s")
+      .range(1, 3600);
+  if (onnx) tune.string("in", "NAME=FILE.npy", "a MODEL.onnx's input, for its shape (as uop run's)").repeatable();
   t.command("stats", "the server's counters: workers, caches, plans, sessions");
 
   flags::Command& bench = t.command("bench", onnx ? "load once, run N times in one session: latency min / p50 / p99, runs "
@@ -243,6 +255,53 @@ std::string profile_table(const std::vector<client::KernelProfile>& profile) {
     out += line + "\n";
   }
   return out;
+}
+
+int tune_graph(client::Client& client, const UOp* root, const Names& names, const Args& a, const std::string& path,
+               std::ostream& out) {
+  // Compiled first: the kernels to tune, each compiled once the usual way.
+  auto compiled = client.compile(root, names);
+  if (!compiled.ok()) {
+    std::cerr << "uop: " << path << ": " << compiled.status().message() << "\n";
+    return 1;
+  }
+  const uint32_t width = a.has("width") ? static_cast<uint32_t>(a.integer("width")) : 0;
+  const uint32_t budget = a.has("budget") ? static_cast<uint32_t>(a.integer("budget")) : 0;
+  const size_t n = compiled->kernels.size();
+  out << "tuning " << n << " kernel" << (n == 1 ? "" : "s") << " of " << path << " on " << client.address() << std::endl;
+  double before = 0, after = 0, seconds = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const client::Kernel& k = compiled->kernels[i];
+    out << absl::StrFormat("[%d/%d] %s %s: ", i + 1, n, k.name, k.digest.substr(0, 12)) << std::flush;
+    auto t = client.tune(root, names, k.digest, width, budget);
+    if (!t.ok()) {
+      out << "failed\n";
+      std::cerr << "uop: " << path << ": kernel " << k.name << ": " << t.status().message() << "\n";
+      return 1;
+    }
+    seconds += t->seconds;
+    if (!t->skipped.empty()) {
+      out << "not searched: " << t->skipped << "\n";
+      continue;
+    }
+    before += t->before_ms;
+    after += t->after_ms;
+    out << absl::StrFormat("before %.4f ms, after %.4f ms (%.2fx)", t->before_ms, t->after_ms,
+                           t->after_ms > 0 ? t->before_ms / t->after_ms : 1.0);
+    if (t->from_record) {
+      out << ", from its record";
+    } else {
+      out << absl::StrFormat(", %d candidates timed in %.1f s", t->candidates_timed, t->seconds);
+      const uint64_t dropped = t->dropped_compile + t->dropped_mismatch + t->dropped_crash + t->dropped_timeout;
+      if (dropped)
+        out << absl::StrFormat(" (dropped: %d compile, %d mismatch, %d crash, %d timeout)", t->dropped_compile,
+                               t->dropped_mismatch, t->dropped_crash, t->dropped_timeout);
+    }
+    out << "\n    schedule " << (!t->schedule.empty() ? t->schedule : t->heuristic_schedule.empty() ? std::string("the heuristic's") : "the heuristic's: " + t->heuristic_schedule) << "\n";
+  }
+  out << absl::StrFormat("total: before %.4f ms, after %.4f ms per run of every kernel once (%.2fx), %.1f s tuning\n",
+                         before, after, after > 0 ? before / after : 1.0, seconds);
+  return 0;
 }
 
 }  // namespace uop::cli

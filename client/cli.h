@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -65,5 +66,11 @@ std::string_view source_extension(const client::Target& t);
 // launches, total ms, per-launch ms, GFLOPS, GB/s and its schedule, one row per kernel;
 // a rate without an estimate is "-".
 std::string profile_table(const std::vector<client::KernelProfile>& profile);
+
+// `uop tune`: the graph compiled, then each kernel tuned by the server in turn (--width,
+// --budget), a line of progress each: its time before / after, candidates timed and
+// dropped, the schedule kept; then the totals. 0, or 1 after printing why not.
+int tune_graph(client::Client& client, const UOp* root, const Names& names, const Args& a, const std::string& path,
+               std::ostream& out);
 
 }  // namespace uop::cli

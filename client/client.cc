@@ -375,6 +375,34 @@ absl::StatusOr<std::vector<ExplainStage>> Client::explain(const UOp* root, const
   return out;
 }
 
+absl::StatusOr<TuneResult> Client::tune(const UOp* root, const Names& names, const std::string& digest, uint32_t width,
+                                        uint32_t budget_s) {
+  pb::TuneRequest req;
+  encode_proto(root, names, req.mutable_graph());
+  req.set_digest(digest);
+  req.set_width(width);
+  req.set_budget_s(budget_s);
+  pb::TuneResponse r;
+  auto ctx = conn_->context();
+  if (absl::Status s = to_status(conn_->stub->Tune(ctx.get(), req, &r)); !s.ok()) return s;
+  TuneResult out;
+  out.name = r.name();
+  out.digest = r.digest();
+  out.heuristic_schedule = r.heuristic_schedule();
+  out.schedule = r.schedule();
+  out.before_ms = r.before_ms();
+  out.after_ms = r.after_ms();
+  out.from_record = r.from_record();
+  out.skipped = r.skipped();
+  out.candidates_timed = r.candidates_timed();
+  out.dropped_compile = r.dropped_compile();
+  out.dropped_mismatch = r.dropped_mismatch();
+  out.dropped_crash = r.dropped_crash();
+  out.dropped_timeout = r.dropped_timeout();
+  out.seconds = r.seconds();
+  return out;
+}
+
 absl::StatusOr<Stats> Client::stats() {
   pb::StatsResponse r;
   auto ctx = conn_->context();
@@ -402,6 +430,19 @@ absl::StatusOr<Stats> Client::stats() {
   out.model_weight_buffers_written = r.model_weight_buffers_written();
   out.model_weight_bytes_written = r.model_weight_bytes_written();
   out.compiler_build_id = r.compiler_build_id();
+  out.searches = r.searches();
+  out.candidates_timed = r.candidates_timed();
+  out.candidates_dropped_compile = r.candidates_dropped_compile();
+  out.candidates_dropped_mismatch = r.candidates_dropped_mismatch();
+  out.candidates_dropped_crash = r.candidates_dropped_crash();
+  out.candidates_dropped_timeout = r.candidates_dropped_timeout();
+  out.tuning_records_memory = r.tuning_records_memory();
+  out.tuning_records_disk = r.tuning_records_disk();
+  out.tuning_records_redis = r.tuning_records_redis();
+  out.tuning_record_misses = r.tuning_record_misses();
+  out.tuning_record_errors = r.tuning_record_errors();
+  out.tuning_records_written = r.tuning_records_written();
+  out.search = r.search();
   for (const pb::WorkerStatus& w : r.workers())
     out.workers.push_back({w.id(), w.device(), w.address(), w.state(), w.pid(), w.restarts(), w.last_error()});
   return out;

@@ -107,6 +107,18 @@ struct CompileResult {
   bool plan_cached = false;
 };
 
+// What uopd's schedule search did for one kernel (uopd.v1.TuneResponse).
+struct TuneResult {
+  std::string name, digest;
+  std::string heuristic_schedule, schedule;  // schedule "": the heuristic's stays
+  double before_ms = 0, after_ms = 0;        // one launch, the heuristic's and the winner's
+  bool from_record = false;                  // a record existed: nothing was searched
+  std::string skipped;                       // why it was not searched
+  uint64_t candidates_timed = 0;
+  uint64_t dropped_compile = 0, dropped_mismatch = 0, dropped_crash = 0, dropped_timeout = 0;
+  double seconds = 0;
+};
+
 struct ExplainStage {
   std::string name;    // a pipeline stage
   std::string kernel;  // for per-kernel stages
@@ -137,6 +149,14 @@ struct Stats {
   uint64_t launches_timed = 0;  // launches the workers timed (profiled Runs only)
   // Weights written by LoadModel (the whole server's): one upload per model loaded.
   uint64_t model_weight_buffers_written = 0, model_weight_bytes_written = 0;
+  // Schedule search: searches, candidates timed and dropped by reason, tuning records
+  // found by tier, missing, refused, written; the server's --search.
+  uint64_t searches = 0, candidates_timed = 0;
+  uint64_t candidates_dropped_compile = 0, candidates_dropped_mismatch = 0, candidates_dropped_crash = 0,
+           candidates_dropped_timeout = 0;
+  uint64_t tuning_records_memory = 0, tuning_records_disk = 0, tuning_records_redis = 0;
+  uint64_t tuning_record_misses = 0, tuning_record_errors = 0, tuning_records_written = 0;
+  std::string search;
   std::vector<WorkerStatus> workers;
   std::string compiler_build_id;
 };
@@ -296,6 +316,10 @@ class Client {
   absl::StatusOr<std::vector<ExplainStage>> explain(const UOp* root, const Names& names,
                                                     const std::string& stage = "", const Target& target = {});
   absl::StatusOr<Stats> stats();
+  // The schedule search of the graph's kernel `digest` (a digest or a prefix of 8+ digits;
+  // "" for a graph of one kernel) for the server's CPU; width and budget 0: the server's.
+  absl::StatusOr<TuneResult> tune(const UOp* root, const Names& names, const std::string& digest, uint32_t width = 0,
+                                  uint32_t budget_s = 0);
 
  private:
   explicit Client(std::shared_ptr<detail::Connection> conn);

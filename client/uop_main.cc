@@ -343,6 +343,13 @@ int cmd_stats(Context& c) {
             << "plan cache: hits " << s->plan_cache_hits << ", misses " << s->plan_cache_misses << "\n"
             << "compile pool: " << s->compile_tasks_running << " running, " << s->compile_queue_depth << " waiting; "
             << s->compiles_in_progress << " requests compiling\n"
+            << "schedule search (" << s->search << "): " << s->searches << " searches, " << s->candidates_timed
+            << " candidates timed; dropped " << s->candidates_dropped_compile << " compile, "
+            << s->candidates_dropped_mismatch << " mismatch, " << s->candidates_dropped_crash << " crash, "
+            << s->candidates_dropped_timeout << " timeout\n"
+            << "tuning records: found " << s->tuning_records_memory << " memory, " << s->tuning_records_disk << " disk, "
+            << s->tuning_records_redis << " redis; missing " << s->tuning_record_misses << "; refused "
+            << s->tuning_record_errors << "; written " << s->tuning_records_written << "\n"
             << "workers: " << s->workers.size() << "\n";
   for (const client::WorkerStatus& w : s->workers) {
     std::cout << "  " << w.id << "  " << w.device << "  " << w.state;
@@ -418,6 +425,7 @@ int run(int argc, char** argv) {
       else if (a.command == "bench") rc = cmd_bench(c, *plan);
       else if (a.command == "compile") rc = cmd_compile(c);
       else if (a.command == "explain") rc = cmd_explain(c);
+      else if (a.command == "tune") rc = cli::tune_graph(c.client, c.graph->root, c.graph->names, a, a.positional[0], std::cout);
       else rc = cmd_stats(c);
     }
     bool users_fault = last_failure == absl::StatusCode::kOk || last_failure == absl::StatusCode::kInvalidArgument ||

@@ -41,6 +41,7 @@
 #include "server/registry_service.h"
 #include "server/rendezvous_service.h"
 #include "server/service.h"
+#include "server/tuner.h"
 #include "transport/cluster_auth.h"
 #include "transport/tls.h"
 
@@ -143,6 +144,14 @@ flags::Tool uopd_flags() {
            "shm (workers on one host), gloo (TCP, through this scheduler's Rendezvous service) or auto: by the "
            "workers' addresses",
            "auto");
+  c.string("search", "off|heuristic|beam[:WIDTH]",
+           "loop schedules: off (the heuristic's kernels only), heuristic (and tuning records where they exist: "
+           "uop tune, another uopd sharing the cache), beam (and every CPU kernel without a record is searched in "
+           "the background after its first run, keeping the WIDTH best schedules per round, default 4; once per "
+           "cluster with --redis)",
+           "heuristic");
+  c.integer("search-budget-s", "N", "the longest one kernel's search may take (uop tune may ask for another)", 30)
+      .range(1, 3600);
   c.flag("allow-custom", "accept CUSTOM / CUSTOMI / CUSTOM_FUNCTION ops (inline code)");
   c.string("tokens-file", "PATH",
            "tenants, bearer tokens and quotas (format: server/auth.h); every request then needs a token; none: one "
@@ -183,8 +192,26 @@ std::string find_worker(const std::string& flag) {
 }
 
 std::vector<SampledFamily> sample(CompileCache& cache, WorkerPool& pool, Planner& planner, SessionManager& sessions,
-                                  const Executor& executor, const ByteBudget& inflight) {
+                                  const Executor& executor, const ByteBudget& inflight, const Tuner& tuner) {
   std::vector<SampledFamily> out;
+  const TunerStats t = tuner.stats();
+  out.push_back({"uopd_schedule_searches_total", "kernels whose loop schedule was searched (uop tune, --search=beam)", true,
+                 {{{}, double(t.searches)}}});
+  out.push_back({"uopd_schedule_candidates_timed_total", "schedule candidates timed on a worker", true,
+                 {{{}, double(t.candidates_timed)}}});
+  out.push_back({"uopd_schedule_candidates_dropped_total", "schedule candidates dropped, by reason", true,
+                 {{{{"reason", "compile"}}, double(t.dropped_compile)},
+                  {{{"reason", "mismatch"}}, double(t.dropped_mismatch)},
+                  {{{"reason", "crash"}}, double(t.dropped_crash)},
+                  {{{"reason", "timeout"}}, double(t.dropped_timeout)}}});
+  SampledFamily records{"uopd_tuning_records_total", "tuning records found, by tier (missing: in none)", true, {}};
+  for (const auto& [tier, n] : t.record_hits) records.samples.push_back({{{"tier", tier}}, double(n)});
+  records.samples.push_back({{{"tier", "missing"}}, double(t.record_misses)});
+  out.push_back(records);
+  out.push_back({"uopd_tuning_record_errors_total", "tuning records refused (corrupt, truncated, foreign, another build) or tiers that failed",
+                 true, {{{}, double(t.record_errors)}}});
+  out.push_back({"uopd_tuning_records_written_total", "tuning records written by searches here", true,
+                 {{{}, double(t.records_written)}}});
   SampledFamily hits{"uopd_cache_hits_total", "compile cache hits by tier", true, {}};
   SampledFamily misses{"uopd_cache_misses_total", "compile cache misses by tier", true, {}};
   SampledFamily errors{"uopd_cache_errors_total", "compile cache errors by tier (entries that fail authentication or checks, failed tiers)", true, {}};
@@ -526,8 +553,21 @@ int run(int argc, char** argv) {
                           absl::Seconds(f.integer("tenant-worker-idle-s")),
                           [&sessions](const std::string& t, const std::string& d) { return sessions.uses_device(t, d); }});
   }
+  SearchOptions search;
+  if (absl::Status s = parse_search_mode(f.get("search"), &search); !s.ok()) {
+    std::cerr << "uopd: " << s.message() << "\n";
+    pool.shutdown();
+    return 2;
+  }
+  search.budget = absl::Seconds(f.integer("search-budget-s"));
+  Tuner tuner(search, &planner, &executor, &cache);
+  if (search.mode != SearchMode::Off)
+    planner.set_schedule_source([&tuner](const PlannedKernel& k, const Backend& b, std::string_view ns) {
+      return tuner.recorded_schedule(k, b, ns);
+    });
   ServiceDeps deps{&planner, &cache, &sessions, &pool, &executor, metrics->get(), {}};
   deps.tenants = tenants.get();
+  deps.tuner = &tuner;
   deps.limits.decode.max_nodes = static_cast<uint32_t>(f.integer("max-nodes"));
   deps.limits.decode.max_bytes = f.integer("max-request-bytes");
   deps.limits.request_deadline = absl::Seconds(f.integer("request-deadline-s"));
@@ -537,7 +577,7 @@ int run(int argc, char** argv) {
   deps.limits.max_inline_output_bytes = f.integer("max-inline-output-bytes");
   deps.limits.stream_idle_timeout = absl::Seconds(f.integer("stream-idle-timeout-s"));
   UopdService service(deps);
-  (*metrics)->add_sampler([&] { return sample(cache, pool, planner, sessions, executor, service.inflight()); });
+  (*metrics)->add_sampler([&] { return sample(cache, pool, planner, sessions, executor, service.inflight(), tuner); });
   // Anyone who reaches the metrics port can read it: tenant names only when asked for.
   const bool tenant_labels = f.on("metrics-tenant-labels");
   if (tenants->enabled()) (*metrics)->add_sampler([&, tenant_labels] { return sample_tenants(*tenants, sessions, tenant_labels); });

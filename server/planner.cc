@@ -397,6 +397,7 @@ absl::StatusOr<std::vector<CompiledKernel>> Planner::compile(const Plan& plan,
     // keys, one compile.
     auto given = schedules.find(k.digest.hex());
     std::string schedule = given != schedules.end() ? given->second : std::string();
+    if (given == schedules.end() && schedule_source_) schedule = schedule_source_(k, *backend, cache_namespace);
     std::string key = cache_key(k.digest, *backend, cache_namespace, schedule);
     auto [it, fresh] = first.emplace(key, lookups.size());
     which[i] = it->second;
@@ -423,6 +424,34 @@ absl::StatusOr<std::vector<CompiledKernel>> Planner::compile(const Plan& plan,
   }
   std::vector<CompiledKernel> out;
   for (size_t i = 0; i < plan.kernels.size(); ++i) out.push_back(done[which[i]]);
+  return out;
+}
+
+std::vector<absl::StatusOr<CompiledKernel>> Planner::compile_candidates(const PlannedKernel& k,
+                                                                        std::shared_ptr<const Backend> backend,
+                                                                        const std::vector<std::string>& schedules,
+                                                                        std::string_view cache_namespace,
+                                                                        const Requester& who) {
+  std::vector<Pending<std::string>> pending;
+  std::vector<std::string> keys;
+  for (const std::string& schedule : schedules) {
+    keys.push_back(cache_key(k.digest, *backend, cache_namespace, schedule));
+    pending.push_back(to_pool<std::string>(
+        who, cat("a schedule candidate of kernel ", k.name),
+        [this, k, backend, key = keys.back(), schedule](const std::function<absl::Status()>& keep_going) {
+          return build(k, *backend, key, schedule, [&keep_going] { return keep_going().ok(); });
+        }));
+  }
+  std::vector<absl::StatusOr<CompiledKernel>> out;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    absl::StatusOr<std::string> art = pending[i].wait(who.gone);
+    if (!art.ok()) {
+      out.push_back(art.status());
+      continue;
+    }
+    CacheResult entry{*std::move(art), CacheOutcome::Miss, ""};
+    out.push_back(kernel_from_entry(k, keys[i], backend->target_id(), entry, std::nullopt));
+  }
   return out;
 }
 

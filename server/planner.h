@@ -203,6 +203,21 @@ class Planner {
                                                       std::string_view cache_namespace = {}, const Requester& who = {},
                                                       const KernelSchedules& schedules = {});
 
+  // A schedule search's candidates (server/tuner.h): kernel k compiled for `backend` with
+  // each of `schedules` exactly ("" the target's heuristic; no tuning record consulted), as
+  // many at once as the compile pool runs, in `who`'s turns and under its deadline, none
+  // stored in the compile cache (a search compiles many that are never used again). One
+  // result per schedule, in order; each carries the key its schedule is cached under.
+  std::vector<absl::StatusOr<CompiledKernel>> compile_candidates(const PlannedKernel& k, std::shared_ptr<const Backend> backend,
+                                                                 const std::vector<std::string>& schedules,
+                                                                 std::string_view cache_namespace, const Requester& who);
+
+  // Where compile() takes the schedule of a kernel no request names one for: a tuning
+  // record (server/tuner.h), or "" for the target's heuristic. Set before serving.
+  using ScheduleSource =
+      std::function<std::string(const PlannedKernel& k, const Backend& backend, std::string_view cache_namespace)>;
+  void set_schedule_source(ScheduleSource source) { schedule_source_ = std::move(source); }
+
   // The cache key of a kernel for `backend` (and namespace, and loop schedule: "" the
   // heuristic's): Backend::cache_key with this planner's keep_source.
   std::string cache_key(const Digest& kernel, const Backend& backend, std::string_view cache_namespace = {},
@@ -271,6 +286,7 @@ class Planner {
   std::vector<std::pair<std::pair<std::string, Digest>, std::shared_ptr<const Plan>>> lru_;
   uint64_t hits_ = 0, misses_ = 0;
   absl::flat_hash_map<const DecodedGraph*, std::weak_ptr<std::mutex>> planning_locks_;  // planning_lock's
+  ScheduleSource schedule_source_;  // set before serving, read by every compile
   TaskQueue compiles_;  // last: its threads stop (finishing what they run) before the rest goes
 };
 

@@ -60,32 +60,37 @@ void fill_kernel(const CompiledKernel& k, bool binary, bool source, pb::Kernel* 
 // plan (by digest, or "" in a plan of one kernel) at most once, with a schedule that
 // parses (whether it fits its kernel is the compile's to say, naming the step). The
 // text the planner keys on is the canonical one.
+// The kernel of `plan` that `digest` names (a whole digest, a prefix of 8+ hex digits
+// naming one kernel, or "" for a plan of one kernel), in hex; INVALID_ARGUMENT naming
+// `what` otherwise.
+absl::StatusOr<std::string> kernel_named(std::string digest, const Plan& plan, std::string_view what) {
+  absl::flat_hash_set<std::string> digests;
+  for (const PlannedKernel& k : plan.kernels) digests.insert(k.digest.hex());
+  if (digest.empty()) {
+    if (digests.size() != 1)
+      return absl::InvalidArgumentError(cat(what, " names no kernel, and the graph has ", digests.size(),
+                                            " kernels: name one by its digest"));
+    return *digests.begin();
+  }
+  if (digests.contains(digest)) return digest;
+  // A prefix of at least 8 hex digits (what `uop compile` prints) names the one kernel
+  // whose digest starts with it.
+  std::vector<std::string> match;
+  if (digest.size() >= 8)
+    for (const std::string& d : digests)
+      if (d.starts_with(digest)) match.push_back(d);
+  if (match.size() != 1)
+    return absl::InvalidArgumentError(cat(what, ": the graph has ", match.empty() ? "no kernel" : "several kernels",
+                                          " of digest '", digest.substr(0, 64), digest.size() > 64 ? "...'" : "'"));
+  return match[0];
+}
+
 absl::StatusOr<KernelSchedules> schedules_of(const pb::CompileRequest& req, const Plan& plan) {
   KernelSchedules out;
   if (req.schedules_size() == 0) return out;
-  absl::flat_hash_set<std::string> digests;
-  for (const PlannedKernel& k : plan.kernels) digests.insert(k.digest.hex());
   for (int i = 0; i < req.schedules_size(); ++i) {
     const pb::KernelSchedule& s = req.schedules(i);
-    std::string digest = s.digest();
-    if (digest.empty()) {
-      if (digests.size() != 1)
-        return absl::InvalidArgumentError(cat("schedules[", i, "] names no kernel, and the graph has ", digests.size(),
-                                              " kernels: name one by its digest"));
-      digest = *digests.begin();
-    }
-    if (!digests.contains(digest)) {
-      // A prefix of at least 8 hex digits (what `uop compile` prints) names the one kernel
-      // whose digest starts with it.
-      std::vector<std::string> match;
-      if (digest.size() >= 8)
-        for (const std::string& d : digests)
-          if (d.starts_with(digest)) match.push_back(d);
-      if (match.size() != 1)
-        return absl::InvalidArgumentError(cat("schedules[", i, "]: the graph has ", match.empty() ? "no kernel" : "several kernels",
-                                              " of digest '", digest.substr(0, 64), digest.size() > 64 ? "...'" : "'"));
-      digest = match[0];
-    }
+    ASSIGN_OR_RETURN(std::string digest, kernel_named(s.digest(), plan, cat("schedules[", i, "]")));
     auto parsed = parse_loop_schedule(s.schedule());
     if (!parsed.ok()) return absl::InvalidArgumentError(cat("schedules[", i, "]: ", parsed.status().message()));
     if (!out.emplace(digest, parsed->str()).second)
@@ -554,6 +559,46 @@ grpc::Status UopdService::Compile(grpc::ServerContextBase* ctx, const pb::Compil
   return finish("Compile", absl::OkStatus());
 }
 
+grpc::Status UopdService::Tune(grpc::ServerContextBase* ctx, const pb::TuneRequest* req, pb::TuneResponse* resp) {
+  InFlight in_flight(in_flight_);
+  auto tenant = admit(ctx);
+  if (!tenant.ok()) return finish("Tune", tenant.status());
+  if (!d_.tuner) return finish("Tune", absl::FailedPreconditionError("this uopd has no schedule search"));
+  if (req->width() > 64) return finish("Tune", absl::InvalidArgumentError(cat("width ", req->width(), ": at most 64")));
+  auto decoded = decode_proto(req->graph(), d_.limits.decode);
+  if (!decoded.ok()) return finish("Tune", decoded.status());
+  auto g = std::make_shared<const DecodedGraph>(std::move(*decoded));
+  // A search holds one of the tenant's compile slots while it runs: it compiles.
+  auto slot = (*tenant)->begin_compile();
+  if (!slot.ok()) return finish("Tune", slot.status());
+  const Requester whom = requester(ctx, **tenant, d_.tenants->enabled(), deadline(ctx));
+  bool cached = false;
+  auto plan = d_.planner->plan(g, &cached, (*tenant)->cache_namespace(), whom);
+  if (!plan.ok()) return finish("Tune", plan.status());
+  auto digest = kernel_named(req->digest(), **plan, "digest");
+  if (!digest.ok()) return finish("Tune", digest.status());
+  size_t index = 0;
+  while ((*plan)->kernels[index].digest.hex() != *digest) ++index;
+  auto r = d_.tuner->tune(**plan, index, "CPU:0", (*tenant)->name(), (*tenant)->cache_namespace(), whom,
+                          static_cast<int>(req->width()), absl::Seconds(req->budget_s()));
+  if (!r.ok()) return finish("Tune", r.status());
+  resp->set_name(r->name);
+  resp->set_digest(r->digest.hex());
+  resp->set_heuristic_schedule(r->heuristic);
+  resp->set_schedule(r->schedule);
+  resp->set_before_ms(r->before_ms);
+  resp->set_after_ms(r->after_ms);
+  resp->set_from_record(r->from_record);
+  resp->set_skipped(r->skipped);
+  resp->set_candidates_timed(r->candidates_timed);
+  resp->set_dropped_compile(r->dropped_compile);
+  resp->set_dropped_mismatch(r->dropped_mismatch);
+  resp->set_dropped_crash(r->dropped_crash);
+  resp->set_dropped_timeout(r->dropped_timeout);
+  resp->set_seconds(r->seconds);
+  return finish("Tune", absl::OkStatus());
+}
+
 grpc::Status UopdService::Run(grpc::ServerContextBase* ctx, pb::RunRequest* req, pb::RunResponse* resp, ByteBudget::Hold& held) {
   InFlight in_flight(in_flight_);
   auto tenant = admit(ctx);
@@ -655,6 +700,8 @@ absl::Status UopdService::run_graph(grpc::ServerContextBase* ctx, Tenant& tenant
 
   auto outcome = d_.executor->run(devices.front(), who, p, *kernels, in.inputs, keep, deadline(ctx), req->profile());
   if (!outcome.ok()) return outcome.status();
+  // --search=beam: kernels without a tuning record are searched in the background.
+  if (d_.tuner) d_.tuner->after_run(*plan, devices.front(), who, tenant.cache_namespace());
   if (req->profile()) fill_profile(p, *kernels, outcome->launch_times, *d_.metrics, resp);
   d_.metrics->kernels_run(outcome->kernels_run);
   kernels_run_ += outcome->kernels_run;
@@ -763,6 +810,26 @@ grpc::Status UopdService::Stats(grpc::ServerContext* ctx, const pb::StatsRequest
   resp->set_model_weight_buffers_written(weight_buffers_written_.load());
   resp->set_model_weight_bytes_written(weight_bytes_written_.load());
   resp->set_compiler_build_id(compiler_build_id());
+  if (d_.tuner) {
+    const TunerStats t = d_.tuner->stats();
+    resp->set_searches(t.searches);
+    resp->set_candidates_timed(t.candidates_timed);
+    resp->set_candidates_dropped_compile(t.dropped_compile);
+    resp->set_candidates_dropped_mismatch(t.dropped_mismatch);
+    resp->set_candidates_dropped_crash(t.dropped_crash);
+    resp->set_candidates_dropped_timeout(t.dropped_timeout);
+    for (const auto& [tier, n] : t.record_hits) {
+      if (tier == "memory") resp->set_tuning_records_memory(n);
+      if (tier == "disk") resp->set_tuning_records_disk(n);
+      if (tier == "redis") resp->set_tuning_records_redis(n);
+    }
+    resp->set_tuning_record_misses(t.record_misses);
+    resp->set_tuning_record_errors(t.record_errors);
+    resp->set_tuning_records_written(t.records_written);
+    resp->set_search(search_mode_name(d_.tuner->options()));
+  } else {
+    resp->set_search("off");
+  }
   // Tenants see what a device is doing, not where its worker is: addresses, pids and the
   // last error (which names both) are the operator's. Without a tokens file there is one
   // tenant, the operator's own, and reaching a worker takes its secret anyway.

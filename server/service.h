@@ -36,6 +36,7 @@
 #include "server/models.h"
 #include "server/planner.h"
 #include "server/sessions.h"
+#include "server/tuner.h"
 #include "server/workers.h"
 
 namespace uop::server {
@@ -66,12 +67,13 @@ struct ServiceDeps {
   Metrics* metrics;
   ServiceLimits limits;
   Tenants* tenants = nullptr;  // tokens and quotas (server/auth.h); null: one anonymous tenant
+  Tuner* tuner = nullptr;      // schedule search and tuning records (server/tuner.h); null: none
 };
 
 // The generated service with the calls above taken as bytes / reactors.
 using UopdServiceBase = ::uopd::v1::Uopd::WithRawCallbackMethod_Compile<::uopd::v1::Uopd::WithRawCallbackMethod_Run<
     ::uopd::v1::Uopd::WithRawCallbackMethod_Explain<::uopd::v1::Uopd::WithRawCallbackMethod_Upload<
-        ::uopd::v1::Uopd::WithRawCallbackMethod_RunModel<::uopd::v1::Uopd::Service>>>>>;
+        ::uopd::v1::Uopd::WithRawCallbackMethod_RunModel<::uopd::v1::Uopd::WithRawCallbackMethod_Tune<::uopd::v1::Uopd::Service>>>>>>;
 
 class UopdService final : public UopdServiceBase {
  public:
@@ -92,6 +94,8 @@ class UopdService final : public UopdServiceBase {
   // --max-request-memory and the bytes in flight as they arrive; RunModel enters like Run.
   grpc::Status LoadModel(grpc::ServerContext*, grpc::ServerReader<::uopd::v1::LoadModelChunk>*, ::uopd::v1::LoadModelResponse*) override;
   grpc::ServerUnaryReactor* RunModel(grpc::CallbackServerContext*, const grpc::ByteBuffer*, grpc::ByteBuffer*) override;
+  // A graph like Compile's; the search runs on the compile pool and the tenant's CPU worker.
+  grpc::ServerUnaryReactor* Tune(grpc::CallbackServerContext*, const grpc::ByteBuffer*, grpc::ByteBuffer*) override;
 
   // Bytes requests hold in the scheduler now (of limits.max_inflight_bytes), and
   // reservations refused.
@@ -110,6 +114,7 @@ class UopdService final : public UopdServiceBase {
   // The handlers behind the raw calls, on parsed requests; `held` is the request's share
   // of the budget for bytes in flight.
   grpc::Status Compile(grpc::ServerContextBase* ctx, const ::uopd::v1::CompileRequest* req, ::uopd::v1::CompileResponse* resp);
+  grpc::Status Tune(grpc::ServerContextBase* ctx, const ::uopd::v1::TuneRequest* req, ::uopd::v1::TuneResponse* resp);
   grpc::Status Run(grpc::ServerContextBase* ctx, ::uopd::v1::RunRequest* req, ::uopd::v1::RunResponse* resp, ByteBudget::Hold& held);
   // What Run does once the request is admitted and its graph decoded: plan, bind the
   // inputs, compile for the devices the kernels run on, run, and answer with the outputs

@@ -198,6 +198,15 @@ grpc::ServerUnaryReactor* UopdService::Compile(grpc::CallbackServerContext* ctx,
       });
 }
 
+grpc::ServerUnaryReactor* UopdService::Tune(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                            grpc::ByteBuffer* response) {
+  return serve_raw<pb::TuneRequest, pb::TuneResponse>(
+      "Tune", ctx, request, response,
+      [this](grpc::ServerContextBase* c, pb::TuneRequest* req, pb::TuneResponse* resp, ByteBudget::Hold&) {
+        return Tune(c, req, resp);
+      });
+}
+
 grpc::ServerUnaryReactor* UopdService::Run(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                            grpc::ByteBuffer* response) {
   return serve_raw<pb::RunRequest, pb::RunResponse>(

@@ -189,6 +189,23 @@ int bench_model(const cli::Args& a, const std::string& self_exe) {
   return kOk;
 }
 
+// `uop tune MODEL.onnx --in ...`: imported here (its graph is what the server plans; the
+// weights stay here, the search runs on scratch buffers), then tuned kernel by kernel.
+int tune_model(const cli::Args& a, const std::string& self_exe) {
+  const std::string& path = a.positional[0];
+  auto ins = cli::name_file_pairs(a, "in");
+  if (!ins.ok()) return usage_error(std::string(ins.status().message()));
+  auto bytes = read_file(path);
+  if (!bytes.ok()) return invalid(std::string(bytes.status().message()));
+  auto given = read_inputs(*ins);
+  if (!given.ok()) return invalid(std::string(given.status().message()));
+  auto model = import_model(*bytes, given->tensors);
+  if (!model.ok()) return invalid(cat(path, ": ", message(model.status())));
+  Service svc;
+  if (absl::Status s = connect(a, self_exe, svc); !s.ok()) return invalid(message(s));
+  return cli::tune_graph(*svc.client, model->root, model->names, a, path, std::cout);
+}
+
 absl::StatusOr<std::vector<std::string>> case_dirs(const cli::Args& a) {
   std::vector<std::string> dirs = a.positional;
   std::string root = a.get("root");
@@ -283,13 +300,15 @@ int onnx_test(const cli::Args& a, const std::string& self_exe) {
 
 bool is_onnx_command(const cli::Args& a) {
   if (a.command == "onnx-test") return true;
-  return (a.command == "run" || a.command == "bench") && a.positional.size() == 1 && ends_with(a.positional[0], ".onnx");
+  return (a.command == "run" || a.command == "bench" || a.command == "tune") && a.positional.size() == 1 &&
+         ends_with(a.positional[0], ".onnx");
 }
 
 int onnx_command(const cli::Args& a, const std::string& self_exe) {
   if (a.on("embedded") && a.has("server")) return usage_error("--embedded and --server exclude each other");
   if (a.command == "onnx-test") return onnx_test(a, self_exe);
   if (a.command == "bench") return bench_model(a, self_exe);
+  if (a.command == "tune") return tune_model(a, self_exe);
   return run_model(a, self_exe);
 }
 

@@ -284,6 +284,69 @@ absl::StatusOr<const UOp*> split_range(Graph& g, const UOp* kernel, const UOp* r
   return s.kernel;
 }
 
+std::vector<LoopStep> candidate_steps(const UOp* kernel, const LoopSchedule& schedule, const ScheduleLimits& limits) {
+  std::vector<const UOp*> axes = schedule_axes(kernel);
+  if (axes.empty()) return {};
+  // Each axis's trip count (-1: not a constant), type and side, and the STORE's loops,
+  // outermost first, as the steps of `schedule` leave them.
+  const size_t outputs = closed_ranges(kernel->src(0)).size();
+  std::vector<int64_t> trip;
+  std::vector<AxisType> type;
+  std::vector<bool> output;
+  std::vector<int64_t> order;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    trip.push_back(const_end(axes[i]));
+    type.push_back(axes[i]->arg_as<RangeArg>().type);
+    output.push_back(i < outputs);
+    if (i < outputs) order.push_back(static_cast<int64_t>(i));
+  }
+  bool threaded = std::find(type.begin(), type.end(), AxisType::Thread) != type.end();
+  for (const LoopStep& st : schedule.steps) {
+    const auto a = static_cast<size_t>(st.axis);
+    switch (st.kind) {
+      case LoopStep::Kind::Split: {
+        if (a >= trip.size() || trip[a] < 1 || st.factor < 1) return {};
+        trip[a] = trip[a] / st.factor + (trip[a] % st.factor != 0);
+        trip.push_back(st.factor);
+        type.push_back(st.type);
+        output.push_back(output[a]);
+        if (auto at = std::find(order.begin(), order.end(), st.axis); at != order.end())
+          order.insert(at + 1, static_cast<int64_t>(trip.size()) - 1);
+        break;
+      }
+      case LoopStep::Kind::Reorder: order = st.order; break;
+      case LoopStep::Kind::Thread:
+        if (a >= type.size()) return {};
+        type[a] = AxisType::Thread;
+        threaded = true;
+        break;
+    }
+  }
+  std::vector<LoopStep> out;
+  for (size_t a = 0; a < trip.size(); ++a) {
+    if (trip[a] < 2 || type[a] == AxisType::Upcast || type[a] == AxisType::Unroll) continue;
+    const std::vector<AxisType>& allowed = output[a] ? limits.output_types : limits.reduce_types;
+    for (AxisType t : {AxisType::Upcast, AxisType::Unroll}) {
+      if (std::find(allowed.begin(), allowed.end(), t) == allowed.end()) continue;
+      for (int64_t f : {2, 3, 4, 8, 16})
+        if (f < trip[a])
+          out.push_back(LoopStep{.kind = LoopStep::Kind::Split, .axis = static_cast<int64_t>(a), .factor = f, .type = t});
+    }
+  }
+  // The Thread loop stays outermost: with one, no reorder moves another past it.
+  for (size_t i = threaded ? order.size() : 1; i < order.size(); ++i) {
+    if (type[static_cast<size_t>(order[i])] == AxisType::Upcast || type[static_cast<size_t>(order[i])] == AxisType::Unroll)
+      continue;  // lanes, not a loop
+    std::vector<int64_t> o{order[i]};
+    for (int64_t b : order)
+      if (b != order[i]) o.push_back(b);
+    out.push_back(LoopStep{.kind = LoopStep::Kind::Reorder, .order = std::move(o)});
+  }
+  if (limits.thread && !threaded && !order.empty())
+    out.push_back(LoopStep{.kind = LoopStep::Kind::Thread, .axis = order[0]});
+  return out;
+}
+
 absl::StatusOr<const UOp*> apply_schedule(Graph& g, const UOp* kernel, const LoopSchedule& schedule,
                                           const ScheduleLimits& limits) {
   if (schedule.empty()) return kernel;

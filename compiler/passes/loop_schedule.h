@@ -97,6 +97,17 @@ std::vector<const UOp*> closed_ranges(const UOp* x);
 // is not one STORE (the only shape a schedule applies to).
 std::vector<const UOp*> schedule_axes(const UOp* kernel);
 
+// The steps a schedule search may add after `schedule` on `kernel` (docs/ARCHITECTURE.md,
+// The pipeline): for every axis with a constant trip count n >= 2, splits by 2, 3, 4, 8
+// and 16 (below n) into each of Upcast and Unroll that `limits` lets that axis take; for
+// every output loop but the outermost, a reorder that moves it outermost; and thread(A) of
+// the outermost output loop when no loop runs on threads yet. Axis numbers, trip counts
+// and the loops' order follow the steps of `schedule` (a split's inner loop right inside
+// its outer one), which must be one apply_schedule accepts for `kernel`. Not every step
+// listed applies (a gate's axis splits only into lanes that divide it, lanes have a cap,
+// ...): apply_schedule is the judge. None for a kernel that is not one STORE.
+std::vector<LoopStep> candidate_steps(const UOp* kernel, const LoopSchedule& schedule, const ScheduleLimits& limits = {});
+
 // `kernel` with `schedule` applied. INVALID_ARGUMENT naming the step's index and text for
 // a step that does not fit the kernel (an axis it does not have, a factor below 2 or above
 // the trip count, a trip count that is no constant, a type the target or the axis does not

@@ -109,4 +109,12 @@ absl::Status RedisTier::remove(std::string_view key) {
   return command({"DEL", rkey}).status();
 }
 
+absl::StatusOr<bool> RedisTier::set_if_absent(std::string_view name, std::string_view value, int64_t ttl_ms) {
+  const std::string ttl = std::to_string(std::max<int64_t>(ttl_ms, 1));
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<RedisReply> reply = command({"SET", name, value, "NX", "PX", ttl});
+  if (!reply.ok()) return reply.status();
+  return reply->type == RedisReply::Type::Status;  // OK; nil when the name exists
+}
+
 }  // namespace uop

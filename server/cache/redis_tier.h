@@ -55,6 +55,11 @@ class RedisTier : public CacheTier {
   absl::Status put(std::string_view key, std::string_view value) override;
   absl::Status remove(std::string_view key) override;
 
+  // SET name value NX PX ttl_ms: true when this call made `name` (a lease: server/tuner.h),
+  // false when it exists already; UNAVAILABLE when Redis cannot say. `name` is used as it
+  // is, outside the cache's key prefix.
+  absl::StatusOr<bool> set_if_absent(std::string_view name, std::string_view value, int64_t ttl_ms);
+
   const std::string& address() const { return address_; }  // "host:port"
   std::string redis_key(std::string_view key) const { return cat(options_.key_prefix, key); }
 

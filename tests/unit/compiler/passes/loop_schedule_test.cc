@@ -260,6 +260,42 @@ TEST(ApplySchedule, EveryStepOnAnOddMatmulMatchesTheInterpreter) {
   }
 }
 
+// What a search may try after the heuristic's schedule (candidate_steps): every step it
+// lists either is refused by apply_schedule or, added to the schedule, computes what the
+// interpreter computes on the kernel, compiled for the CPU too; splits by each factor,
+// reorders and a Thread loop are among them.
+TEST(CandidateSteps, EveryListedStepIsRefusedOrMatchesTheInterpreter) {
+  for (auto [m, n, kk] : std::vector<std::array<int64_t, 3>>{{7, 13, 5}, {8, 16, 8}}) {
+    SCOPED_TRACE(cat(m, " x ", n, " x ", kk));
+    KernelBuilder k;
+    const UOp* kernel = matmul(k, m, n, kk);
+    const Slots slots = matmul_slots(m, n, kk);
+    for (const LoopSchedule& start : {LoopSchedule{}, heuristic_schedule(kernel)}) {
+      std::vector<LoopStep> steps = candidate_steps(kernel, start, cpu_schedule_limits());
+      ASSERT_FALSE(steps.empty());
+      size_t applied = 0;
+      bool split = false, reorder = false, thread = false;
+      for (const LoopStep& st : steps) {
+        LoopSchedule s = start;
+        s.steps.push_back(st);
+        if (!apply_schedule(k.g, kernel, s, cpu_schedule_limits()).ok()) continue;
+        ++applied;
+        split |= st.kind == LoopStep::Kind::Split;
+        reorder |= st.kind == LoopStep::Kind::Reorder;
+        thread |= st.kind == LoopStep::Kind::Thread;
+        expect_schedule_agrees(k, kernel, s.str(), slots);
+      }
+      EXPECT_GT(applied, steps.size() / 3) << "most listed steps fit the kernel";
+      EXPECT_TRUE(split);
+      if (start.empty()) {
+        EXPECT_TRUE(reorder && thread);
+      }
+    }
+  }
+  KernelBuilder k;
+  EXPECT_TRUE(candidate_steps(k.sink({}), {}, cpu_schedule_limits()).empty()) << "not one STORE: nothing to try";
+}
+
 // A reduction's masked tail folds in the op's identity: -inf for a float Max, the
 // largest value for an int Min, 1 for an int Mul (wrapping, so exact in any order).
 TEST(ApplySchedule, AMaskedReductionFoldsInTheIdentity) {
