@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "compiler/interp/host_tensor.h"
@@ -143,6 +144,7 @@ Tuner::~Tuner() {
     stop_ = true;
   }
   cv_.notify_all();
+  searched_.notify_all();
   if (worker_.joinable()) worker_.join();
 }
 
@@ -229,7 +231,7 @@ absl::StatusOr<TuneResult> Tuner::tune(const Plan& plan, size_t kernel, const st
 
 absl::StatusOr<TuneResult> Tuner::search(const Plan& plan, size_t ki, const std::string& device, const std::string& tenant,
                                          std::string_view cache_namespace, const Requester& who, int width,
-                                         absl::Duration budget) {
+                                         absl::Duration budget, bool queued) {
   const auto t0 = std::chrono::steady_clock::now();
   const absl::Time end = std::min(absl::Now() + budget, who.deadline);
   const PlannedKernel& k = plan.kernels[ki];
@@ -246,6 +248,24 @@ absl::StatusOr<TuneResult> Tuner::search(const Plan& plan, size_t ki, const std:
     return done();
   }
   const std::string key = tuning_record_key(k.digest, *backend, cache_namespace);
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    if (!queued) {
+      auto idle = [&] { return stop_ || !pending_.contains(key); };
+      if (who.deadline == absl::InfiniteFuture()) searched_.wait(l, idle);
+      else if (!searched_.wait_until(l, absl::ToChronoTime(who.deadline), idle))
+        return absl::DeadlineExceededError(cat("kernel ", k.name, " is being searched here already; the deadline came first"));
+      if (stop_) return absl::UnavailableError("uopd is stopping");
+      pending_.insert(key);
+    }
+  }
+  absl::Cleanup release = [&] {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      pending_.erase(key);
+    }
+    searched_.notify_all();
+  };
   if (std::optional<TuningRecord> r = find_record(key, k.digest, *backend)) {
     res.from_record = true;
     res.schedule = r->schedule;
@@ -414,8 +434,9 @@ void Tuner::after_run(std::shared_ptr<const Plan> plan, const std::string& devic
   std::lock_guard<std::mutex> l(mu_);
   for (size_t i = 0; i < plan->kernels.size(); ++i) {
     const std::string key = tuning_record_key(plan->kernels[i].digest, *planner_->host(), cache_namespace);
-    if (known_.contains(key) || !queued_.insert(key).second) continue;
+    if (known_.contains(key) || pending_.contains(key) || !queued_.insert(key).second) continue;
     if (queued_.size() > 65536) continue;  // a bound on what one process remembers
+    pending_.insert(key);
     queue_.push_back({plan, i, device, tenant, std::string(cache_namespace)});
   }
   cv_.notify_all();
@@ -438,7 +459,8 @@ void Tuner::background() {
       std::lock_guard<std::mutex> l(mu_);
       return stop_;
     };
-    (void)search(*q.plan, q.kernel, q.device, q.tenant, q.cache_namespace, who, opts_.width, opts_.budget);
+    (void)search(*q.plan, q.kernel, q.device, q.tenant, q.cache_namespace, who, opts_.width, opts_.budget,
+                 /*queued=*/true);
   }
 }
 

@@ -163,8 +163,11 @@ class Tuner {
   // Whether this server may search the kernel of `key` now (the cluster lease, when Redis
   // is a tier).
   bool take_lease(const std::string& key, absl::Duration ttl);
+  // `queued`: the background's search of a kernel after_run made pending (any other call
+  // first waits for a pending search of its kernel, then finds that search's record).
   absl::StatusOr<TuneResult> search(const Plan& plan, size_t kernel, const std::string& device, const std::string& tenant,
-                                    std::string_view cache_namespace, const Requester& who, int width, absl::Duration budget);
+                                    std::string_view cache_namespace, const Requester& who, int width, absl::Duration budget,
+                                    bool queued = false);
   void background();
 
   const SearchOptions opts_;
@@ -177,6 +180,10 @@ class Tuner {
   absl::flat_hash_map<std::string, std::string> known_;
   absl::flat_hash_map<std::string, absl::Time> missing_;
   absl::flat_hash_set<std::string> queued_;  // record keys searched or queued in the background
+  // Record keys with a search queued or running in this process: one search per kernel at
+  // a time, and a Tune of a pending kernel waits for it (searched_ says when one ends).
+  absl::flat_hash_set<std::string> pending_;
+  std::condition_variable searched_;
   struct Queued {
     std::shared_ptr<const Plan> plan;
     size_t kernel;
