@@ -1,0 +1,230 @@
+"""The UOPD device of tinygrad: a Compiled device whose buffers live in a uopd session and
+whose kernels run on uopd (uopd.tinygrad's docstring says how tinygrad finds it).
+
+* Renderer: UopdRenderer. tinygrad lowers a kernel by ``tinygrad.codegen.to_program``,
+  which for this renderer (and only for it) is routed to :func:`program_of` before any of
+  tinygrad's optimizer (opts, BEAM, upcasts) or lowering runs: the kernel's AST becomes a
+  uopd graph (uopd.tinygrad.translate), serialized as the program's "binary". Nothing is
+  rendered, and no compiler runs, here.
+* Program: UopdProgram runs that graph with uopd's Run, each PARAM bound to the session
+  buffer of the tinygrad buffer in its slot (written in place by uopd, kept there:
+  keep_outputs). uopd plans, optimizes, compiles (or finds the kernel in its cache) and runs.
+* Allocator: a tinygrad buffer is bytes; a uopd buffer has a dtype and an element count, so
+  the uopd buffer is made when a kernel first binds it, with the dtype and size that kernel
+  reads it as (bytes copied in before stay here until then), and remade if a later kernel
+  reads the same bytes as another dtype.
+
+Device names: ``UOPD`` (``UOPD:0``) is uopd's ``CPU:0``, ``UOPD:n`` its ``CPU:n``; each has a
+session of its own on one connection to ``$UOPD_ADDRESS`` (else uopd's default address).
+``$UOPD_TOKEN`` is the tenant's token, as for every uopd client.
+"""
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+import tinygrad.codegen as _codegen
+from tinygrad.device import Allocator, BufferSpec, Compiled, Program, TinyELF
+from tinygrad.helpers import PARALLEL
+from tinygrad.renderer import Renderer
+from tinygrad.uop.ops import AddrSpace, Ops, ProgramInfo, UOp
+
+import uopd
+from uopd import dtypes as udt
+from uopd._stubs import ir
+from uopd.tinygrad.translate import ALU, SUPPORTED_DTYPES, kernel_graph
+
+
+class UopdRenderer(Renderer):
+    """Names the device's target for tinygrad; never renders (program_of replaces lowering)."""
+
+    suffix = "UOPD"
+    supports_float4 = False
+    has_local = False
+    has_shared = False
+    global_max = None
+    local_max = None
+    # The ops uopd takes as they are: tinygrad's scheduler asks a renderer's code_for_op
+    # what it may leave undecomposed.
+    code_for_op = {op: (lambda *a, **k: "") for op in ALU}
+
+    def render(self, uops: Any) -> str:
+        raise RuntimeError("the UOPD device renders nothing: its kernels go to uopd as graphs (uopd.tinygrad.device)")
+
+    def supported_dtypes(self) -> set:
+        return set(SUPPORTED_DTYPES)
+
+
+def program_of(ast: UOp, renderer: UopdRenderer) -> UOp:
+    """A tinygrad PROGRAM for one kernel AST: its sink, its buffers' PARAMs (what tinygrad
+    binds), a one-line description as the SOURCE, and the uopd graph's bytes as the BINARY."""
+    if ast.op is not Ops.SINK:
+        raise RuntimeError(f"the UOPD device lowers kernel SINKs, not {ast.op.name}")
+    graph, params = kernel_graph(ast)
+    topo = ast.toposort()
+    buffers = sorted({u.arg.slot: u for u in topo if u.op is Ops.PARAM and u.arg.addrspace != AddrSpace.ALU}.values(),
+                     key=lambda u: u.arg.slot)
+    outs, ins = set(), set()
+    for u in topo:
+        if u.op is Ops.INDEX and (b := u.src[0].buf_uop).op is Ops.PARAM:
+            (outs if any(s.op is Ops.STORE and s.src[0] is u for s in topo) else ins).add(b.arg.slot)
+    info = ProgramInfo(ast.arg.name, (1, 1, 1), None, (), tuple(b.arg.slot for b in buffers), tuple(sorted(outs)),
+                       tuple(sorted(ins)), renderer.target)
+    desc = f"uopd graph of kernel {ast.arg.name}: {len(graph.nodes)} nodes, params {sorted(params)}"
+    # The PROGRAM's sink is the AST tagged: tinygrad substitutes the AST by the PROGRAM in its
+    # schedule, which must not find the AST again inside it.
+    return UOp(Ops.PROGRAM, src=(ast.replace(tag="uopd"), UOp(Ops.LINEAR, src=tuple(buffers)), UOp(Ops.SOURCE, arg=desc),
+                                 UOp(Ops.BINARY, arg=graph.SerializeToString())), arg=info)
+
+
+# The one place tinygrad is hooked: its to_program looks do_to_program up in its module at
+# each call, so the UOPD renderer's kernels come here and every other device's go on to
+# tinygrad's own lowering untouched. Idempotent (a re-import keeps the first original).
+_tinygrad_do_to_program = getattr(_codegen.do_to_program, "__uopd_original__", _codegen.do_to_program)
+
+
+def _do_to_program(ast: UOp, renderer: Renderer) -> UOp:
+    if isinstance(renderer, UopdRenderer):
+        return program_of(ast, renderer)
+    return _tinygrad_do_to_program(ast, renderer)
+
+
+_do_to_program.__uopd_original__ = _tinygrad_do_to_program  # type: ignore[attr-defined]
+_codegen.do_to_program = _do_to_program
+
+
+@functools.lru_cache(maxsize=None)
+def client() -> uopd.Client:
+    """The process's connection to uopd ($UOPD_ADDRESS), made when a UOPD device opens."""
+    return uopd.connect()
+
+
+class UopdBuffer:
+    """One tinygrad buffer: `nbytes` bytes, held by a uopd buffer once a kernel has bound it
+    (`remote`), before that by the bytes copied in (`pending`), else unwritten."""
+
+    def __init__(self, dev: "UopdDevice", nbytes: int):
+        self.dev, self.nbytes = dev, nbytes
+        self.remote: Optional[uopd.Buffer] = None
+        self.pending: Optional[bytes] = None
+
+    def _as(self, data: bytes, scalar: int) -> np.ndarray:
+        return np.frombuffer(data, dtype=udt.numpy_dtype(scalar))
+
+    def bytes(self) -> Optional[bytes]:
+        if self.remote is not None:
+            return self.remote.numpy(progress=False).tobytes()
+        return self.pending
+
+    def bound(self, scalar: int, elements: int) -> uopd.Buffer:
+        """The uopd buffer holding these bytes as `elements` x `scalar`, made (or remade
+        from the old one's bytes) when it is not that already."""
+        r = self.remote
+        if r is not None and r.scalar == scalar and r.shape == (elements,):
+            return r
+        if elements * udt.itemsize(scalar) != self.nbytes:
+            raise RuntimeError(f"UOPD: a kernel reads a buffer of {self.nbytes} bytes as {elements} x {udt.name(scalar)}")
+        data, s = self.bytes(), self.dev.session
+        if r is not None:
+            r.free()
+            self.remote = None
+        if data is None:
+            self.remote = s.empty(udt.name(scalar), (elements,))
+        else:
+            self.remote = s.put(self._as(data, scalar), dtype=udt.name(scalar), progress=False)
+        self.pending = None
+        return self.remote
+
+    def write(self, data: memoryview) -> None:
+        if self.remote is not None:
+            self.remote.write(self._as(bytes(data), self.remote.scalar), progress=False)
+        else:
+            self.pending = bytes(data)
+
+    def read_into(self, dest: memoryview) -> None:
+        data = self.bytes()
+        flat = dest.cast("B")
+        if data is None:
+            flat[:] = bytes(len(flat))
+        else:
+            flat[:] = data[:len(flat)]
+
+    def free(self) -> None:
+        if self.remote is not None:
+            try:
+                self.remote.free()
+            except uopd.Error:
+                pass  # the session is gone (closed at exit, or timed out): so is the buffer
+            self.remote = None
+        self.pending = None
+
+
+class UopdAllocator(Allocator["UopdDevice"]):
+    def _alloc(self, size: int, options: BufferSpec) -> UopdBuffer:
+        if options.external_ptr is not None:
+            raise RuntimeError("UOPD buffers live in uopd: no external pointers")
+        return UopdBuffer(self.dev, size)
+
+    def _free(self, opaque: UopdBuffer, options: BufferSpec) -> None:
+        opaque.free()
+
+    def _copyin(self, dest: UopdBuffer, src: memoryview) -> None:
+        dest.write(src)
+
+    def _copyout(self, dest: memoryview, src: UopdBuffer) -> None:
+        src.read_into(dest)
+
+    def _offset(self, buf: UopdBuffer, size: int, offset: int) -> Any:
+        raise NotImplementedError("UOPD buffers have no views (a uopd session buffer is addressed whole)")
+
+
+class UopdProgram(Program["UopdDevice"]):
+    """One kernel: its uopd graph, run with the PARAM of each slot bound to that slot's buffer."""
+
+    def __init__(self, dev: "UopdDevice", obj: TinyELF):
+        self.dev, self.name = dev, obj.name
+        self.graph = ir.Graph.FromString(obj.lib)
+        self.params: Dict[int, Tuple[int, int, int]] = {}  # slot -> (wire index, scalar, elements)
+        for i, n in enumerate(self.graph.nodes):
+            if n.op == ir.PARAM:
+                self.params[n.param.slot] = (i, n.dtype.scalar, n.param.size)
+        self.slots = sorted(self.params)
+        self.last: Optional[uopd.RunResult] = None
+
+    def __call__(self, *bufs: UopdBuffer, global_size: Tuple[int, ...] = (1, 1, 1), local_size: Any = None,
+                 vals: Tuple[int, ...] = (), wait: bool = False, **kw: Any) -> Optional[float]:
+        if vals:
+            raise NotImplementedError(f"UOPD: kernel {self.name} takes variables (symbolic shapes), which the bridge does not bind")
+        if len(bufs) != len(self.slots):
+            raise RuntimeError(f"UOPD: kernel {self.name} takes {len(self.slots)} buffers, got {len(bufs)}")
+        inputs = {}
+        for slot, b in zip(self.slots, bufs):
+            wire, scalar, elements = self.params[slot]
+            inputs[wire] = b.bound(scalar, elements)
+        t0 = time.perf_counter()
+        self.last = self.dev.session.execute(self.graph, inputs, keep_outputs=True)
+        return time.perf_counter() - t0 if wait else None
+
+
+class UopdDevice(Compiled):
+    def __init__(self, device: str):
+        # Lowering a kernel here is a translation, cheap: no compile workers to spawn.
+        PARALLEL.value = 0
+        super().__init__(device, UopdAllocator(self), [UopdRenderer], UopdProgram)
+        self.uopd_device = f"CPU:{self.device_id}"
+        self.session = client().session([self.uopd_device])
+
+    def synchronize(self) -> None:
+        pass  # every Run has finished when it answers
+
+    def finalize(self) -> None:
+        try:
+            self.session.close()
+        except uopd.Error:
+            pass
+
+
+__all__ = ["UopdDevice", "UopdRenderer", "UopdProgram", "UopdAllocator", "program_of", "client"]
