@@ -28,6 +28,8 @@ from __future__ import annotations
 import math
 from typing import Dict, List, Optional, Tuple
 
+import numpy as np
+
 from tinygrad.codegen.decomp.op import floordiv_to_idiv, floormod_to_mod, threefry2x32
 from tinygrad.dtype import AddrSpace, ConstFloat, DType, InvalidType, dtypes
 from tinygrad.uop.ops import AxisType, Ops, PatternMatcher, UOp, UPat, graph_rewrite
@@ -111,7 +113,7 @@ class _Graph:
             bits = {S.UINT8: 8, S.UINT16: 16, S.UINT32: 32, S.UINT64: 64}[scalar]
             cv = ir.ConstValue(u=int(value) & ((1 << bits) - 1))  # tinygrad's values wrap as C's do
         elif scalar in (S.FLOAT16, S.BFLOAT16, S.FLOAT32, S.FLOAT64):
-            cv = ir.ConstValue(f=float(value))
+            cv = ir.ConstValue(f=_round_float(float(value), scalar))
         else:  # signed integers and index
             v = value
             if isinstance(v, float):
@@ -121,6 +123,23 @@ class _Graph:
             cv = ir.ConstValue(i=int(v))
         self.consts[key] = i = self.add(ir.CONST, scalar, const_value=cv)
         return i
+
+
+def _round_float(v: float, scalar: int) -> float:
+    """v as the nearest value of the float dtype (uopd takes only exact constants; tinygrad
+    rounds a constant to its dtype when it renders it)."""
+    with np.errstate(over="ignore"):
+        if scalar == S.FLOAT32:
+            return float(np.float32(v))
+        if scalar == S.FLOAT16:
+            return float(np.float16(v))
+        if scalar == S.BFLOAT16:  # round to nearest even on float32's bits
+            if math.isnan(v):
+                return v
+            bits = int(np.array(v, dtype=np.float32).view(np.uint32))
+            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+            return float(np.array(bits, dtype=np.uint32).view(np.float32))
+    return v
 
 
 def _scalar_of(dt: DType, kernel: str, want: Optional[int] = None) -> int:

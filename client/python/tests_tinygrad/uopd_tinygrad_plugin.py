@@ -1,0 +1,117 @@
+"""A pytest plugin (``-p uopd_tinygrad_plugin``) that runs tinygrad's own tests on the UOPD
+device: tinygrad's test_ops.py runs with ``--noconftest``, so this is a plugin, not a conftest.
+
+* The device: importing uopd.tinygrad registers it; DEV=UOPD (set by the caller) picks it.
+* The server: without $UOPD_ADDRESS, a real uopd ($UOPD_BINARY) with two CPU workers and a
+  cache directory of its own, on a free loopback port, for the whole session.
+* ``--uopd-shard=I/N``: only the I-th of N shards of the collected tests (every N-th test
+  in collection order from the I-th), so that each ctest entry stays short.
+* ``--uopd-expect=FILE``: the tests that fail or are skipped on UOPD, one a line,
+  ``Class::test  fail|skip  why``. The session passes exactly when the shard's outcomes are
+  what the file says: a test not listed fails, a listed one passes, a skip appears or goes:
+  each is reported, and the session fails, so the list stays true. Entries of tests this
+  shard did not run are not judged by it.
+"""
+import os
+import tempfile
+from typing import Dict, List, Tuple
+
+import pytest
+
+import uopd
+import uopd.tinygrad  # noqa: F401  (registers the UOPD device with tinygrad)
+
+_server = None
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("uopd")
+    g.addoption("--uopd-shard", default="", help="I/N: run the I-th of N shards (0-based)")
+    g.addoption("--uopd-expect", default="", help="the expectations file: tests that fail or skip on UOPD")
+
+
+def pytest_configure(config):
+    global _server
+    if not os.environ.get("UOPD_ADDRESS"):
+        cache = tempfile.mkdtemp(prefix="uopd-tinygrad-cache-")
+        _server = uopd.EmbeddedServer(os.environ.get("UOPD_BINARY") or None, ["--workers=2", f"--cache-dir={cache}"])
+        os.environ["UOPD_ADDRESS"] = _server.address
+    config._uopd_outcomes = {}
+
+
+def pytest_unconfigure(config):
+    global _server
+    if _server is not None:
+        _server.stop()
+        _server = None
+
+
+def _key(nodeid: str) -> str:
+    return nodeid.split("::", 1)[1] if "::" in nodeid else nodeid
+
+
+def pytest_collection_modifyitems(config, items):
+    shard = config.getoption("--uopd-shard")
+    if not shard:
+        return
+    i, n = (int(x) for x in shard.split("/"))
+    if not 0 <= i < n:
+        raise pytest.UsageError(f"--uopd-shard={shard}: I must be in [0, N)")
+    keep = [t for j, t in enumerate(items) if j % n == i]
+    config.hook.pytest_deselected(items=[t for j, t in enumerate(items) if j % n != i])
+    items[:] = keep
+
+
+def pytest_runtest_logreport(report):
+    outcomes = report.config._uopd_outcomes if hasattr(report, "config") else None
+    if outcomes is None:
+        return
+    key = _key(report.nodeid)
+    if report.failed:
+        outcomes[key] = "fail"
+    elif report.skipped and outcomes.get(key) != "fail":
+        outcomes[key] = "skip"
+    elif report.when == "call" and report.passed and key not in outcomes:
+        outcomes[key] = "pass"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    out = yield
+    out.get_result().config = item.config
+
+
+def read_expectations(path: str) -> Dict[str, Tuple[str, str]]:
+    """Class::test -> (fail|skip, why), from the file's non-comment lines."""
+    want: Dict[str, Tuple[str, str]] = {}
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = line.split(None, 2)
+            if len(parts) < 2 or parts[1] not in ("fail", "skip"):
+                raise pytest.UsageError(f"{path}:{n}: want 'Class::test fail|skip why', got {line!r}")
+            want[parts[0]] = (parts[1], parts[2] if len(parts) > 2 else "")
+    return want
+
+
+def pytest_sessionfinish(session, exitstatus):
+    path = session.config.getoption("--uopd-expect")
+    if not path or exitstatus not in (0, 1):  # 2..: interrupted, usage error, nothing collected
+        return
+    want = read_expectations(path)
+    got: Dict[str, str] = session.config._uopd_outcomes
+    wrong: List[str] = []
+    for key, outcome in sorted(got.items()):
+        expected = want.get(key, ("pass", ""))[0]
+        if outcome != expected:
+            wrong.append(f"{key}: {outcome} on UOPD, the expectations say {expected}")
+    counts = {k: sum(1 for v in got.values() if v == k) for k in ("pass", "fail", "skip")}
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    if tr is not None:
+        tr.write_line(f"uopd: {counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped on UOPD "
+                      f"({len(wrong)} not as {os.path.basename(path)} says)")
+        for w in wrong:
+            tr.write_line(f"uopd: {w}")
+    session.exitstatus = 1 if wrong else 0
