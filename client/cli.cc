@@ -48,6 +48,9 @@ flags::Tool uop_flags(bool onnx) {
   compile.string("target", "cpu|cuda:sm_NN", "what to compile for", "cpu");
   compile.string("binary-out", "DIR", "write each kernel's object (NAME.o) or cubin (NAME.cubin)");
   compile.string("source-out", "DIR", "write each kernel's source (NAME.ll or NAME.cu)");
+  compile.string("schedule", "[DIGEST=]TEXT",
+                 "compile the kernel of that digest or digest prefix (without one: the graph's only kernel) with this loop schedule, "
+                 "e.g. split(1,8,upcast);thread(0), instead of the target's heuristic");
 
   flags::Command& explain = t.command("explain", "print the IR after each stage of the server's pipeline");
   explain.positional("GRAPH");

@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <optional>
 #include <utility>
@@ -337,8 +339,14 @@ absl::StatusOr<Session> Client::create_session(std::vector<std::string> devices,
 }
 
 absl::StatusOr<CompileResult> Client::compile(const UOp* root, const Names& names, const Target& target,
-                                              bool include_binary, bool include_source) {
+                                              bool include_binary, bool include_source,
+                                              const std::vector<KernelSchedule>& schedules) {
   pb::CompileRequest req;
+  for (const KernelSchedule& s : schedules) {
+    pb::KernelSchedule* w = req.add_schedules();
+    w->set_digest(s.digest);
+    w->set_schedule(s.schedule);
+  }
   encode_proto(root, names, req.mutable_graph());
   target_to_wire(target, req.mutable_target());
   req.set_include_binary(include_binary);
@@ -532,6 +540,36 @@ absl::Status Session::free_buffer(const std::string& buffer_id) {
   pb::FreeBufferResponse resp;
   auto ctx = conn_->context();
   return to_status(conn_->stub->FreeBuffer(ctx.get(), req, &resp));
+}
+
+absl::Status Session::free_buffers(const std::vector<std::string>& buffer_ids) {
+  if (buffer_ids.size() == 1) return free_buffer(buffer_ids[0]);
+  struct Call {
+    std::unique_ptr<grpc::ClientContext> ctx;
+    pb::FreeBufferRequest req;
+    pb::FreeBufferResponse resp;
+    grpc::Status status;
+  };
+  std::vector<Call> calls(buffer_ids.size());
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t left = calls.size();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    Call& c = calls[i];
+    c.ctx = conn_->context();
+    c.req.set_session_id(id_);
+    c.req.set_buffer_id(buffer_ids[i]);
+    conn_->stub->async()->FreeBuffer(c.ctx.get(), &c.req, &c.resp, [&c, &mu, &cv, &left](grpc::Status s) {
+      std::lock_guard l(mu);
+      c.status = std::move(s);
+      if (--left == 0) cv.notify_all();
+    });
+  }
+  std::unique_lock l(mu);
+  cv.wait(l, [&] { return left == 0; });
+  for (const Call& c : calls)
+    if (!c.status.ok()) return to_status(c.status);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> Session::upload_tensor(const HostTensor& t, const std::string& device) {

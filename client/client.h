@@ -94,6 +94,13 @@ struct Kernel {
 // "coalesced (waited for a concurrent compile)".
 std::string describe_cache(const Kernel& k);
 
+// The loop schedule one kernel is compiled with (uopd.v1.KernelSchedule): its digest
+// ("" for a graph of one kernel) and the schedule's text (compiler/passes/loop_schedule.h).
+struct KernelSchedule {
+  std::string digest;
+  std::string schedule;
+};
+
 struct CompileResult {
   std::vector<Kernel> kernels;  // execution order; a repeated kernel appears once
   std::string graph_digest;
@@ -226,6 +233,9 @@ class Session {
   // DATA_LOSS if the chunks do not follow each other or overrun the length.
   absl::StatusOr<std::string> download(const std::string& buffer_id, uint64_t offset = 0, uint64_t length = 0);
   absl::Status free_buffer(const std::string& buffer_id);
+  // Frees them all at once (the calls side by side, not one round trip each); the first
+  // failure, or OK.
+  absl::Status free_buffers(const std::vector<std::string>& buffer_ids);
 
   // create_buffer + upload of a whole tensor (a buffer is flat: the shape stays here).
   absl::StatusOr<std::string> upload_tensor(const HostTensor& t, const std::string& device = "");
@@ -278,8 +288,10 @@ class Client {
   absl::StatusOr<Session> create_session(std::vector<std::string> devices = {},
                                          absl::Duration idle_timeout = absl::ZeroDuration());
   // The graph's kernels, compiled for `target` or found in the cache.
+  // `schedules` gives some kernels a loop schedule instead of the target's heuristic's.
   absl::StatusOr<CompileResult> compile(const UOp* root, const Names& names, const Target& target = {},
-                                        bool include_binary = false, bool include_source = false);
+                                        bool include_binary = false, bool include_source = false,
+                                        const std::vector<KernelSchedule>& schedules = {});
   // The IR after each stage (only `stage` when set), as the server lowers it for `target`.
   absl::StatusOr<std::vector<ExplainStage>> explain(const UOp* root, const Names& names,
                                                     const std::string& stage = "", const Target& target = {});

@@ -151,10 +151,8 @@ RemoteRealizer::~RemoteRealizer() {
 absl::Status RemoteRealizer::flush() {
   std::vector<std::string> ids;
   ids.swap(link_->unused);
-  absl::Status first;
-  for (const std::string& id : ids)
-    if (absl::Status st = session_.free_buffer(id); !st.ok() && first.ok()) first = st;
-  return first;
+  if (ids.empty()) return absl::OkStatus();
+  return session_.free_buffers(ids);
 }
 
 std::string RemoteRealizer::default_device() const {

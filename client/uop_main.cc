@@ -280,7 +280,15 @@ int cmd_compile(Context& c) {
   auto target = client::parse_target(c.args.has("target") ? c.args.get("target") : "cpu");
   if (!target.ok()) return usage_error(std::string(target.status().message()));
   std::string bin_dir = c.args.get("binary-out"), src_dir = c.args.get("source-out");
-  auto r = c.client.compile(c.graph->root, c.graph->names, *target, !bin_dir.empty(), !src_dir.empty());
+  std::vector<client::KernelSchedule> schedules;
+  if (c.args.has("schedule")) {
+    // A schedule's text has no '=': what comes before one is the kernel's digest.
+    std::string v = c.args.get("schedule");
+    size_t eq = v.find('=');
+    schedules.push_back(eq == std::string::npos ? client::KernelSchedule{"", v}
+                                                : client::KernelSchedule{v.substr(0, eq), v.substr(eq + 1)});
+  }
+  auto r = c.client.compile(c.graph->root, c.graph->names, *target, !bin_dir.empty(), !src_dir.empty(), schedules);
   if (!r.ok()) return failed(r.status(), path);
   std::cout << "graph " << r->graph_digest.substr(0, 16) << ", target " << client::target_str(*target) << " on "
             << c.client.address() << (r->plan_cached ? ", plan cached" : "") << "\n";

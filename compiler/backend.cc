@@ -34,10 +34,15 @@ absl::StatusOr<const UOp*> Backend::lower(Graph& g, const UOp* kernel, const Pip
   return run_kernel_stages(g, kernel, schedule(), opts, kernel_name);
 }
 
-std::string Backend::cache_key(const Digest& kernel, bool keep_source, std::string_view cache_namespace) const {
+std::string Backend::cache_key(const Digest& kernel, bool keep_source, std::string_view cache_namespace,
+                               std::string_view schedule) const {
   std::string parts = key_parts();
   std::string material = cat("uopd-kernel-key/1\n", kernel.hex(), "\n", target_id(), "\n", build_id(), "\n", parts,
                              parts.empty() ? "" : " ", "keep_source=", keep_source);
+  // The heuristic's schedule is the target's (build_id and key_parts name it), so the
+  // default key has no schedule line; a given one is named by its text, which is
+  // canonical (parse, then print, gives it back), length-prefixed so no text can end the line.
+  if (!schedule.empty()) material = cat(material, "\nschedule=", schedule.size(), ":", schedule);
   // A private namespace only moves the key; the shared cache's keys stay what they were.
   if (!cache_namespace.empty()) material = cat(material, "\nnamespace=", cache_namespace);
   return sha256(material).hex();

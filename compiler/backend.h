@@ -76,9 +76,12 @@ class Backend {
   absl::StatusOr<const UOp*> lower(Graph& g, const UOp* kernel, const PipelineOptions& opts = {},
                                    std::string_view kernel_name = {}) const;
   // The cache key of a kernel's artifact: everything that decides its bytes (the kernel,
-  // target_id, build_id, key_parts, whether the source is kept), salted by a tenant's
-  // private namespace when not empty. Hex SHA-256.
-  std::string cache_key(const Digest& kernel, bool keep_source, std::string_view cache_namespace = {}) const;
+  // target_id, build_id, key_parts, whether the source is kept, the loop schedule it is
+  // compiled with: "" is the target's heuristic, which leaves the key what it is without
+  // one), salted by a tenant's private namespace when not empty. Hex SHA-256. Two
+  // schedules of one kernel are two keys; the kernel's digest is the same.
+  std::string cache_key(const Digest& kernel, bool keep_source, std::string_view cache_namespace = {},
+                        std::string_view schedule = {}) const;
 };
 
 // A kind of target, as the registry knows it.

@@ -58,6 +58,7 @@ std::string abi_text(const KernelAbi& abi) {
     s += cat("  slot ", p.slot, ": ", p.dtype.str(), "[", p.size, "]", p.read ? " read" : "", p.written ? " written" : "", "\n");
   for (const KernelVar& v : abi.vars) s += cat("  var ", v.name, " in [", v.min, ", ", v.max, "]\n");
   s += cat("  tasks = ", abi.tasks_extent.str(abi.vars), "\n");
+  s += cat("  schedule = ", abi.schedule_str(), "\n");
   return s;
 }
 
@@ -70,7 +71,13 @@ absl::StatusOr<GraphPlan> explain_plan(Graph& g, const UOp* root, PipelineOption
 absl::Status explain_kernel(Graph& g, const KernelPlan& kernel, const Backend& backend, PipelineOptions opts,
                             std::string_view only, std::vector<ExplainedStage>& out) {
   opts.trace = keep_into(out, only);
+  std::string applied;
+  opts.applied_schedule = &applied;
+  const size_t first = out.size();
   ASSIGN_OR_RETURN(const UOp* linear, backend.lower(g, kernel.kernel, opts, kernel.name));
+  // The optimize stage's IR after the schedule it applied, which is what made it.
+  for (size_t i = first; i < out.size(); ++i)
+    if (out[i].name == "optimize") out[i].text = cat("schedule: ", applied.empty() ? "(none)" : applied, "\n", out[i].text);
   auto stage = [&](std::string_view name, std::string text) {
     if (only.empty() || only == name) out.push_back({std::string(name), kernel.name, std::move(text)});
   };
@@ -78,12 +85,14 @@ absl::Status explain_kernel(Graph& g, const KernelPlan& kernel, const Backend& b
   // Only the source asked for, or no compiler here: the render alone.
   if (absl::Status why = backend.available(); only == "render" || !why.ok()) {
     ASSIGN_OR_RETURN(CodeArtifact src, backend.render(linear));
+    src.abi.schedule = applied;
     stage("render", std::move(src.source));
     if (!why.ok()) stage("compile", cat("no ", backend.object_kind(), ": ", why.message(), "\n", abi_text(src.abi)));
     return absl::OkStatus();
   }
   if (opts.keep_going) RETURN_IF_ERROR(opts.keep_going());
   ASSIGN_OR_RETURN(CodeArtifact art, backend.compile(linear, BackendCompileOptions{.keep_source = true}));
+  art.abi.schedule = applied;
   stage("render", art.source);
   stage("compile", cat(backend.inspect(art), "\n", abi_text(art.abi)));
   return absl::OkStatus();

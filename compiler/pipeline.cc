@@ -263,8 +263,15 @@ absl::StatusOr<const UOp*> run_kernel_stages(Graph& g, const UOp* kernel, std::s
     return absl::InternalError("pipeline: a schedule must end with bounds then linearize, so that what is rendered is what was proven");
   RETURN_IF_ERROR(bound_graph(g, opts));
   RETURN_IF_ERROR(check_kernel_ops(kernel, opts.limits, name, "normalize"));
+  if (!opts.schedule.empty() &&
+      std::none_of(schedule.begin(), schedule.end(), [](const KernelStage& st) { return bool(st.scheduled); }))
+    return absl::InvalidArgumentError(cat("kernel ", name, ": this target takes no loop schedule (\"", opts.schedule, "\" given)"));
   for (const KernelStage& st : schedule) {
-    ASSIGN_OR_RETURN(kernel, st.run(g, kernel));
+    if (st.scheduled) {
+      ASSIGN_OR_RETURN(kernel, st.scheduled(g, kernel, opts.schedule, opts.applied_schedule));
+    } else {
+      ASSIGN_OR_RETURN(kernel, st.run(g, kernel));
+    }
     RETURN_IF_ERROR(after(g, opts, st.name, name, kernel));
   }
   return kernel;

@@ -55,6 +55,13 @@ struct PipelineOptions {
   // stage): a non-OK status stops the pipeline with it. The scheduler's says DEADLINE_EXCEEDED once the
   // request's deadline has passed and CANCELLED once no request waits for the result.
   std::function<absl::Status()> keep_going;
+  // The loop schedule of the kernel being lowered (compiler/passes/loop_schedule.h, as
+  // text): "" lets the target's heuristic choose. A target without a stage that applies
+  // schedules refuses a non-empty one.
+  std::string schedule;
+  // Where the stage that applies the schedule puts the text of the one it applied (the
+  // heuristic's, or `schedule`), when not null.
+  std::string* applied_schedule = nullptr;
 };
 
 // A kernel's size as the code generators see it: its ops, a vector op counted once per 16
@@ -112,6 +119,11 @@ struct KernelStage {
   std::string_view name;
   std::string_view what;
   std::function<absl::StatusOr<const UOp*>(Graph& g, const UOp* kernel)> run;
+  // Set for the stage that applies a loop schedule (optimize), which run_kernel_stages
+  // then calls instead of `run`, with PipelineOptions::schedule ("" for the heuristic's)
+  // and applied_schedule.
+  std::function<absl::StatusOr<const UOp*>(Graph& g, const UOp* kernel, std::string_view schedule, std::string* applied)>
+      scheduled;
 };
 
 // The kernel stages every backend's schedule can use. bounds then linearize end every

@@ -4,9 +4,9 @@
 # password-less sudo to install; otherwise it names the missing packages and fails.
 # The CUDA toolkit is not a Debian package: when /usr/local/cuda is absent the CUDA
 # backend is left out of the build and its tests skip.
-#   --bench  also installs what only benchmarks and reference generators use (PyTorch and
-#            the ONNX Python package, for tests/conformance/models/make_recurrent.py); CI
-#            and the test suite never need them.
+#   --bench  also installs what only benchmarks and reference generators use (PyTorch,
+#            torchvision and the ONNX Python package, for tests/bench/models/bench_models.py
+#            and tests/conformance/models/make_*.py); CI and the test suite never need them.
 set -euo pipefail
 
 packages=(
@@ -25,8 +25,10 @@ packages=(
   # alerting rules and scrape config checks (promtool), the e2e scrape test; the YAML
   # checks of deploy/ (tests/deploy)
   prometheus python3-yaml
+  # the Python client (client/python) and its tests: pip installs it offline into a venv
+  python3-grpcio python3-protobuf python3-numpy python3-pytest python3-pip python3-venv
 )
-if [ "${1:-}" = "--bench" ]; then packages+=(python3-torch python3-onnx); fi
+if [ "${1:-}" = "--bench" ]; then packages+=(python3-torch python3-torchvision python3-onnx); fi
 
 missing=()
 for p in "${packages[@]}"; do

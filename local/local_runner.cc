@@ -41,21 +41,27 @@ LocalRunner::LocalRunner(int threads, CpuTarget target)
 absl::StatusOr<const CpuProgram*> LocalRunner::program(Graph& g, const KernelPlan& k, KernelReport* report) {
   report->name = k.name;
   report->digest = k.kernel->digest();
-  if (auto it = programs_.find(report->digest); it != programs_.end()) {
+  std::pair<Digest, std::string> key(report->digest, choose_schedule_ ? choose_schedule_(k.kernel) : std::string());
+  if (auto it = programs_.find(key); it != programs_.end()) {
     report->abi = it->second->abi();
     return it->second.get();
   }
   auto t0 = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(const UOp* linear, backend_.lower(g, k.kernel, {}, k.name));
+  std::string applied;
+  PipelineOptions po;
+  po.schedule = key.second;
+  po.applied_schedule = &applied;
+  ASSIGN_OR_RETURN(const UOp* linear, backend_.lower(g, k.kernel, po, k.name));
   report->lower_ms = ms_since(t0);
   t0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(CodeArtifact art, backend_.compile(linear));
+  art.abi.schedule = applied;
   ASSIGN_OR_RETURN(std::unique_ptr<CpuProgram> prog, CpuProgram::load(art.object, art.abi));
   report->compile_ms = ms_since(t0);
   report->compiled = true;
   report->abi = art.abi;
   const CpuProgram* p = prog.get();
-  programs_.emplace(report->digest, std::move(prog));
+  programs_.emplace(std::move(key), std::move(prog));
   return p;
 }
 

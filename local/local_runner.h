@@ -3,8 +3,10 @@
 // compile cache) and worker processes (buffers, launches).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -46,6 +48,10 @@ class LocalRunner {
   // Compiles (or finds) the program of one normalized kernel.
   absl::StatusOr<const CpuProgram*> program(Graph& g, const KernelPlan& k, KernelReport* report);
 
+  // The loop schedule each kernel is compiled with (compiler/passes/loop_schedule.h
+  // text; "" or no chooser: the CPU heuristic's). Programs are kept per (kernel, schedule).
+  void set_schedules(std::function<std::string(const UOp* kernel)> choose) { choose_schedule_ = std::move(choose); }
+
   ThreadPool& pool() { return pool_; }
   const CpuTarget& target() const { return backend_.target(); }
   const CpuBackend& backend() const { return backend_; }
@@ -53,7 +59,8 @@ class LocalRunner {
  private:
   CpuBackend backend_;
   ThreadPool pool_;
-  absl::flat_hash_map<Digest, std::unique_ptr<CpuProgram>> programs_;
+  std::function<std::string(const UOp* kernel)> choose_schedule_;
+  absl::flat_hash_map<std::pair<Digest, std::string>, std::unique_ptr<CpuProgram>> programs_;
 };
 
 }  // namespace uop

@@ -204,21 +204,96 @@ absl::Status Executor::flush_launches(RunState& rs) {
   return first_failure(rs, std::move(failures), "running the kernels");
 }
 
+struct Executor::LiveGroup {
+  std::string name;       // cluster_auth::random_hex(16)
+  std::string transport;
+  std::vector<std::pair<std::string, uint64_t>> members;  // worker id and generation, by rank
+  std::mutex run;         // one collective at a time: the members' calls must line up
+  bool rendezvous_open = false;  // gloo: its keys' group at the Rendezvous, open while it lives
+  uint64_t last_use = 0;
+};
+
+std::shared_ptr<Executor::LiveGroup> Executor::live_group(const std::string& key, const std::string& transport,
+                                                          const std::vector<std::pair<std::string, uint64_t>>& members) {
+  std::vector<std::shared_ptr<LiveGroup>> gone;
+  std::shared_ptr<LiveGroup> g;
+  {
+    std::lock_guard l(groups_mu_);
+    auto [it, added] = groups_.try_emplace(key);
+    if (added) {
+      it->second = std::make_shared<LiveGroup>();
+      it->second->name = cluster_auth::random_hex(16);
+      it->second->transport = transport;
+      it->second->members = members;
+      groups_formed_.fetch_add(1, std::memory_order_relaxed);
+      // A group with a member process that is no more (its worker restarted since: the
+      // same id, another generation) is torn down; so is the least recently used one past
+      // kMaxLiveGroups.
+      auto left = [&](const LiveGroup& other) {
+        for (const auto& [id, generation] : other.members)
+          for (const auto& [our_id, our_generation] : members)
+            if (id == our_id && generation != our_generation) return true;
+        return false;
+      };
+      for (auto i = groups_.begin(); i != groups_.end();) {
+        if (i != it && left(*i->second)) {
+          gone.push_back(std::move(i->second));
+          groups_.erase(i++);
+        } else {
+          ++i;
+        }
+      }
+      if (groups_.size() > kMaxLiveGroups) {
+        auto oldest = groups_.end();
+        for (auto i = groups_.begin(); i != groups_.end(); ++i)
+          if (i != it && (oldest == groups_.end() || i->second->last_use < oldest->second->last_use)) oldest = i;
+        gone.push_back(std::move(oldest->second));
+        groups_.erase(oldest);
+      }
+    }
+    it->second->last_use = ++group_clock_;
+    g = it->second;
+  }
+  for (const auto& old : gone) {
+    std::lock_guard l(old->run);  // after the collective it may be running
+    if (old->rendezvous_open) collectives_.groups->close_group(old->name);
+    old->rendezvous_open = false;
+  }
+  return g;
+}
+
+void Executor::drop_live_group(const std::string& key, const LiveGroup* g) {
+  std::lock_guard l(groups_mu_);
+  if (auto it = groups_.find(key); it != groups_.end() && it->second.get() == g) groups_.erase(it);
+}
+
+Executor::CollectiveCounts Executor::collective_counts() const {
+  std::lock_guard l(groups_mu_);
+  return {groups_formed_.load(), groups_.size(), collectives_running_.load(), collectives_run_.load()};
+}
+
 absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, size_t index) {
   const Plan& plan = *rs.plan;
-  const size_t n = c.buffers.size();
+  const std::vector<int>& members = c.members();
+  const size_t n = members.size();
   std::vector<std::string> names;
   bool one_host = true;
   // The transport that reduces in the members' device memory, when they all have the same
   // one (NCCL between GPUs; compiler/backend.h).
-  std::string_view in_device = backend_for_device(rs.devices[rs.device_of[c.buffers[0]]].w->device()).device_collectives;
-  for (int b : c.buffers) {
+  std::string_view in_device = backend_for_device(rs.devices[rs.device_of[members[0]]].w->device()).device_collectives;
+  // The group's identity: who asks, and the member processes in rank order.
+  std::string key = cat(rs.tenant.size(), ":", rs.tenant);
+  std::vector<std::pair<std::string, uint64_t>> processes;
+  for (int b : members) {
     const RunState::Device& d = rs.devices[rs.device_of[b]];
     names.push_back(d.name);
-    one_host &= host_of(d.w->address()) == host_of(rs.devices[rs.device_of[c.buffers[0]]].w->address());
+    processes.emplace_back(d.w->id(), d.generation);
+    one_host &= host_of(d.w->address()) == host_of(rs.devices[rs.device_of[members[0]]].w->address());
     if (backend_for_device(d.w->device()).device_collectives != in_device) in_device = "";
+    key += cat("|", d.w->id(), "@", d.generation);
   }
-  const std::string what = cat("allreduce ", index, " (", reduce_op_wire(c.op), " of ", scalar_name(c.dtype), " over ",
+  const std::string what = cat("allreduce ", index, " (", reduce_op_wire(c.op), " of ", scalar_name(c.dtype),
+                               c.segments.size() > 1 ? cat(", a bucket of ", c.segments.size()) : std::string(), " over ",
                                join(names, ", "), ")");
   // GPU workers reduce in GPU memory with NCCL (its unique id through the rendezvous),
   // where NCCL has the dtype; the rest by where the members are. A forced transport wins.
@@ -232,80 +307,129 @@ absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, 
   absl::Duration left = rs.deadline - absl::Now();
   if (left <= absl::ZeroDuration()) return absl::DeadlineExceededError(cat(what, ": the request's deadline passed"));
   absl::Duration timeout = std::min(collectives_.timeout, left);
-  // Unique among every collective any scheduler on this host runs (shm segments are named
-  // after the group), and unguessable: only its members can find its keys at the
-  // rendezvous, where it is open for as long as they may need it.
-  const std::string group = cluster_auth::random_hex(16);
-  struct CloseGroup {
-    RendezvousStore* store;
-    const std::string& name;
-    ~CloseGroup() {
+  key += cat("|", transport);
+
+  // shm and gloo groups live: formed by the first collective of their members, reused by
+  // every later one. NCCL forms its communicator per call, under a name of its own, and
+  // reduces a bucket's buffers one by one (device memory is not staged through a flat copy).
+  const bool live = transport != "nccl";
+  std::shared_ptr<LiveGroup> group;
+  std::string name;
+  struct CloseRendezvous {
+    RendezvousStore* store = nullptr;
+    std::string name;
+    ~CloseRendezvous() {
       if (store) store->close_group(name);
     }
-  } close_group{nullptr, group};
-  if (transport != "shm") {
-    absl::Status opened =
-        collectives_.groups->open_group(RendezvousGroup::for_members(group, static_cast<int>(n), timeout + absl::Seconds(10)));
-    if (!opened.ok()) return absl::Status(opened.code(), cat(what, ": ", opened.message()));
-    close_group.store = collectives_.groups;
-  }
-
-  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
-  for (size_t i = 0; i < n; ++i) {
-    ctxs.push_back(std::make_unique<grpc::ClientContext>());
-    // The members bound their own waits by `timeout`; this only catches a worker that
-    // stopped answering altogether.
-    set_deadline(*ctxs.back(), std::min(rs.deadline, absl::Now() + timeout + absl::Seconds(5)));
-  }
-  std::mutex mu;
-  std::vector<bool> done(n, false), cancelled(n, false);
-  std::vector<absl::Status> status(n);
-  auto member = [&](size_t i) {
-    const int b = c.buffers[i];
-    const RunState::Device& d = rs.devices[rs.device_of[b]];
-    wpb::CollectiveRequest req;
-    req.set_group(group);
-    req.set_rank(static_cast<int>(i));
-    req.set_size(static_cast<int>(n));
-    req.set_op(reduce_op_wire(c.op));
-    req.set_dtype(std::string(scalar_name(c.dtype)));
-    req.set_buffer_id(rs.ids[b]);
-    req.set_elements(static_cast<uint64_t>(plan.buffers[b].elements));
-    req.set_transport(transport);
-    req.set_rendezvous(collectives_.rendezvous);
-    req.set_timeout_ms(static_cast<uint32_t>(std::max<int64_t>(absl::ToInt64Milliseconds(timeout), 1)));
-    wpb::CollectiveResponse resp;
-    auto st = stub(d.w);
-    absl::Status s = st.ok() ? from_grpc((*st)->Collective(ctxs[i].get(), req, &resp)) : st.status();
-    std::lock_guard<std::mutex> l(mu);
-    status[i] = s;
-    done[i] = true;
-    if (s.ok() || cancelled[i]) return;
-    // One member failed: the others cannot finish, so stop them waiting now.
-    for (size_t j = 0; j < n; ++j)
-      if (!done[j] && !cancelled[j]) {
-        cancelled[j] = true;
-        ctxs[j]->TryCancel();
+  } close_rendezvous;
+  std::unique_lock<std::mutex> group_lock;
+  if (live) {
+    group = live_group(key, transport, processes);
+    group_lock = std::unique_lock<std::mutex>(group->run);
+    name = group->name;
+    if (transport != "shm" && !group->rendezvous_open) {
+      // Open for as long as the group lives: Gloo's members report a broken ring there.
+      absl::Status opened = collectives_.groups->open_group(
+          RendezvousGroup::for_members(name, static_cast<int>(n), absl::Hours(24 * 365)));
+      if (!opened.ok()) {
+        drop_live_group(key, group.get());
+        return absl::Status(opened.code(), cat(what, ": ", opened.message()));
       }
-  };
-  auto t0 = std::chrono::steady_clock::now();
-  std::vector<std::thread> threads;
-  for (size_t i = 1; i < n; ++i) threads.emplace_back(member, i);
-  member(0);
-  for (auto& t : threads) t.join();
-  rs.out.collective_ms += ms_since(t0);
-  std::vector<std::pair<Worker, absl::Status>> failures;
-  for (size_t i = 0; i < n; ++i) {
-    if (status[i].ok()) continue;
-    // Stopped by us because a peer failed: the peer's failure says why.
-    if (cancelled[i] && status[i].code() == absl::StatusCode::kCancelled) continue;
-    failures.emplace_back(rs.devices[rs.device_of[c.buffers[i]]].w, status[i]);
+      group->rendezvous_open = true;
+    }
   }
-  if (failures.empty()) {
-    ++rs.out.collectives_run;
-    return absl::OkStatus();
+  const size_t calls = live ? 1 : c.segments.size();
+  for (size_t call = 0; call < calls; ++call) {
+    if (!live) {
+      // Unique among every collective any scheduler on this host runs, and unguessable:
+      // only its members can find its keys at the rendezvous, open while they may need it.
+      name = cluster_auth::random_hex(16);
+      absl::Status opened =
+          collectives_.groups->open_group(RendezvousGroup::for_members(name, static_cast<int>(n), timeout + absl::Seconds(10)));
+      if (!opened.ok()) return absl::Status(opened.code(), cat(what, ": ", opened.message()));
+      close_rendezvous.store = collectives_.groups;
+      close_rendezvous.name = name;
+    }
+    std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+    for (size_t i = 0; i < n; ++i) {
+      ctxs.push_back(std::make_unique<grpc::ClientContext>());
+      // The members bound their own waits by `timeout`; this only catches a worker that
+      // stopped answering altogether.
+      set_deadline(*ctxs.back(), std::min(rs.deadline, absl::Now() + timeout + absl::Seconds(5)));
+    }
+    std::mutex mu;
+    std::vector<bool> done(n, false), cancelled(n, false);
+    std::vector<absl::Status> status(n);
+    auto member = [&](size_t i) {
+      const RunState::Device& d = rs.devices[rs.device_of[members[i]]];
+      wpb::CollectiveRequest req;
+      req.set_group(name);
+      req.set_rank(static_cast<int>(i));
+      req.set_size(static_cast<int>(n));
+      req.set_op(reduce_op_wire(c.op));
+      req.set_dtype(std::string(scalar_name(c.dtype)));
+      if (!live || c.segments.size() == 1) {
+        const int b = c.segments[call][i];
+        req.set_buffer_id(rs.ids[b]);
+        req.set_elements(static_cast<uint64_t>(plan.buffers[b].elements));
+      } else {
+        for (const std::vector<int>& seg : c.segments) {
+          wpb::CollectiveBuffer* cb = req.add_bucket();
+          cb->set_buffer_id(rs.ids[seg[i]]);
+          cb->set_elements(static_cast<uint64_t>(plan.buffers[seg[i]].elements));
+        }
+      }
+      req.set_keep_group(live);
+      req.set_transport(transport);
+      req.set_rendezvous(collectives_.rendezvous);
+      req.set_timeout_ms(static_cast<uint32_t>(std::max<int64_t>(absl::ToInt64Milliseconds(timeout), 1)));
+      wpb::CollectiveResponse resp;
+      auto st = stub(d.w);
+      absl::Status s = st.ok() ? from_grpc((*st)->Collective(ctxs[i].get(), req, &resp)) : st.status();
+      std::lock_guard<std::mutex> l(mu);
+      status[i] = s;
+      done[i] = true;
+      if (s.ok() || cancelled[i]) return;
+      // One member failed: the others cannot finish, so stop them waiting now.
+      for (size_t j = 0; j < n; ++j)
+        if (!done[j] && !cancelled[j]) {
+          cancelled[j] = true;
+          ctxs[j]->TryCancel();
+        }
+    };
+    auto t0 = std::chrono::steady_clock::now();
+    collectives_run_.fetch_add(1, std::memory_order_relaxed);
+    collectives_running_.fetch_add(1, std::memory_order_relaxed);
+    std::vector<std::thread> threads;
+    for (size_t i = 1; i < n; ++i) threads.emplace_back(member, i);
+    member(0);
+    for (auto& t : threads) t.join();
+    collectives_running_.fetch_sub(1, std::memory_order_relaxed);
+    rs.out.collective_ms += ms_since(t0);
+    std::vector<std::pair<Worker, absl::Status>> failures;
+    for (size_t i = 0; i < n; ++i) {
+      if (status[i].ok()) continue;
+      // Stopped by us because a peer failed: the peer's failure says why.
+      if (cancelled[i] && status[i].code() == absl::StatusCode::kCancelled) continue;
+      failures.emplace_back(rs.devices[rs.device_of[members[i]]].w, status[i]);
+    }
+    if (!failures.empty()) {
+      // A group that failed is done for (its members dropped it): the next collective of
+      // these members forms a new one, under a new name.
+      if (live) {
+        if (group->rendezvous_open) collectives_.groups->close_group(name);
+        group->rendezvous_open = false;
+        drop_live_group(key, group.get());
+      }
+      return first_failure(rs, std::move(failures), what);
+    }
+    if (close_rendezvous.store) {
+      close_rendezvous.store->close_group(name);
+      close_rendezvous.store = nullptr;
+    }
   }
-  return first_failure(rs, std::move(failures), what);
+  ++rs.out.collectives_run;
+  return absl::OkStatus();
 }
 
 uint64_t Executor::run_bytes(const Plan& plan, const absl::flat_hash_map<int, BoundInput>& inputs) {
@@ -379,7 +503,7 @@ absl::StatusOr<std::vector<Executor::StreamedInput>> Executor::bind_buffers(
     if (in != inputs.end() && in->second.session_buffer) {
       const BufferInfo& b = *in->second.session_buffer;
       if (b.worker_id != d.w->id() || b.worker_generation != d.generation)
-        return absl::UnavailableError(cat("buffer ", b.id, " was held by worker ", b.worker_id,
+        return absl::UnavailableError(cat("buffer ", b.id, " on ", d.name, " was held by worker ", b.worker_id,
                                           ", which restarted since; its contents are lost"));
       rs.ids[i] = b.worker_buffer;
       continue;

@@ -14,7 +14,9 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -130,6 +132,14 @@ class Executor {
   ExecuteCounts execute_counts() const { return {lane_executes_.load(), grpc_executes_.load()}; }
   // Launches the workers timed for profiled runs, so far.
   uint64_t launches_timed() const { return launches_timed_.load(); }
+  // Collective groups formed so far (each reused by every later collective of its device
+  // set until a member leaves or a collective on it fails), those alive now, the
+  // collectives whose members are running them now, and those run so far.
+  struct CollectiveCounts {
+    uint64_t groups_formed = 0, groups_alive = 0, running = 0;
+    uint64_t run = 0;  // collectives run so far (a bucket is one)
+  };
+  CollectiveCounts collective_counts() const;
 
   // A fresh id for a buffer on `w` (the scheduler names them): random, so that an id
   // tells nothing about the others (WorkerHandle::new_buffer_id).
@@ -184,6 +194,22 @@ class Executor {
   // Picks what to tell the client from the failures of calls made side by side: a worker
   // that died explains the others' failures (a peer gone, a call cancelled).
   absl::Status first_failure(RunState& rs, std::vector<std::pair<Worker, absl::Status>> failures, std::string_view what);
+
+  // The collective groups that live across runs: one per tenant, transport and member
+  // processes (worker id and generation, in rank order), so a worker that restarts, or
+  // another tenant, never finds an old group. Its name is 128 random bits that only the
+  // scheduler and the members' workers see (never a client). A group one of whose
+  // processes has been replaced goes when its members' next group forms; at most
+  // kMaxLiveGroups live, the least recently used closed first.
+  struct LiveGroup;
+  static constexpr size_t kMaxLiveGroups = 64;
+  std::shared_ptr<LiveGroup> live_group(const std::string& key, const std::string& transport,
+                                        const std::vector<std::pair<std::string, uint64_t>>& members);
+  void drop_live_group(const std::string& key, const LiveGroup* g);
+  mutable std::mutex groups_mu_;
+  std::map<std::string, std::shared_ptr<LiveGroup>> groups_;  // guarded by groups_mu_
+  uint64_t group_clock_ = 0;                                   // guarded by groups_mu_
+  std::atomic<uint64_t> groups_formed_{0}, collectives_running_{0}, collectives_run_{0};
 
   WorkerPool* pool_;
   CollectiveOptions collectives_;

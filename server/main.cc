@@ -133,6 +133,12 @@ flags::Tool uopd_flags() {
             "end an Upload whose client sends nothing, or a Download whose client reads nothing, this long", 30);
   c.integer("collective-timeout-ms", "N",
             "how long a collective member waits for its peers: a worker that died or stalled fails the step within it", 30000);
+  c.integer("bucket-cap-mb", "N",
+            "a step's allreduces of the same op, dtype and devices become one collective over a flat bucket of up to "
+            "N MiB per device (like DDP's bucket_cap_mb), decided when the graph is planned; 0: one collective per "
+            "allreduce",
+            25)
+      .range(0, 1 << 20);
   c.choice("collective-transport", {"shm", "gloo", "auto"},
            "shm (workers on one host), gloo (TCP, through this scheduler's Rendezvous service) or auto: by the "
            "workers' addresses",
@@ -214,6 +220,14 @@ std::vector<SampledFamily> sample(CompileCache& cache, WorkerPool& pool, Planner
   const Executor::ExecuteCounts ex = executor.execute_counts();
   out.push_back({"uopd_worker_executes_total", "Execute calls to workers by transport (lane: shared memory to an embedded worker)",
                  true, {{{{"transport", "lane"}}, double(ex.lane)}, {{{"transport", "grpc"}}, double(ex.grpc)}}});
+  const Executor::CollectiveCounts coll = executor.collective_counts();
+  out.push_back({"uopd_collective_groups_formed_total",
+                 "collective groups formed (each reused by its members' later collectives until one fails or a member leaves)",
+                 true, {{{}, double(coll.groups_formed)}}});
+  out.push_back({"uopd_collective_groups", "collective groups alive", false, {{{}, double(coll.groups_alive)}}});
+  out.push_back({"uopd_collectives_total", "collectives run (a bucket of allreduces is one)", true, {{{}, double(coll.run)}}});
+  out.push_back({"uopd_collectives_running", "collectives whose members are being called now", false,
+                 {{{}, double(coll.running)}}});
   out.push_back({"uopd_sessions", "open sessions", false, {{{}, double(sessions.sessions())}}});
   out.push_back({"uopd_buffer_bytes", "bytes held in session buffers", false, {{{}, double(sessions.bytes())}}});
   out.push_back({"uopd_inflight_bytes", "bytes requests hold in the scheduler now (of --max-inflight-bytes)", false,
@@ -475,6 +489,7 @@ int run(int argc, char** argv) {
   po.compile_threads = static_cast<int>(std::max<int64_t>(f.integer("compile-threads"), 1));
   po.max_kernel_ops = f.integer("max-kernel-ops");
   po.max_plan_nodes = f.integer("max-plan-nodes");
+  po.bucket_cap_bytes = static_cast<uint64_t>(f.integer("bucket-cap-mb")) << 20;
   po.allow_custom = f.on("allow-custom");
   po.keep_source = true;
   if (auto arch = make_backend("cuda", f.get("cuda-arch")); !arch.ok()) {
@@ -581,12 +596,13 @@ int run(int argc, char** argv) {
                                    absl::Milliseconds(f.integer("collective-timeout-ms")), transport == "auto" ? "" : transport});
   std::cout << "INTERNAL " << internal_host << ":" << internal_port << std::endl;
   std::cout << "LISTENING " << host << ":" << port << std::endl;
-  std::cerr << "uopd: serving on " << host << ":" << port << " (internal services on " << internal_host << ":" << internal_port
-            << ", " << (internal_gate.authenticates() ? "authenticated" : "unauthenticated: --insecure-internal") << "), "
-            << wo.embedded_cpu_workers << " CPU workers, cache "
-            << (cache_dir.empty() ? std::string("in memory only") : cache_dir)
-            << (f.get("redis").empty() ? "" : cat(" + redis ", f.get("redis")))
-            << ((*metrics)->address().empty() ? "" : cat(", metrics on http://", (*metrics)->address(), "/metrics")) << "\n";
+  // One write: std::cerr is unbuffered, so a line made of many << reaches a reader (a test
+  // waiting for "uopd: serving") in pieces.
+  std::cerr << cat("uopd: serving on ", host, ":", port, " (internal services on ", internal_host, ":", internal_port,
+                   ", ", internal_gate.authenticates() ? "authenticated" : "unauthenticated: --insecure-internal", "), ",
+                   wo.embedded_cpu_workers, " CPU workers, cache ", cache_dir.empty() ? std::string("in memory only") : cache_dir,
+                   f.get("redis").empty() ? "" : cat(" + redis ", f.get("redis")),
+                   (*metrics)->address().empty() ? "" : cat(", metrics on http://", (*metrics)->address(), "/metrics"), "\n");
 
   // Idle sessions close on their own.
   std::atomic<bool> stopping{false};

@@ -43,6 +43,9 @@ absl::StatusOr<ImportedModelGraph> import_model_graph(std::string_view bytes,
   }
   onnx_import::ImportOptions opts;
   opts.inputs_known = false;
+  // Twice the decode limit: the import's graph also holds the nodes that shape arithmetic
+  // and hash consing leave unreachable from the outputs.
+  opts.max_graph_nodes = 2 * static_cast<size_t>(limits.max_nodes);
   ASSIGN_OR_RETURN(onnx_import::ImportedModel m, onnx_import::import_model(bytes, placeholders, opts));
 
   ImportedModelGraph out;

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <future>
+#include <optional>
 
+#include "absl/container/flat_hash_set.h"
 #include "compiler/ir/digest.h"
 #include "compiler/pipeline.h"
 #include "compiler/support/status_macros.h"
@@ -57,10 +59,35 @@ absl::StatusOr<std::shared_ptr<const Backend>> Planner::backend(std::string_view
   return made;
 }
 
-std::string Planner::cache_key(const Digest& kernel, const Backend& backend, std::string_view cache_namespace) const {
+std::string Planner::cache_key(const Digest& kernel, const Backend& backend, std::string_view cache_namespace,
+                               std::string_view schedule) const {
   // Everything that decides the bytes of the artifact: the computation, the machine, the
-  // compiler that made it and its options.
-  return backend.cache_key(kernel, opts_.keep_source, cache_namespace);
+  // compiler that made it, its options and the loop schedule.
+  return backend.cache_key(kernel, opts_.keep_source, cache_namespace, schedule);
+}
+
+std::shared_ptr<const Plan> Planner::cached_plan_locked(const std::pair<std::string, Digest>& key) {
+  for (auto it = lru_.begin(); it != lru_.end(); ++it) {
+    if (it->first != key) continue;
+    auto plan = it->second;
+    lru_.erase(it);
+    lru_.emplace_back(key, plan);
+    return plan;
+  }
+  return nullptr;
+}
+
+std::shared_ptr<std::mutex> Planner::planning_lock(const DecodedGraph* g) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::shared_ptr<std::mutex> lock = planning_locks_[g].lock();
+  if (!lock) {
+    // The graphs whose tasks have all finished leave expired entries: drop them as the
+    // map grows, so it holds about as many entries as graphs being planned.
+    if (planning_locks_.size() > 64) absl::erase_if(planning_locks_, [](const auto& e) { return e.second.expired(); });
+    lock = std::make_shared<std::mutex>();
+    planning_locks_[g] = lock;
+  }
+  return lock;
 }
 
 absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan(std::shared_ptr<const DecodedGraph> g, bool* cached,
@@ -69,11 +96,7 @@ absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan(std::shared_ptr<const 
   std::pair<std::string, Digest> key(std::string(cache_namespace), digest);
   {
     std::lock_guard<std::mutex> l(mu_);
-    for (auto it = lru_.begin(); it != lru_.end(); ++it) {
-      if (it->first != key) continue;
-      auto plan = it->second;
-      lru_.erase(it);
-      lru_.emplace_back(std::move(key), plan);
+    if (auto plan = cached_plan_locked(key)) {
       ++hits_;
       *cached = true;
       return plan;
@@ -84,6 +107,12 @@ absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan(std::shared_ptr<const 
   auto planned = to_pool<std::shared_ptr<const Plan>>(
       who, "planning", [this, g, digest, key](const std::function<absl::Status()>& keep_going)
                            -> absl::StatusOr<std::shared_ptr<const Plan>> {
+        std::shared_ptr<std::mutex> graph_lock = planning_lock(g.get());
+        std::lock_guard<std::mutex> planning(*graph_lock);
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          if (auto plan = cached_plan_locked(key)) return plan;  // planned while this task waited
+        }
         ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, plan_now(*g, digest, keep_going));
         std::lock_guard<std::mutex> l(mu_);
         lru_.emplace_back(key, plan);
@@ -143,7 +172,8 @@ absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan_now(const DecodedGraph
     PlannedCollective pc;
     pc.op = c.op;
     pc.dtype = c.dtype;
-    for (const UOp* b : c.buffers) pc.buffers.push_back(buffer(b, role_of(b)));
+    pc.segments.emplace_back();
+    for (const UOp* b : c.buffers) pc.segments.back().push_back(buffer(b, role_of(b)));
     plan->collectives.push_back(std::move(pc));
   }
   for (const CopyStep& c : p.copies) plan->copies.push_back({buffer(c.src, role_of(c.src)), buffer(c.dst, role_of(c.dst))});
@@ -156,8 +186,103 @@ absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan_now(const DecodedGraph
     for (size_t i = 0; i < p.outputs.size(); ++i)
       plan->outputs.push_back({p.outputs[i]->dtype().scalar, p.output_shapes[i], buffer(p.outputs[i], PlannedBuffer::Role::Output)});
   }
+  bucket_collectives(*plan, opts_.bucket_cap_bytes);
   plan->plan_ms = ms_since(t0);
   return std::shared_ptr<const Plan>(plan);
+}
+
+void bucket_collectives(Plan& plan, uint64_t cap_bytes) {
+  if (cap_bytes == 0 || plan.collectives.size() < 2) return;
+  auto member_bytes = [&](const PlannedCollective& c) {
+    uint64_t total = 0;
+    for (const auto& seg : c.segments)
+      total += static_cast<uint64_t>(std::max<int64_t>(plan.buffers[seg[0]].elements, 0)) * scalar_bytes(c.dtype);
+    return total;
+  };
+  auto devices_of = [&](const PlannedCollective& c) {
+    std::vector<std::string> d;
+    for (int b : c.members()) d.push_back(plan.buffers[b].device);
+    return d;
+  };
+  // What a step reads and writes: a kernel writes its slot 0 and reads the rest, a copy
+  // reads its source and writes its destination, a collective reads and writes all of its
+  // buffers.
+  struct Access {
+    std::vector<int> reads, writes;
+  };
+  auto access_of = [&](const ScheduleStep& st) {
+    Access a;
+    switch (st.kind) {
+      case ScheduleStep::Kind::Kernel: {
+        const std::vector<int>& b = plan.kernels[st.index].buffers;
+        if (!b.empty()) a.writes.push_back(b[0]);
+        if (b.size() > 1) a.reads.assign(b.begin() + 1, b.end());
+        break;
+      }
+      case ScheduleStep::Kind::Copy:
+        a.reads.push_back(plan.copies[st.index].src);
+        a.writes.push_back(plan.copies[st.index].dst);
+        break;
+      case ScheduleStep::Kind::Collective:
+        for (const auto& seg : plan.collectives[st.index].segments) a.writes.insert(a.writes.end(), seg.begin(), seg.end());
+        a.reads = a.writes;
+        break;
+    }
+    return a;
+  };
+  // Two steps keep their order where one writes a buffer the other reads or writes; any
+  // others may swap. The open bucket is not in `steps` yet; a step that depends so on it,
+  // or on a step deferred already, is deferred until the bucket is closed, so that later
+  // collectives can still join it.
+  std::vector<PlannedCollective> collectives;
+  std::vector<ScheduleStep> steps, deferred;
+  std::optional<PlannedCollective> open;
+  absl::flat_hash_set<int> in_bucket, deferred_reads, deferred_writes;
+  uint64_t open_bytes = 0;
+  auto any_in = [](const absl::flat_hash_set<int>& set, const std::vector<int>& buffers) {
+    return std::any_of(buffers.begin(), buffers.end(), [&](int b) { return set.contains(b); });
+  };
+  auto waits = [&](const Access& a) {
+    return any_in(in_bucket, a.reads) || any_in(in_bucket, a.writes) || any_in(deferred_writes, a.reads) ||
+           any_in(deferred_writes, a.writes) || any_in(deferred_reads, a.writes);
+  };
+  auto close = [&] {
+    if (!open) return;
+    steps.push_back({ScheduleStep::Kind::Collective, collectives.size()});
+    collectives.push_back(*std::move(open));
+    open.reset();
+    in_bucket.clear();
+    open_bytes = 0;
+    steps.insert(steps.end(), deferred.begin(), deferred.end());
+    deferred.clear();
+    deferred_reads.clear();
+    deferred_writes.clear();
+  };
+  for (const ScheduleStep& st : plan.steps) {
+    const Access a = access_of(st);
+    if (st.kind != ScheduleStep::Kind::Collective) {
+      if (open && waits(a)) {
+        deferred.push_back(st);
+        deferred_reads.insert(a.reads.begin(), a.reads.end());
+        deferred_writes.insert(a.writes.begin(), a.writes.end());
+      } else {
+        steps.push_back(st);
+      }
+      continue;
+    }
+    PlannedCollective& c = plan.collectives[st.index];
+    const uint64_t bytes = member_bytes(c);
+    const bool joins = open && open->op == c.op && open->dtype == c.dtype && devices_of(*open) == devices_of(c) &&
+                       open_bytes + bytes <= cap_bytes && !waits(a);
+    if (!joins) close();
+    if (!open) open = PlannedCollective{c.op, c.dtype, {}};
+    for (auto& seg : c.segments) open->segments.push_back(std::move(seg));
+    in_bucket.insert(a.writes.begin(), a.writes.end());
+    open_bytes += bytes;
+  }
+  close();
+  plan.collectives = std::move(collectives);
+  plan.steps = std::move(steps);
 }
 
 PipelineOptions Planner::compile_options(const PlannedKernel& k, const std::function<bool()>& wanted) const {
@@ -170,17 +295,21 @@ PipelineOptions Planner::compile_options(const PlannedKernel& k, const std::func
 }
 
 absl::StatusOr<std::string> Planner::build(const PlannedKernel& k, const Backend& backend, const std::string& key,
-                                           const std::function<bool()>& wanted) {
+                                           const std::string& schedule, const std::function<bool()>& wanted) {
   auto t0 = std::chrono::steady_clock::now();
   // A private Graph: compiles run on several threads.
   ASSIGN_OR_RETURN(DecodedGraph g, decode_binary(k.encoded), cat("planner: cannot decode kernel ", k.name, ": "));
   PipelineOptions po = compile_options(k, wanted);
+  std::string applied;
+  po.schedule = schedule;
+  po.applied_schedule = &applied;
   ASSIGN_OR_RETURN(const UOp* linear, backend.lower(*g.graph, g.root, po, k.name));
   // The last look before the code generator, which cannot be stopped once started
   // (LLVM, NVRTC): its time is bounded by the size of the LINEAR, which lowering has
   // just checked.
   RETURN_IF_ERROR(po.keep_going());
   ASSIGN_OR_RETURN(CodeArtifact art, backend.compile(linear, BackendCompileOptions{.keep_source = opts_.keep_source}));
+  art.abi.schedule = applied;
   uopd::v1::Artifact a;
   a.set_key(key);
   a.set_kernel_digest(k.digest.hex());
@@ -233,14 +362,16 @@ absl::StatusOr<CompiledKernel> Planner::kernel_from_entry(const PlannedKernel& k
 }
 
 absl::StatusOr<std::vector<CompiledKernel>> Planner::compile(const Plan& plan, std::shared_ptr<const Backend> backend,
-                                                             std::string_view cache_namespace, const Requester& who) {
+                                                             std::string_view cache_namespace, const Requester& who,
+                                                             const KernelSchedules& schedules) {
   return compile(plan, std::vector<std::shared_ptr<const Backend>>(plan.kernels.size(), std::move(backend)),
-                 cache_namespace, who);
+                 cache_namespace, who, schedules);
 }
 
 absl::StatusOr<std::vector<CompiledKernel>> Planner::compile(const Plan& plan,
                                                              const std::vector<std::shared_ptr<const Backend>>& per_kernel,
-                                                             std::string_view cache_namespace, const Requester& who) {
+                                                             std::string_view cache_namespace, const Requester& who,
+                                                             const KernelSchedules& schedules) {
   if (per_kernel.size() != plan.kernels.size())
     return absl::InternalError(cat("planner: ", per_kernel.size(), " targets for ", plan.kernels.size(), " kernels"));
   // One lookup per (kernel, target), all started before any is waited for: the misses
@@ -262,13 +393,16 @@ absl::StatusOr<std::vector<CompiledKernel>> Planner::compile(const Plan& plan,
     const PlannedKernel& k = plan.kernels[i];
     std::shared_ptr<const Backend> backend = per_kernel[i];
     if (!backend) return absl::InternalError(cat("planner: no target for kernel ", k.name));
-    // The key names the kernel and everything about its target: equal keys, one compile.
-    std::string key = cache_key(k.digest, *backend, cache_namespace);
+    // The key names the kernel, its schedule and everything about its target: equal
+    // keys, one compile.
+    auto given = schedules.find(k.digest.hex());
+    std::string schedule = given != schedules.end() ? given->second : std::string();
+    std::string key = cache_key(k.digest, *backend, cache_namespace, schedule);
     auto [it, fresh] = first.emplace(key, lookups.size());
     which[i] = it->second;
     if (!fresh) continue;
-    CompileCache::Compute compute = [this, k, backend, key](const std::function<bool()>& still_wanted) {
-      return build(k, *backend, key, still_wanted);
+    CompileCache::Compute compute = [this, k, backend, key, schedule](const std::function<bool()>& still_wanted) {
+      return build(k, *backend, key, schedule, still_wanted);
     };
     lookups.push_back(cache_->start(key, std::move(compute), on_pool, who.deadline, entry_check(k, key, backend->target_id())));
     wanted.push_back({i, key});

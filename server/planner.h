@@ -64,7 +64,11 @@ struct PlannedKernel {
 struct PlannedCollective {
   ReduceOp op = ReduceOp::Add;
   Scalar dtype = Scalar::Float32;
-  std::vector<int> buffers;  // into Plan::buffers
+  // segments[k][i]: member i's buffer (into Plan::buffers) of the k-th allreduce this one
+  // step does. One segment, or a bucket (bucket_collectives): allreduces of the same op,
+  // dtype and devices reduced by one collective, each element as if its buffer were alone.
+  std::vector<std::vector<int>> segments;
+  const std::vector<int>& members() const { return segments.front(); }
 };
 struct PlannedCopy {
   int src = 0, dst = 0;  // into Plan::buffers
@@ -113,6 +117,10 @@ struct CompiledKernel {
   double compile_ms = 0;
 };
 
+// Loop schedules given for a compile (CompileRequest.schedules): kernel digest (hex) ->
+// schedule text. A kernel not named gets its target's heuristic.
+using KernelSchedules = absl::flat_hash_map<std::string, std::string>;
+
 // Who planning or compiling is for, and until when: the compile pool's queue its tasks
 // wait in, the request's deadline, and `gone` (ServerContext::IsCancelled), which says its
 // client went away; it is asked only on the requesting thread, while that thread waits.
@@ -136,6 +144,9 @@ struct PlannerOptions {
   // it many minutes. Every model's planning stays far below the node bound.
   size_t max_kernel_ops = 16384;      // one kernel, before LLVM / NVRTC
   size_t max_plan_nodes = 2'000'000;  // the graph while planning it, or one kernel while lowering it
+  // Allreduces that can wait for each other (bucket_collectives) go as one collective of up
+  // to this many bytes per member; 0: each on its own.
+  uint64_t bucket_cap_bytes = uint64_t{25} << 20;
   bool allow_custom = false;
   bool keep_source = false;  // store LLVM IR with each artifact (for `include_source`)
   // The arch a backend compiles for when a request names none (a Compile or Explain with
@@ -143,6 +154,14 @@ struct PlannerOptions {
   // ("cuda" -> "sm_90"); a backend not named here gets its registry default.
   absl::flat_hash_map<std::string, std::string> default_arch;
 };
+
+// Bucketing, as DDP does with gradients: collectives of the same op, dtype and member
+// devices join one bucket while it stays within `cap_bytes` per member (one larger than
+// that stays alone). Steps that share a buffer keep their order; the steps that need a
+// bucket's results (the updates that read the gradients) wait until it is closed, so the
+// collectives after them can still join it. The kernels between collectives then also
+// gather into fewer Executes. 0: nothing changes.
+void bucket_collectives(Plan& plan, uint64_t cap_bytes);
 
 class Planner {
  public:
@@ -173,17 +192,21 @@ class Planner {
   // cache), each until its own deadline; a compile nobody waits for any more is abandoned
   // at its next stage. `cache_namespace` (a tenant's private cache, server/auth.h) salts
   // every cache key: empty is the cache everyone shares.
+  // `schedules` names the loop schedule of some kernels (by digest): a part of their keys.
   absl::StatusOr<std::vector<CompiledKernel>> compile(const Plan& plan, std::shared_ptr<const Backend> backend,
-                                                      std::string_view cache_namespace = {}, const Requester& who = {});
+                                                      std::string_view cache_namespace = {}, const Requester& who = {},
+                                                      const KernelSchedules& schedules = {});
   // Each kernel compiled for its own backend (a Run whose devices mix targets):
   // `per_kernel[i]` for plan.kernels[i]. One compile per distinct (kernel, target).
   absl::StatusOr<std::vector<CompiledKernel>> compile(const Plan& plan,
                                                       const std::vector<std::shared_ptr<const Backend>>& per_kernel,
-                                                      std::string_view cache_namespace = {}, const Requester& who = {});
+                                                      std::string_view cache_namespace = {}, const Requester& who = {},
+                                                      const KernelSchedules& schedules = {});
 
-  // The cache key of a kernel for `backend` (and namespace): Backend::cache_key with this
-  // planner's keep_source.
-  std::string cache_key(const Digest& kernel, const Backend& backend, std::string_view cache_namespace = {}) const;
+  // The cache key of a kernel for `backend` (and namespace, and loop schedule: "" the
+  // heuristic's): Backend::cache_key with this planner's keep_source.
+  std::string cache_key(const Digest& kernel, const Backend& backend, std::string_view cache_namespace = {},
+                        std::string_view schedule = {}) const;
 
   // The IR after each stage (`uop explain`), every kernel lowered, rendered and compiled
   // as a Compile would (the same bounds), on the compile pool: planning is one task and
@@ -208,10 +231,17 @@ class Planner {
   PipelineOptions compile_options(const PlannedKernel& k, const std::function<bool()>& wanted) const;
   absl::StatusOr<std::shared_ptr<const Plan>> plan_now(const DecodedGraph& g, const Digest& digest,
                                                        const std::function<absl::Status()>& keep_going);
-  // Lowers and compiles one kernel for `backend` (the compile cache's compute for its
-  // key); `wanted` says whether a request still waits for it.
+  // The cached plan for `key`, moved to most recent; null on a miss. Under mu_.
+  std::shared_ptr<const Plan> cached_plan_locked(const std::pair<std::string, Digest>& key);
+  // Planning adds nodes to the Graph it plans (plan_graph), so one graph is planned by one
+  // task at a time: a graph the server holds across requests (a model's, RunModel) can be
+  // asked for by several requests at once, and a task whose request went away may still
+  // be planning it when the next request comes. The lock for `g`, while any task holds it.
+  std::shared_ptr<std::mutex> planning_lock(const DecodedGraph* g);
+  // Lowers and compiles one kernel for `backend` with `schedule` ("" the heuristic's; the
+  // compile cache's compute for its key); `wanted` says whether a request still waits for it.
   absl::StatusOr<std::string> build(const PlannedKernel& k, const Backend& backend, const std::string& key,
-                                    const std::function<bool()>& wanted);
+                                    const std::string& schedule, const std::function<bool()>& wanted);
   // `fn` queued on the compile pool for `who` alone (task_queue.h Pending).
   template <typename T>
   Pending<T> to_pool(const Requester& who, std::string what,
@@ -240,6 +270,7 @@ class Planner {
   // (namespace, graph digest) -> plan, most recent last.
   std::vector<std::pair<std::pair<std::string, Digest>, std::shared_ptr<const Plan>>> lru_;
   uint64_t hits_ = 0, misses_ = 0;
+  absl::flat_hash_map<const DecodedGraph*, std::weak_ptr<std::mutex>> planning_locks_;  // planning_lock's
   TaskQueue compiles_;  // last: its threads stop (finishing what they run) before the rest goes
 };
 

@@ -8,6 +8,7 @@
 
 #include "compiler/backend.h"
 #include "compiler/explain.h"
+#include "compiler/passes/loop_schedule.h"
 #include "compiler/pipeline.h"
 #include "compiler/support/status_macros.h"
 #include "compiler/support/strings.h"
@@ -53,6 +54,44 @@ void fill_kernel(const CompiledKernel& k, bool binary, bool source, pb::Kernel* 
   out->set_abi(k.abi.serialize());
   if (binary) out->set_binary(k.object);
   if (source) out->set_source(k.source);
+}
+
+// CompileRequest.schedules as the planner takes them: each entry names a kernel of the
+// plan (by digest, or "" in a plan of one kernel) at most once, with a schedule that
+// parses (whether it fits its kernel is the compile's to say, naming the step). The
+// text the planner keys on is the canonical one.
+absl::StatusOr<KernelSchedules> schedules_of(const pb::CompileRequest& req, const Plan& plan) {
+  KernelSchedules out;
+  if (req.schedules_size() == 0) return out;
+  absl::flat_hash_set<std::string> digests;
+  for (const PlannedKernel& k : plan.kernels) digests.insert(k.digest.hex());
+  for (int i = 0; i < req.schedules_size(); ++i) {
+    const pb::KernelSchedule& s = req.schedules(i);
+    std::string digest = s.digest();
+    if (digest.empty()) {
+      if (digests.size() != 1)
+        return absl::InvalidArgumentError(cat("schedules[", i, "] names no kernel, and the graph has ", digests.size(),
+                                              " kernels: name one by its digest"));
+      digest = *digests.begin();
+    }
+    if (!digests.contains(digest)) {
+      // A prefix of at least 8 hex digits (what `uop compile` prints) names the one kernel
+      // whose digest starts with it.
+      std::vector<std::string> match;
+      if (digest.size() >= 8)
+        for (const std::string& d : digests)
+          if (d.starts_with(digest)) match.push_back(d);
+      if (match.size() != 1)
+        return absl::InvalidArgumentError(cat("schedules[", i, "]: the graph has ", match.empty() ? "no kernel" : "several kernels",
+                                              " of digest '", digest.substr(0, 64), digest.size() > 64 ? "...'" : "'"));
+      digest = match[0];
+    }
+    auto parsed = parse_loop_schedule(s.schedule());
+    if (!parsed.ok()) return absl::InvalidArgumentError(cat("schedules[", i, "]: ", parsed.status().message()));
+    if (!out.emplace(digest, parsed->str()).second)
+      return absl::InvalidArgumentError(cat("schedules[", i, "]: kernel ", digest, " is given a schedule twice"));
+  }
+  return out;
 }
 
 // A profiled Run's answer (RunRequest.profile): the launches of each kernel on each
@@ -500,7 +539,9 @@ grpc::Status UopdService::Compile(grpc::ServerContextBase* ctx, const pb::Compil
   bool cached = false;
   auto plan = d_.planner->plan(g, &cached, (*tenant)->cache_namespace(), whom);
   if (!plan.ok()) return finish("Compile", plan.status());
-  auto kernels = d_.planner->compile(**plan, *backend, (*tenant)->cache_namespace(), whom);
+  auto schedules = schedules_of(*req, **plan);
+  if (!schedules.ok()) return finish("Compile", schedules.status());
+  auto kernels = d_.planner->compile(**plan, *backend, (*tenant)->cache_namespace(), whom, *schedules);
   if (!kernels.ok()) return finish("Compile", kernels.status());
   absl::flat_hash_set<std::string> seen;
   for (const CompiledKernel& k : *kernels) {
@@ -840,6 +881,9 @@ grpc::Status UopdService::LoadModel(grpc::ServerContext* ctx, grpc::ServerReader
   if (absl::Status s = held.grow(imported->graph_bytes, "LoadModel: the model's graph"); !s.ok()) return finish("LoadModel", s);
   auto model = std::make_shared<HeldModel>();
   model->graph = imported->graph;
+  // Digests memoize on first use, without a lock: computed here, before every RunModel of
+  // the model shares the graph.
+  compute_digests(model->graph->root);
   model->inputs = imported->inputs;
   model->outputs = imported->outputs;
   // The weights become buffers of the session, written once; a failure takes back the

@@ -250,26 +250,45 @@ absl::StatusOr<ExecuteResult> WorkerRuntime::execute(const ExecuteBatch& batch, 
 
 absl::StatusOr<double> WorkerRuntime::collective(const CollectiveSpec& spec, uint64_t id,
                                                  const std::function<bool()>& cancelled) {
+  return collective(spec, std::span<const uint64_t>(&id, 1), cancelled);
+}
+
+absl::StatusOr<double> WorkerRuntime::collective(const CollectiveSpec& spec, std::span<const uint64_t> ids,
+                                                 const std::function<bool()>& cancelled) {
   auto start = std::chrono::steady_clock::now();
-  auto mem = find_buffer(id);  // the reference keeps the memory alive if it is freed meanwhile
-  if (!mem.ok()) return mem.status();
+  // The references keep the memory alive if a buffer is freed meanwhile.
+  std::vector<std::shared_ptr<DeviceMemory>> mems;
+  for (uint64_t id : ids) {
+    auto mem = find_buffer(id);
+    if (!mem.ok()) return mem.status();
+    mems.push_back(*std::move(mem));
+  }
   auto with_buffer = [&](const absl::Status& st) {
-    return absl::Status(st.code(), cat("buffer ", id, ": ", st.message()));
+    return absl::Status(st.code(), cat(ids.size() == 1 ? cat("buffer ", ids[0]) : cat("buffers ", join(ids, ", ")), ": ",
+                                       st.message()));
   };
   absl::Status st;
+  auto* cuda = mems.size() == 1 ? dynamic_cast<const CudaMemory*>(mems[0].get()) : nullptr;
   if (backend_->info().backend == "cpu") {
     // CPU memory is host memory: the transports reduce in it directly.
-    st = run_collective(spec, reinterpret_cast<void*>((*mem)->address()), (*mem)->size(), cancelled);
-  } else if (auto* cuda = dynamic_cast<const CudaMemory*>(mem->get()); cuda && spec.transport == "nccl") {
+    std::vector<HostBuffer> host;
+    for (const auto& m : mems) host.push_back({reinterpret_cast<void*>(m->address()), m->size()});
+    st = run_collective(spec, host, cancelled);
+  } else if (cuda && spec.transport == "nccl") {
     // NCCL reduces GPU memory in place: the device pointer and its context, no host copy.
     st = run_collective(spec, DeviceBufferRef{cuda->context(), cuda->ptr(), cuda->size()}, cancelled);
   } else {
     // Other devices go through a host copy (shm and gloo work on host memory).
-    auto slice = backend_->read(*mem, 0, (*mem)->size());
-    if (!slice.ok()) return with_buffer(slice.status());
-    std::string host(slice->bytes());
-    st = run_collective(spec, host.data(), host.size(), cancelled);
-    if (st.ok()) st = backend_->write(**mem, 0, host);
+    std::vector<std::string> copies;
+    for (const auto& m : mems) {
+      auto slice = backend_->read(m, 0, m->size());
+      if (!slice.ok()) return with_buffer(slice.status());
+      copies.emplace_back(slice->bytes());
+    }
+    std::vector<HostBuffer> host;
+    for (std::string& c : copies) host.push_back({c.data(), c.size()});
+    st = run_collective(spec, host, cancelled);
+    for (size_t i = 0; st.ok() && i < mems.size(); ++i) st = backend_->write(*mems[i], 0, copies[i]);
   }
   if (!st.ok()) return with_buffer(st);
   return ms_since(start);
@@ -439,6 +458,16 @@ grpc::Status WorkerService::Collective(grpc::ServerContext* ctx, const wv1::Coll
   spec.op = req->op();
   spec.dtype = req->dtype();
   spec.elements = req->elements();
+  spec.keep_group = req->keep_group();
+  if (req->bucket_size() > static_cast<int>(kMaxBucketBuffers))
+    return to_grpc(absl::InvalidArgumentError(
+        cat("collective in group '", req->group(), "': a bucket of ", req->bucket_size(), " buffers (at most ", kMaxBucketBuffers, ")")));
+  std::vector<uint64_t> ids;
+  for (const auto& b : req->bucket()) {
+    ids.push_back(b.buffer_id());
+    spec.bucket.push_back(b.elements());
+  }
+  if (ids.empty()) ids.push_back(req->buffer_id());
   spec.transport = req->transport();
   spec.rendezvous = req->rendezvous();
   spec.rendezvous_dial = rt_->options().rendezvous_dial;
@@ -449,7 +478,7 @@ grpc::Status WorkerService::Collective(grpc::ServerContext* ctx, const wv1::Coll
   if (left.count() < static_cast<int64_t>(timeout))
     timeout = static_cast<uint32_t>(std::max<int64_t>(left.count(), 1));
   spec.timeout_ms = timeout;
-  auto ms = rt_->collective(spec, req->buffer_id(), [ctx] { return ctx->IsCancelled(); });
+  auto ms = rt_->collective(spec, ids, [ctx] { return ctx->IsCancelled(); });
   if (!ms.ok()) return to_grpc(ms.status());
   resp->set_ms(*ms);
   return grpc::Status::OK;

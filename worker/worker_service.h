@@ -120,6 +120,9 @@ class WorkerRuntime {
   // while waiting for peers. Returns the time it took, in milliseconds.
   absl::StatusOr<double> collective(const CollectiveSpec& spec, uint64_t id,
                                     const std::function<bool()>& cancelled = {});
+  // The same over a bucket (spec.bucket): one buffer id per entry.
+  absl::StatusOr<double> collective(const CollectiveSpec& spec, std::span<const uint64_t> ids,
+                                    const std::function<bool()>& cancelled = {});
 
   WorkerInfo info() const;
   const WorkerRuntimeOptions& options() const { return options_; }

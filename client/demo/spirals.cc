@@ -42,28 +42,58 @@ SpiralsData two_spirals(int64_t n, uint64_t seed, double noise) {
   return d;
 }
 
+SpiralsData random_classes(int64_t rows, int64_t inputs, int64_t classes, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> x(-1.0, 1.0);
+  std::uniform_int_distribution<int64_t> label(0, classes - 1);
+  SpiralsData d;
+  d.x = HostTensor::zeros(Scalar::Float32, {rows, inputs});
+  d.y = HostTensor::zeros(Scalar::Float32, {rows, classes});
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < inputs; ++i) d.x.set(r * inputs + i, ConstValue::Float(x(rng)));
+    d.y.set(r * classes + label(rng), ConstValue::Float(1.0));
+  }
+  return d;
+}
+
 SpiralsTrainer::SpiralsTrainer(client::Session& session, TrainOptions options)
-    : session_(session),
+    : session_(&session),
       opts_(std::move(options)),
-      data_(two_spirals(opts_.points_per_class, opts_.seed)),
-      realizer_(session),
-      ctx_(client::TensorContext::make()) {
+      remote_(std::make_unique<client::RemoteRealizer>(session)),
+      realizer_(remote_.get()) {
+  init();
+}
+
+SpiralsTrainer::SpiralsTrainer(client::Realizer& realizer, TrainOptions options)
+    : opts_(std::move(options)), realizer_(&realizer) {
+  init();
+}
+
+void SpiralsTrainer::init() {
+  data_ = opts_.inputs == 2 && opts_.classes == 2
+              ? two_spirals(opts_.points_per_class, opts_.seed)
+              : random_classes(2 * opts_.points_per_class, opts_.inputs, opts_.classes, opts_.seed);
+  ctx_ = client::TensorContext::make();
   const auto& devs = opts_.devices;
   // The batch: split across the devices by rows; uploaded once, kept in the session.
   x_ = Tensor::from(data_.x, devs[0], ctx_).shard(devs, 0);
   y_ = Tensor::from(data_.y, devs[0], ctx_).shard(devs, 0);
   // Parameters: seeded host data, replicated (the same bytes uploaded to every device).
-  const int64_t h = opts_.hidden;
-  // A wide first layer: its tanh units bend the plane enough for spirals from the start.
-  const double s1 = 3.0, s2 = 1.0 / std::sqrt(static_cast<double>(h));
+  const int64_t h = opts_.hidden, in = opts_.inputs, out = opts_.classes;
+  // On the spirals a wide first layer: its tanh units bend the plane enough from the start.
+  const double s1 = in == 2 ? 3.0 : 1.0 / std::sqrt(static_cast<double>(in)), s2 = 1.0 / std::sqrt(static_cast<double>(h));
   struct Init {
     std::vector<int64_t> shape;
     double scale;
   };
-  const std::vector<Init> init = {{{2, h}, s1}, {{h}, 0.0}, {{h, h}, s2}, {{h}, 0.0}, {{h, 2}, s2}, {{2}, 0.0}};
+  const std::vector<Init> init = {{{in, h}, s1}, {{h}, 0.0}, {{h, h}, s2}, {{h}, 0.0}, {{h, out}, s2}, {{out}, 0.0}};
   uint64_t seed = opts_.seed * 1000;
-  for (const Init& i : init) {
-    Tensor p = Tensor::uniform(i.shape, -i.scale, i.scale, ++seed, Scalar::Float32, devs[0], ctx_).shard(devs, -1);
+  for (size_t k = 0; k < init.size(); ++k) {
+    const Init& i = init[k];
+    Tensor p = (k < opts_.initial_params.size()
+                    ? Tensor::from(opts_.initial_params[k], devs[0], ctx_)
+                    : Tensor::uniform(i.shape, -i.scale, i.scale, ++seed, Scalar::Float32, devs[0], ctx_))
+                   .shard(devs, -1);
     p.requires_grad_();
     params_.push_back(p);
   }
@@ -87,11 +117,12 @@ absl::StatusOr<StepReport> SpiralsTrainer::step() {
 
   client::RealizeOptions ro;
   ro.keep_outputs = true;  // the next parameters stay on the devices
-  if (absl::Status s = client::realize_all(outs, realizer_, ro); !s.ok()) return s;
+  if (absl::Status s = client::realize_all(outs, *realizer_, ro); !s.ok()) return s;
   for (Tensor& p : next) p.requires_grad_();
   params_ = std::move(next);
 
-  const auto& run = realizer_.last_run();
+  const std::optional<client::RunResult> none;
+  const auto& run = remote_ ? remote_->last_run() : none;
   if (run) {
     rep.plan_ms = run->plan_ms;
     rep.compile_ms = run->compile_ms;
@@ -112,7 +143,8 @@ absl::StatusOr<StepReport> SpiralsTrainer::step() {
 }
 
 absl::Status SpiralsTrainer::check_replicas() {
-  const auto& run = realizer_.last_run();
+  if (!remote_) return absl::FailedPreconditionError("replicas are checked in a uopd session");
+  const auto& run = remote_->last_run();
   if (!run) return absl::FailedPreconditionError("no step has run yet");
   // Outputs of a multi-device graph come one per device, named "<output>@<device>".
   std::map<std::string, std::vector<const client::RunOutput*>> replicas;
@@ -123,10 +155,10 @@ absl::Status SpiralsTrainer::check_replicas() {
   for (auto& [name, parts] : replicas) {
     if (parts.size() != opts_.devices.size())
       return absl::InternalError(cat(name, ": ", parts.size(), " replicas for ", opts_.devices.size(), " devices"));
-    auto first = session_.download_tensor(*parts[0]);
+    auto first = session_->download_tensor(*parts[0]);
     if (!first.ok()) return first.status();
     for (size_t i = 1; i < parts.size(); ++i) {
-      auto other = session_.download_tensor(*parts[i]);
+      auto other = session_->download_tensor(*parts[i]);
       if (!other.ok()) return other.status();
       if (other->data != first->data)
         return absl::DataLossError(cat(name, ": ", parts[i]->name, " differs from ", parts[0]->name));
@@ -135,31 +167,42 @@ absl::Status SpiralsTrainer::check_replicas() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> SpiralsTrainer::accuracy() {
+absl::StatusOr<std::vector<HostTensor>> SpiralsTrainer::parameters() {
   std::vector<HostTensor> p;
   for (const Tensor& t : params_) {
     auto h = t.to_host();
     if (!h.ok()) return h.status();
     p.push_back(std::move(*h));
   }
-  const int64_t n = data_.x.shape[0], h = opts_.hidden;
+  return p;
+}
+
+absl::StatusOr<double> SpiralsTrainer::accuracy() {
+  auto params = parameters();
+  if (!params.ok()) return params.status();
+  const std::vector<HostTensor>& p = *params;
+  const int64_t n = data_.x.shape[0], h = opts_.hidden, in = opts_.inputs, classes = opts_.classes;
   int64_t right = 0;
   std::vector<float> a(h), b(h);
   for (int64_t r = 0; r < n; ++r) {
-    for (int64_t j = 0; j < h; ++j)
-      a[j] = std::tanh(at(data_.x, 2 * r) * at(p[0], j) + at(data_.x, 2 * r + 1) * at(p[0], h + j) + at(p[1], j));
+    for (int64_t j = 0; j < h; ++j) {
+      float acc = at(p[1], j);
+      for (int64_t i = 0; i < in; ++i) acc += at(data_.x, in * r + i) * at(p[0], i * h + j);
+      a[j] = std::tanh(acc);
+    }
     for (int64_t j = 0; j < h; ++j) {
       float acc = at(p[3], j);
       for (int64_t k = 0; k < h; ++k) acc += a[k] * at(p[2], k * h + j);
       b[j] = std::tanh(acc);
     }
-    float logit[2];
-    for (int c = 0; c < 2; ++c) {
-      logit[c] = at(p[5], c);
-      for (int64_t k = 0; k < h; ++k) logit[c] += b[k] * at(p[4], k * 2 + c);
+    int64_t predicted = 0;
+    float best = 0;
+    for (int64_t c = 0; c < classes; ++c) {
+      float logit = at(p[5], c);
+      for (int64_t k = 0; k < h; ++k) logit += b[k] * at(p[4], k * classes + c);
+      if (c == 0 || logit > best) best = logit, predicted = c;
     }
-    int predicted = logit[1] > logit[0] ? 1 : 0;
-    right += at(data_.y, 2 * r + predicted) > 0.5f;
+    right += at(data_.y, classes * r + predicted) > 0.5f;
   }
   return static_cast<double>(right) / static_cast<double>(n);
 }

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,13 +30,23 @@ struct SpiralsData {
   HostTensor x, y;
 };
 SpiralsData two_spirals(int64_t points_per_class, uint64_t seed, double noise = 0.02);
+// `rows` points of `inputs` features uniform in [-1, 1), each labelled with a class drawn
+// uniformly from `classes` (one-hot): data of any width for the same MLP (what the
+// benchmarks train beside torch).
+SpiralsData random_classes(int64_t rows, int64_t inputs, int64_t classes, uint64_t seed);
 
 struct TrainOptions {
   std::vector<std::string> devices = {"CPU:0", "CPU:1"};
-  int64_t points_per_class = 128;
+  int64_t points_per_class = 128;  // the batch has 2 x this many rows
   int64_t hidden = 32;
+  // The MLP's in- and out-features: 2 and 2 train on the spirals, anything else on
+  // random_classes (inputs -> hidden -> hidden -> classes).
+  int64_t inputs = 2, classes = 2;
   double learning_rate = 0.5;
   uint64_t seed = 1;
+  // The parameters to start from (w1, b1, w2, b2, w3, b3, as parameters() gives them);
+  // empty: seeded uniform values.
+  std::vector<HostTensor> initial_params;
 };
 
 // One step as the client saw it and as uopd reported it.
@@ -55,6 +66,10 @@ class SpiralsTrainer {
  public:
   // The session must hold every device of options.devices.
   SpiralsTrainer(client::Session& session, TrainOptions options);
+  // The same steps through another realizer (the interpreter, an in-process LocalRunner):
+  // what a uopd run is compared with. Without a session there are no uopd timings, and
+  // check_replicas is FAILED_PRECONDITION.
+  SpiralsTrainer(client::Realizer& realizer, TrainOptions options);
 
   // Forward, backward, allreduce, update: one Run.
   absl::StatusOr<StepReport> step();
@@ -68,14 +83,18 @@ class SpiralsTrainer {
   // forward pass on the host, from replica 0).
   absl::StatusOr<double> accuracy();
 
+  // The current parameters on the host (replica 0's), in TrainOptions::initial_params' order.
+  absl::StatusOr<std::vector<HostTensor>> parameters();
+
   const TrainOptions& options() const { return opts_; }
-  client::RemoteRealizer& realizer() { return realizer_; }
 
  private:
-  client::Session& session_;
+  void init();
+  client::Session* session_ = nullptr;  // null: realizer_ is another realizer
   TrainOptions opts_;
   SpiralsData data_;
-  client::RemoteRealizer realizer_;
+  std::unique_ptr<client::RemoteRealizer> remote_;
+  client::Realizer* realizer_ = nullptr;
   client::ContextPtr ctx_;  // the trainer's own graph arena
   client::Tensor x_, y_;
   std::vector<client::Tensor> params_;  // w1, b1, w2, b2, w3, b3

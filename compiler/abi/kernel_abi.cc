@@ -5,7 +5,9 @@
 // any, follow it), and is written only for kernels that check a stop word, so a kernel
 // without one keeps its version 1 or 2 text; version 4 is version 3 with the stop line
 // always there (`stop 0` or `stop 1`) and the work estimate after it, written for every
-// kernel that has one, so that texts without an estimate keep their older versions.
+// kernel that has one, so that texts without an estimate keep their older versions;
+// version 5 is version 4 with a `schedule` line after the loops: the loop schedule the
+// optimize stage applied (loop_schedule.h text, possibly empty).
 #include "compiler/abi/kernel_abi.h"
 
 #include <algorithm>
@@ -24,7 +26,8 @@ constexpr std::string_view kMagic = "uopd-abi";
 constexpr int kVersion = 1;     // without GPU launch dims
 constexpr int kGpuVersion = 2;  // with them
 constexpr int kStopVersion = 3;  // with a stop word, GPU dims optional
-constexpr int kWorkVersion = kAbiVersion;  // a stop line and the work estimate, GPU dims optional
+constexpr int kWorkVersion = 4;  // a stop line and the work estimate, GPU dims optional
+constexpr int kScheduleVersion = kAbiVersion;  // version 4 and the loop schedule
 constexpr int kMaxExprDepth = 256;
 
 bool is_launch_op(Op op) {
@@ -360,7 +363,7 @@ GpuDims KernelAbi::eval_gpu(std::span<const int64_t> var_values) const {
   return d;
 }
 
-std::string KernelAbi::schedule_str() const {
+std::string KernelAbi::loops_str() const {
   if (!work) return "";
   std::string out;
   for (const Loop& l : work->loops)
@@ -376,7 +379,7 @@ int KernelAbi::var_position(std::string_view name) const {
 }
 
 std::string KernelAbi::serialize() const {
-  const int version = work ? kWorkVersion : stop_word ? kStopVersion : gpu ? kGpuVersion : kVersion;
+  const int version = work ? kScheduleVersion : stop_word ? kStopVersion : gpu ? kGpuVersion : kVersion;
   std::string out = cat(kMagic, " ", version, "\nparams ", params.size(), "\n");
   for (const KernelParam& p : params)
     out += cat(p.slot, " ", scalar_name(p.dtype.scalar), " ", p.dtype.count, " ", p.size, " ",
@@ -401,6 +404,7 @@ std::string KernelAbi::serialize() const {
       write_terms(out, l.extent);
       out += "\n";
     }
+    out += cat("schedule ", schedule.size(), ":", schedule, "\n");
   } else if (stop_word) {
     out += "stop 1\n";
   }
@@ -427,7 +431,8 @@ absl::StatusOr<KernelAbi> parse_abi(std::string_view text) {
   Reader r(text);
   int64_t version = 0, n = 0;
   if (!r.expect(kMagic) || !r.integer(version)) return bad("header");
-  if (version != kVersion && version != kGpuVersion && version != kStopVersion && version != kWorkVersion)
+  if (version != kVersion && version != kGpuVersion && version != kStopVersion && version != kWorkVersion &&
+      version != kScheduleVersion)
     return bad(cat("version ", version));
   KernelAbi abi;
   if (!r.expect("params") || !r.integer(n) || n < 0 || n > (1 << 20)) return bad("params");
@@ -482,7 +487,7 @@ absl::StatusOr<KernelAbi> parse_abi(std::string_view text) {
     if (!r.expect("stop") || !r.integer(stop) || stop != 1) return bad("stop");
     abi.stop_word = true;
   }
-  if (version == kWorkVersion) {
+  if (version == kWorkVersion || version == kScheduleVersion) {
     int64_t stop = 0;
     if (!r.expect("stop") || !r.integer(stop) || (stop != 0 && stop != 1)) return bad("stop");
     abi.stop_word = stop == 1;
@@ -502,6 +507,8 @@ absl::StatusOr<KernelAbi> parse_abi(std::string_view text) {
       l.type = *type;
       w.loops.push_back(std::move(l));
     }
+    if (version == kScheduleVersion && (!r.expect("schedule") || !r.bytes(abi.schedule) || abi.schedule.size() > 4096))
+      return bad("schedule");
     abi.work = std::move(w);
   }
   if (version == kGpuVersion || (version >= kStopVersion && !r.at_end())) {

@@ -32,7 +32,8 @@
 // (serialize / parse_abi): version 1 for kernels without GPU dims (byte for byte what
 // it always was), version 2 adds the `gpu` section, version 3 says that the
 // kernel checks a stop word, with or without the `gpu` section; version 4 adds the work
-// estimate (`work` below) after the stop line; parse_abi reads all four.
+// estimate (`work` below) after the stop line, version 5 the loop schedule after it;
+// parse_abi reads all five.
 // A kernel that does not check the word (an older artifact, a CUDA kernel today) can only
 // be stopped by ending its worker. LLVM-free: the server and the workers use it.
 #pragma once
@@ -146,7 +147,13 @@ struct KernelAbi {
   };
   std::optional<Work> work;
   // "Thread(n) Loop(16) Reduce(64) lanes=4": `work`'s loops and lanes; "" without it.
-  std::string schedule_str() const;
+  std::string loops_str() const;
+  // The loop schedule the optimize stage applied (compiler/passes/loop_schedule.h text:
+  // "split(1,8,upcast);thread(0)", "" for none), set by whoever lowered the kernel; in
+  // the text form of version 5 (with the work estimate), "" in older ones.
+  std::string schedule;
+  // What profiles print as the schedule: `schedule`, "-" for the empty one.
+  std::string schedule_str() const { return schedule.empty() ? "-" : schedule; }
 
   // How many buffer pointers a launch passes: max slot + 1 (a slot no op uses is a
   // null-tolerant hole), 0 without params.
@@ -167,7 +174,7 @@ absl::StatusOr<KernelAbi> parse_abi(std::string_view text);
 
 // The newest text version serialize() writes (with a work estimate). Backends name it in their
 // build ids, so that kernels of an older ABI never share a cache key with newer ones.
-inline constexpr int kAbiVersion = 4;
+inline constexpr int kAbiVersion = 5;
 
 // The ABI of a LINEAR: params from PARAM (read / written from the LOADs and STOREs that
 // reach them through INDEX), vars from DEFINE_VAR, the launch extent from the Thread

@@ -94,6 +94,9 @@ absl::StatusOr<CudaSource> render_cuda(const UOp* linear, std::string_view entry
                                        bool with_prelude = true);
 // The helpers every rendered kernel calls (the exact semantics above).
 std::string_view cuda_prelude();
+// The one WMMA render_cuda emits (cuda_prelude's mma.sync m16n8k16): a 8 x f16 / bf16,
+// b 4 x the same, c and d 4 x f32, 32 threads. The GPU emulator runs the same shape.
+bool is_mma_m16n8k16(const UOp* wmma);
 
 // One NVRTC compile of a whole translation unit (any number of kernels).
 struct CudaModule {

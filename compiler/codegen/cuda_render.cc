@@ -387,13 +387,9 @@ absl::Status Renderer::emit_special(const UOp* u) {
 }
 
 absl::Status Renderer::emit_wmma(const UOp* u) {
-  const auto& w = u->arg_as<WmmaArg>();
-  DType a = u->src(0)->dtype(), b = u->src(1)->dtype(), c = u->src(2)->dtype();
-  bool f16 = w.dtype_in == Scalar::Float16;
-  if (w.m != 16 || w.n != 8 || w.k != 16 || w.threads != 32 || (!f16 && w.dtype_in != Scalar::BFloat16) ||
-      w.dtype_out != Scalar::Float32 || a != DType(w.dtype_in, 8) || b != DType(w.dtype_in, 4) ||
-      c != DType(Scalar::Float32, 4) || u->dtype() != c)
+  if (!is_mma_m16n8k16(u))
     return refuse(u, "WMMA must be m16n8k16 (a: 8 x f16 / bf16, b: 4 x the same, c and d: 4 x f32) [cuda.wmma]");
+  const bool f16 = u->arg_as<WmmaArg>().dtype_in == Scalar::Float16;
   std::vector<std::string> args;
   for (int i = 0; i < 4; ++i) args.push_back(cat(name(u), "_", i));
   line(cat("float ", join(args, ", "), ";"));
@@ -408,6 +404,15 @@ absl::Status Renderer::emit_wmma(const UOp* u) {
 }
 
 }  // namespace
+
+bool is_mma_m16n8k16(const UOp* u) {
+  if (!u->is(Op::WMMA) || u->num_src() != 3) return false;
+  const auto& w = u->arg_as<WmmaArg>();
+  DType a = u->src(0)->dtype(), b = u->src(1)->dtype(), c = u->src(2)->dtype();
+  return w.m == 16 && w.n == 8 && w.k == 16 && w.threads == 32 &&
+         (w.dtype_in == Scalar::Float16 || w.dtype_in == Scalar::BFloat16) && w.dtype_out == Scalar::Float32 &&
+         a == DType(w.dtype_in, 8) && b == DType(w.dtype_in, 4) && c == DType(Scalar::Float32, 4) && u->dtype() == c;
+}
 
 absl::StatusOr<CudaSource> render_cuda(const UOp* linear, std::string_view entry, bool with_prelude) {
   RETURN_IF_ERROR(verify_for_rendering(linear, "render_cuda"));

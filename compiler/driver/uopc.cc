@@ -4,6 +4,7 @@
 //
 // Exit codes: 0 ok, 1 invalid input (the graph, a file, or --check found a difference),
 // 2 usage.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "compiler/backend.h"
 #include "compiler/explain.h"
 #include "compiler/interp/interp.h"
@@ -59,6 +61,9 @@ flags::Tool uopc_flags() {
       t.command("compile", "compile every kernel for a target (this CPU by default): name, digest, time, ABI").positional("GRAPH");
   compile.string("backend", "NAME", "compile for this target: cpu (the default) or cuda");
   compile.string("arch", "ARCH", "the target's arch (cuda: sm_80, sm_90, ...; cpu: host)");
+  compile.string("schedule", "[DIGEST=]TEXT",
+                 "compile the kernel whose digest starts with DIGEST (without one: the graph's only kernel) with this "
+                 "loop schedule, e.g. split(1,8,upcast);thread(0), instead of the target's heuristic");
   flags::Command& run = t.command("run", "compile and run on this CPU").positional("GRAPH");
   run.string("in", "NAME=FILE.npy", "bind the input called NAME").repeatable();
   run.string("random", "SEED", "fill unbound inputs with seeded random values");
@@ -183,6 +188,20 @@ int cmd_compile(const Args& a, DecodedGraph& g) {
   auto plan = plan_graph(*g.graph, g.root, pipeline_options(a, g));
   if (!plan.ok()) return invalid(std::string(plan.status().message()));
   std::cout << "target " << b.target_id() << ", " << b.build_id() << "\n";
+  // --schedule: a schedule's text has no '=', so what comes before one is a digest.
+  std::string sched_digest, sched_text;
+  if (a.has("schedule")) {
+    const std::string& v = a.get("schedule");
+    size_t eq = v.find('=');
+    sched_text = eq == std::string::npos ? v : v.substr(eq + 1);
+    sched_digest = eq == std::string::npos ? "" : v.substr(0, eq);
+    absl::flat_hash_set<Digest> kernels;
+    for (const KernelPlan& k : plan->kernels) kernels.insert(k.kernel->digest());
+    if (sched_digest.empty() && kernels.size() != 1)
+      return usage_error(cat("--schedule without a digest needs a graph of one kernel; this one has ", kernels.size()));
+    if (std::none_of(kernels.begin(), kernels.end(), [&](const Digest& d) { return d.hex().starts_with(sched_digest); }))
+      return usage_error(cat("--schedule: the graph has no kernel whose digest starts with '", sched_digest, "'"));
+  }
   absl::flat_hash_map<Digest, std::string> seen;
   for (const KernelPlan& k : plan->kernels) {
     Digest d = k.kernel->digest();
@@ -193,10 +212,15 @@ int cmd_compile(const Args& a, DecodedGraph& g) {
     }
     seen.emplace(d, k.name);
     auto t0 = std::chrono::steady_clock::now();
-    auto linear = b.lower(*g.graph, k.kernel, pipeline_options(a, g), k.name);
+    PipelineOptions po = pipeline_options(a, g);
+    std::string applied;
+    if (a.has("schedule") && d.hex().starts_with(sched_digest)) po.schedule = sched_text;
+    po.applied_schedule = &applied;
+    auto linear = b.lower(*g.graph, k.kernel, po, k.name);
     if (!linear.ok()) return invalid(std::string(linear.status().message()));
     auto art = b.compile(*linear);
     if (!art.ok()) return invalid(std::string(art.status().message()));
+    art->abi.schedule = applied;
     double ms = ms_since(t0);
     std::cout << cat("  ", ms, " ms, ", art->object.size(), " bytes\n") << abi_text(art->abi);
   }

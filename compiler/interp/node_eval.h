@@ -1,6 +1,8 @@
 // What the tensor-level and kernel-level interpreters share: naming a node in an error,
 // and evaluating one scalar op (ALU, CAST, BITCAST) through ir/eval.h after checking the
-// dtype rules that make eval_alu's answer meaningful. Private to compiler/interp.
+// dtype rules that make eval_alu's answer meaningful. Private to compiler/interp and the
+// GPU emulator (compiler/gpu_emu), which evaluates each lane of a vector op with it so
+// that it computes what the interpreter computes.
 #pragma once
 
 #include <optional>

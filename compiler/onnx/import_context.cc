@@ -208,8 +208,8 @@ absl::StatusOr<const UOp*> NodeContext::alu(Op op_, std::vector<const UOp*> src)
 }
 
 absl::StatusOr<int64_t> NodeContext::axis(int64_t a, int64_t rank) const {
-  if (a < -rank || a >= std::max<int64_t>(rank, 1) || (rank == 0 && a != 0 && a != -1))
-    return invalid(cat("axis ", a, " is out of range for rank ", rank));
+  // A scalar has no axis: every caller indexes the shape by the answer.
+  if (a < -rank || a >= rank) return invalid(cat("axis ", a, " is out of range for rank ", rank));
   return a < 0 ? a + rank : a;
 }
 

@@ -153,6 +153,10 @@ absl::StatusOr<ImportedModel> import_model(std::string_view model_bytes,
         return nc.unsupported(cat("attribute '", a.name(), "' is not supported"));
     }
     ONNX_TRY(def.fn(nc));
+    if (options.max_graph_nodes > 0 && out.graph->size() > options.max_graph_nodes)
+      return absl::ResourceExhaustedError(cat("the model's graph has ", out.graph->size(), " nodes after node '",
+                                              node.name().substr(0, 64), "' (", registry_key(node), "), over the limit of ",
+                                              options.max_graph_nodes));
     for (int i = 0; i < node.output_size(); ++i) {
       if (node.output(i).empty()) continue;
       Value* v = st.find(node.output(i));

@@ -45,6 +45,10 @@ struct ImportOptions {
   // imported for, their data is bound at each run, so no part of the import may read
   // their values (what would need them is UNIMPLEMENTED, naming it).
   bool inputs_known = true;
+  // Nodes the import's graph may reach (0: no bound), checked after each ONNX node: past
+  // it, RESOURCE_EXHAUSTED naming the node. For a server, whose decode limits would refuse
+  // such a graph anyway, so that the refusal comes before the memory is spent.
+  size_t max_graph_nodes = 0;
 };
 
 // `inputs` gives every graph input that is not also an initializer (an initializer given

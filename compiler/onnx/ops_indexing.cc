@@ -634,6 +634,12 @@ absl::Status recurrent(NodeContext& c, RnnKind kind) {
     return c.invalid(cat("direction '", dir, "' with ", D, " direction(s) of weights"));
   if (wsh[1] != G * H || wsh[2] != I || c.shape_of(R) != Dims{D, G * H, H}) return c.invalid("W / R do not match hidden_size");
   if (kind == RnnKind::Lstm && c.attr_int("input_forget", 0) != 0) return c.unsupported("input_forget");
+  // Every step is unrolled into the graph: a sequence as long as a declared shape can say
+  // would make the graph without bound before any limit saw it.
+  constexpr int64_t kMaxUnrolledSteps = int64_t{1} << 14;
+  if (S > kMaxUnrolledSteps || S * D > kMaxUnrolledSteps)
+    return c.unsupported(cat("a sequence of ", S, " steps in ", D, " direction(s): at most ", kMaxUnrolledSteps,
+                             " steps are unrolled"));
   if (c.has(4)) {
     ONNX_ASSIGN(std::vector<int64_t> lens, c.ints(4));
     for (int64_t l : lens)
@@ -746,6 +752,12 @@ absl::Status recurrent(NodeContext& c, RnnKind kind) {
         const UOp* ot = act(a[0], clipped(go));
         h = m.mul(ot, act(a[2], cell));
       }
+      // Each step's state is realized: unrealized, step t's state is an expression of
+      // every step before it (the LSTM cell is elementwise all the way back), and whatever
+      // reads all steps (Y, fused into a next layer's input projection) holds the whole
+      // unrolled chain in one kernel, past --max-kernel-ops at a few dozen steps.
+      h = tb.contiguous(h);
+      if (kind == RnnKind::Lstm) cell = tb.contiguous(cell);
       ys[d][t] = h;
     }
     hs[d] = h;

@@ -80,6 +80,17 @@ const UOp* pad_any(TensorBuilder& tb, const UOp* x, std::vector<int64_t> b, std:
 
 }  // namespace
 
+absl::Status check_window_sizes(NodeContext& c, const Dims& kernel, const Dims& strides, const Dims& dilations) {
+  // Positive, and small enough that window arithmetic (K * d, O * s, their sums with a
+  // dimension) cannot overflow: a stride of 0 would divide by zero.
+  constexpr int64_t kMax = int64_t{1} << 31;
+  auto within = [&](const Dims& v) { return std::all_of(v.begin(), v.end(), [&](int64_t x) { return x >= 1 && x < kMax; }); };
+  if (!within(kernel)) return c.invalid("kernel_shape values must be at least 1 (and below 2^31)");
+  if (!within(strides)) return c.invalid("strides must be at least 1 (and below 2^31)");
+  if (!within(dilations)) return c.invalid("dilations must be at least 1 (and below 2^31)");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Geometry> geometry(NodeContext& c, const Dims& in_spatial, Dims kernel, bool ceil_mode) {
   const size_t m = in_spatial.size();
   Geometry g;
@@ -90,6 +101,7 @@ absl::StatusOr<Geometry> geometry(NodeContext& c, const Dims& in_spatial, Dims k
   if (g.dilations.empty()) g.dilations.assign(m, 1);
   if (g.kernel.size() != m || g.strides.size() != m || g.dilations.size() != m)
     return c.invalid("kernel_shape, strides and dilations must have one value per spatial axis");
+  ONNX_TRY(check_window_sizes(c, g.kernel, g.strides, g.dilations));
   std::vector<int64_t> pads = c.attr_ints("pads");
   std::string ap = c.attr_string("auto_pad", "NOTSET");
   g.pad_b.assign(m, 0);
@@ -159,6 +171,7 @@ absl::StatusOr<const UOp*> conv_core(NodeContext& c, const UOp* x, const UOp* w,
   const Dims xs = c.shape_of(x), ws = c.shape_of(w);
   const size_t sp = ws.size() - 2;
   const int64_t N = xs[0], C = xs[1], M = ws[0];
+  if (group < 1) return c.invalid("group must be at least 1");
   if (C % group || M % group || ws[1] != C / group) return c.invalid("channels do not match the weights and group");
   const UOp* xp = pad_any(tb, x, spatial_pads(g.pad_b), spatial_pads(g.pad_e));
   const UOp* xw = windows(tb, xp, g);
@@ -213,6 +226,7 @@ absl::Status conv_transpose(NodeContext& c) {
   if (xs.size() < 3 || ws.size() != xs.size()) return c.invalid("X and W must be [N, C, D...] and [C, M/group, K...]");
   const size_t sp = xs.size() - 2;
   const int64_t group = c.attr_int("group", 1), C = xs[1], Mg = ws[1];
+  if (group < 1) return c.invalid("group must be at least 1");
   if (ws[0] != C || C % group) return c.invalid("channels do not match the weights and group");
   Dims kernel = c.attr_ints("kernel_shape");
   if (kernel.empty()) kernel.assign(ws.begin() + 2, ws.end());
@@ -220,12 +234,18 @@ absl::Status conv_transpose(NodeContext& c) {
   if (strides.empty()) strides.assign(sp, 1);
   if (dil.empty()) dil.assign(sp, 1);
   if (outpad.empty()) outpad.assign(sp, 0);
+  if (kernel.size() != sp || strides.size() != sp || dil.size() != sp || outpad.size() != sp)
+    return c.invalid("kernel_shape, strides, dilations and output_padding must have one value per spatial axis");
+  ONNX_TRY(check_window_sizes(c, kernel, strides, dil));
+  for (int64_t p : outpad)
+    if (p < 0 || p >= (int64_t{1} << 31)) return c.invalid("output_padding values must be in [0, 2^31)");
   std::vector<int64_t> pb(sp, 0), pe(sp, 0);
   std::vector<int64_t> pads = c.attr_ints("pads"), oshape = c.attr_ints("output_shape");
   std::string ap = c.attr_string("auto_pad", "NOTSET");
   if (!pads.empty() && pads.size() == 2 * sp)
     for (size_t i = 0; i < sp; ++i) pb[i] = pads[i], pe[i] = pads[i + sp];
   if (!oshape.empty() || ap == "SAME_UPPER" || ap == "SAME_LOWER") {
+    if (!oshape.empty() && oshape.size() < sp) return c.invalid("output_shape must have a value per spatial axis");
     if (!oshape.empty() && oshape.size() != sp) oshape.erase(oshape.begin(), oshape.end() - static_cast<long>(sp));
     for (size_t i = 0; i < sp; ++i) {
       int64_t out = oshape.empty() ? xs[2 + i] * strides[i] : oshape[i];
@@ -314,7 +334,10 @@ absl::Status conv_transpose(NodeContext& c) {
   os.insert(os.end(), out_sp.begin(), out_sp.end());
   const UOp* out = acc ? acc : tb.full(c.dtype_of(x), ConstValue::Float(0), os);
   ONNX_TRY(add_bias(c, out));
-  c.out(0, out);
+  // Realized: each placement is a select and a pad of Z, so a consumer that reads a window
+  // of the output (a following Conv reads 9 taps of it) would fuse kernel-count times
+  // that many placements into one kernel, past --max-kernel-ops for a modest U-Net.
+  c.out(0, tb.contiguous(out));
   return absl::OkStatus();
 }
 

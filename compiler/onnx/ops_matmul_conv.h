@@ -22,6 +22,9 @@ struct Geometry {
   std::vector<int64_t> pad_b, pad_e;
 };
 absl::StatusOr<Geometry> geometry(NodeContext& c, const Dims& in_spatial, Dims kernel, bool ceil_mode = false);
+// INVALID_ARGUMENT naming the attribute unless every kernel size, stride and dilation is
+// in [1, 2^31): geometry() checks its own, ConvTranspose its.
+absl::Status check_window_sizes(NodeContext& c, const Dims& kernel, const Dims& strides, const Dims& dilations);
 
 // Conv of x [N, C, D...] with w [M, C/group, K...] over the geometry: the windows of the
 // padded input times the weights, summed over channels and kernel positions.

@@ -108,7 +108,7 @@ absl::Status lrn(NodeContext& c) {
   const Dims s = c.shape_of(x);
   if (s.size() < 3) return c.invalid("X must be [N, C, D...]");
   int64_t size = c.attr_int("size", 0);
-  if (size <= 0) return c.invalid("size");
+  if (size <= 0 || size >= (int64_t{1} << 31)) return c.invalid("size must be in [1, 2^31)");
   double alpha = c.attr_float("alpha", 1e-4f), beta = c.attr_float("beta", 0.75f), bias = c.attr_float("bias", 1.0f);
   // Channels moved last, padded by floor((size-1)/2) before and ceil after, windows of size.
   const int64_t r = static_cast<int64_t>(s.size());

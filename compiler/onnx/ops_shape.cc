@@ -118,6 +118,7 @@ absl::Status concat_op(NodeContext& c) {
   }
   if (xs.empty()) return c.invalid("needs inputs");
   const int64_t r = static_cast<int64_t>(c.shape_of(xs[0]).size());
+  if (r == 0) return c.invalid("the inputs are scalars: there is no axis to concatenate along");
   ONNX_ASSIGN(int64_t axis, c.axis(c.attr_int("axis", 0), r));
   std::vector<const UOp*> parts;
   for (const UOp* x : xs) {
@@ -136,6 +137,7 @@ absl::Status concat_op(NodeContext& c) {
 absl::Status split(NodeContext& c) {
   ONNX_ASSIGN(const UOp* x, c.in(0));
   const Dims& s = c.shape_of(x);
+  if (s.empty()) return c.invalid("the input is a scalar: there is no axis to split");
   ONNX_ASSIGN(int64_t axis, c.axis(c.attr_int("axis", 0), static_cast<int64_t>(s.size())));
   std::vector<int64_t> sizes;
   if (c.opset() >= 13) {
@@ -148,11 +150,16 @@ absl::Status split(NodeContext& c) {
   const int64_t n = s[axis];
   if (sizes.empty()) {
     int64_t parts = c.has_attr("num_outputs") ? c.attr_int("num_outputs", 1) : c.num_outputs();
+    if (parts != c.num_outputs()) return c.invalid("num_outputs is not the number of outputs");
+    if (parts < 1) return c.invalid("no outputs");
     int64_t each = (n + parts - 1) / parts;
     for (int64_t i = 0, left = n; i < parts; ++i, left -= each) sizes.push_back(std::min(each, left));
   }
   int64_t total = 0;
-  for (int64_t v : sizes) total += v;
+  for (int64_t v : sizes) {
+    if (v < 0 || v > n - total) return c.invalid("split sizes must be non-negative and add up to the axis");
+    total += v;
+  }
   if (total != n || static_cast<int>(sizes.size()) != c.num_outputs()) return c.invalid("split sizes do not add up");
   int64_t at = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {

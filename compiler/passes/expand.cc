@@ -207,7 +207,8 @@ const rw::RuleSet& memory_rules() {
         else loops.push_back(r);
       }
       if (a.empty()) return nullptr;
-      DType t = st->src(1)->dtype();
+      // The element type: a stored LOAD is already a vector here (rules run bottom-up).
+      DType t = st->src(1)->op() == Op::UNROLL ? st->src(1)->dtype().element() : st->src(1)->dtype();
       int64_t n = lanes(a);
       const UOp* value = g.make(Op::CONTRACT, t.vec(static_cast<uint32_t>(n)), {st->src(1)}, factors(a));
       int64_t chunk = at.gate ? 1 : std::max<int64_t>(contiguous_lanes(at.idx, a), 1);
@@ -305,10 +306,15 @@ const rw::RuleSet& vectorize_rules() {
       Axes full = v->op() == Op::UNROLL ? merge(c.axes_of(v), folded) : folded;
       DType t = r->dtype().element();
       const UOp* acc = swizzle(g, c, v, full);
+      const ReduceOp rop = r->arg_as<ReduceOpArg>().op;
       if (!loops.empty()) {
         std::vector<const UOp*> src{acc};
         src.insert(src.end(), loops.begin(), loops.end());
         acc = g.make(Op::REDUCE, acc->dtype(), src, r->arg());
+      } else {
+        // No loop left: the fold of each lane still starts from the identity (0.0 + -0.0
+        // is +0.0).
+        acc = g.alu(reduce_combine_op(rop), {swizzle(g, c, g.cnst(t, reduce_identity(rop, t.scalar)), full), acc});
       }
       if (folded.empty()) return g.make(Op::UNROLL, acc->dtype(), {acc}, factors(full));
       // Fold the lanes of the closed upcast ranges, one slice of the kept lanes per value.
@@ -333,7 +339,7 @@ const rw::RuleSet& vectorize_rules() {
         }
         parts.push_back(g.make(Op::GEP, t.vec(static_cast<uint32_t>(nk)), {acc}, IntsArg{idx}));
       }
-      Op combine = reduce_combine_op(r->arg_as<ReduceOpArg>().op);
+      Op combine = reduce_combine_op(rop);
       while (parts.size() > 1) {  // a balanced tree keeps the dependency chains short
         std::vector<const UOp*> next;
         for (size_t i = 0; i + 1 < parts.size(); i += 2) next.push_back(g.alu(combine, {parts[i], parts[i + 1]}));

@@ -72,9 +72,11 @@ const rw::RuleSet& rules() {
       const UOp* r = m["r"];
       const UOp* value = r->src(0);
       auto own = r->src().subspan(1);
-      if (own.empty()) return value;
       ReduceOp rop = r->arg_as<ReduceOpArg>().op;
       DType dt = r->dtype();
+      // Over no range the fold is identity (op) value, which is not always the value: a
+      // float sum gives 0.0 + -0.0 = +0.0.
+      if (own.empty()) return g.alu(reduce_combine_op(rop), {g.cnst(dt, reduce_identity(rop, dt.scalar)), value});
       std::vector<const UOp*> outer;
       for (const UOp* x : c.ranges.of(value))
         if (std::find(own.begin(), own.end(), x) == own.end()) outer.push_back(x);

@@ -14,21 +14,6 @@
 namespace uop {
 namespace {
 
-int64_t const_end(const UOp* r) {
-  const ConstValue* c = r->src(0)->const_value();
-  return c ? c->to_int() : -1;
-}
-
-// The RANGEs `x` closes, outermost first.
-std::vector<const UOp*> closed_ranges(const UOp* x) {
-  std::vector<const UOp*> out;
-  int rs = op_info(x->op()).range_start;
-  if (rs < 0) return out;
-  for (const UOp* r : x->src().subspan(static_cast<size_t>(rs)))
-    if (r->op() == Op::RANGE) out.push_back(r);
-  return out;
-}
-
 bool has_range(const UOp* x) {
   for (const UOp* u : toposort(x))
     if (u->op() == Op::RANGE || u->op() == Op::SPECIAL) return true;

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "compiler/ir/value_range.h"
+#include "compiler/passes/loop_schedule.h"
 
 namespace uop {
 namespace {
@@ -18,11 +19,6 @@ bool has_range(const UOp* x) {
   for (const UOp* u : toposort(x))
     if (u->op() == Op::RANGE || u->op() == Op::SPECIAL) return true;
   return false;
-}
-
-int64_t const_end(const UOp* r) {
-  const ConstValue* c = r->src(0)->const_value();
-  return c ? c->to_int() : -1;
 }
 
 bool narrow(DType d) { return d == dtypes::float16 || d == dtypes::bfloat16; }

@@ -17,7 +17,6 @@ Figures (one JSON object on stdout, a summary on stderr):
 """
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -28,7 +27,6 @@ from pathlib import Path
 import numpy as np
 
 import uopd
-from uopd import graphs
 
 REPO = Path(__file__).resolve().parents[2]
 BULK = 256 << 20
@@ -74,7 +72,7 @@ def python_transfers_gbps(session):
 
 
 def cpp_transfers_gbps(bench_service):
-    out = subprocess.run([bench_service, "--benchmark_filter=BM_(Upload|Download)/256MiB$", "--benchmark_format=json"],
+    out = subprocess.run([bench_service, "--benchmark_filter=BM_(Upload|Download)/256MiB/", "--benchmark_format=json"],
                          check=True, capture_output=True, text=True).stdout
     rates = {b["name"].split("/")[0]: b["GB_per_s"] for b in json.loads(out)["benchmarks"]}
     return rates["BM_Upload"], rates["BM_Download"]
@@ -90,7 +88,7 @@ def main():
     uopd_bin, uop_bin = build / "server/uopd", build / "client/uop"
     bench_service = build / "tests/bench/bench_service"
     graph_path = REPO / "examples/elementwise.json"
-    graph = graphs.read_file(graph_path)  # parsed once, as `uop bench` does
+    graph = uopd.Graph(graph_path)  # read and encoded once, as `uop bench` reads it once
     rng = np.random.default_rng(1)
     inputs = {"a": rng.standard_normal(12).astype(np.float32), "b": rng.standard_normal(12).astype(np.float32)}
 

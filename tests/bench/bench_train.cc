@@ -9,12 +9,25 @@
 //   other_ms      the rest of the step's wall time: the Run's transport, encoding, the
 //                 loss download
 //   allreduce_share  allreduce_ms / step time
+//   p50_step_ms   the median warm step
 // and the first (cold) step of a fresh server, whose kernels all compile, as cold_*.
-// One real uopd with three embedded workers, started by main(); BM_TrainStep/N uses N of
-// them. Not part of ctest: speed is measured here, never asserted.
+// Two models, batch 256: the demo's 2-32-32-2 spirals MLP and a wide 784-1024-1024-10 one
+// on random data (7 MiB of gradients). The peer, measured in the same run before uopd
+// starts: torch DistributedDataParallel over Gloo, two processes on this host
+// (torch_ddp_step.py, python3-torch from deploy/setup.sh --bench), the same MLP, batch and
+// SGD; ratio_vs_torch_ddp = p50_step_ms / torch's p50 per warm step, on two devices. One
+// thread per uopd worker and per torch process.
+// One real uopd with three embedded workers, started by main(); BM_TrainStep/N/M uses N
+// of them for model M. Not part of ctest: speed is measured here, never asserted.
+//
+//   build/release/tests/bench/bench_train --benchmark_counters_tabular=true
+//
+// $UOPD_BENCH_UOPD measures another uopd build (its own uop-worker beside it) the same way.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,6 +38,9 @@
 #include "client/embedded_server.h"
 #include "compiler/support/strings.h"
 
+#ifndef TORCH_DDP_SCRIPT
+#error "TORCH_DDP_SCRIPT (tests/bench/torch_ddp_step.py) must be defined by the build"
+#endif
 #ifndef UOPD_BINARY
 #error "UOPD_BINARY (the path of the uopd to start) must be defined by the build"
 #endif
@@ -38,13 +54,57 @@ struct Service {
 };
 Service* g_service = nullptr;  // started by main(): EmbeddedServer must outlive its starting thread
 
+// The models: the demo's spirals MLP, and a wide one whose gradients are megabytes.
+struct Model {
+  const char* name;
+  int64_t inputs, hidden, classes;
+};
+constexpr Model kModels[] = {{"spirals 2-32-32-2", 2, 32, 2}, {"wide 784-1024-1024-10", 784, 1024, 10}};
+constexpr int64_t kBatch = 256;
+constexpr int kThreads = 1;  // per uopd worker and per torch process
+
+// The peer: torch DDP over Gloo, two processes (torch_ddp_step.py), its p50 per warm step
+// for each model, measured by main() before the benchmarks; 0 where it did not run.
+double g_torch_p50[std::size(kModels)] = {};
+
+double torch_ddp_p50(const Model& m) {
+  std::string cmd = cat("/usr/bin/python3 ", TORCH_DDP_SCRIPT, " --world 2 --threads ", kThreads, " --batch ", kBatch,
+                        " --inputs ", m.inputs, " --hidden ", m.hidden, " --classes ", m.classes,
+                        " --steps ", m.hidden > 100 ? 40 : 300, " --warmup ", m.hidden > 100 ? 5 : 30, " 2>&1");
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return 0;
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  int rc = pclose(p);
+  auto at = out.find("\"p50_ms\": ");
+  if (rc != 0 || at == std::string::npos) {
+    std::fprintf(stderr, "bench_train: torch DDP peer failed (%s):\n%s\n", cmd.c_str(), out.c_str());
+    return 0;
+  }
+  return std::stod(out.substr(at + 10));
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// Arguments: devices, model (an index into kModels).
 void BM_TrainStep(benchmark::State& state) {
   const int devices = static_cast<int>(state.range(0));
+  const size_t model = static_cast<size_t>(state.range(1));
+  const Model& m = kModels[model];
   demo::TrainOptions opts;
   opts.devices.clear();
   for (int i = 0; i < devices; ++i) opts.devices.push_back(cat("CPU:", i));
-  opts.points_per_class = 256;
-  opts.hidden = 32;
+  opts.points_per_class = kBatch / 2;
+  opts.inputs = m.inputs;
+  opts.hidden = m.hidden;
+  opts.classes = m.classes;
+  opts.learning_rate = m.hidden > 100 ? 0.05 : 0.5;
+  state.SetLabel(m.name);
   auto session = g_service->client->create_session(opts.devices);
   if (!session.ok()) return state.SkipWithError(session.status().ToString().c_str());
   demo::SpiralsTrainer trainer(*session, opts);
@@ -52,10 +112,11 @@ void BM_TrainStep(benchmark::State& state) {
   if (!first.ok()) return state.SkipWithError(first.status().ToString().c_str());
   // Google Benchmark calls this more than once per argument: only the first call's first
   // step meets a server that has never seen the graph (each device count is its own graph).
-  static std::map<int, demo::StepReport> cold_steps;
-  const demo::StepReport* cold = &cold_steps.emplace(devices, *first).first->second;
+  static std::map<std::pair<int, size_t>, demo::StepReport> cold_steps;
+  const demo::StepReport* cold = &cold_steps.emplace(std::make_pair(devices, model), *first).first->second;
   double plan = 0, compile = 0, run = 0, allreduce = 0, client_side = 0, wall = 0;
   int64_t misses = 0;
+  std::vector<double> walls;
   for (auto _ : state) {
     auto r = trainer.step();
     if (!r.ok()) return state.SkipWithError(r.status().ToString().c_str());
@@ -65,6 +126,7 @@ void BM_TrainStep(benchmark::State& state) {
     allreduce += r->allreduce_ms;
     client_side += r->client_ms;
     wall += r->wall_ms;
+    walls.push_back(r->wall_ms);
     misses += r->cache_misses;
   }
   const double n = static_cast<double>(state.iterations());
@@ -75,6 +137,7 @@ void BM_TrainStep(benchmark::State& state) {
   state.counters["client_ms"] = client_side / n;
   state.counters["other_ms"] = (wall - plan - compile - run - allreduce - client_side) / n;
   state.counters["step_ms"] = wall / n;
+  state.counters["p50_step_ms"] = median(walls);
   state.counters["allreduce_share"] = allreduce / wall;
   state.counters["cache_misses"] = static_cast<double>(misses);  // 0: every warm step was all hits
   state.counters["kernels"] = cold->kernels;
@@ -83,8 +146,18 @@ void BM_TrainStep(benchmark::State& state) {
   state.counters["cold_run_ms"] = cold->run_ms;
   state.counters["cold_allreduce_ms"] = cold->allreduce_ms;
   state.counters["cold_step_ms"] = cold->wall_ms;
+  if (devices == 2 && g_torch_p50[model] > 0) {
+    state.counters["torch_ddp_p50_ms"] = g_torch_p50[model];
+    state.counters["ratio_vs_torch_ddp"] = median(walls) / g_torch_p50[model];
+  }
 }
-BENCHMARK(BM_TrainStep)->Arg(2)->Arg(3)->MinTime(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TrainStep)
+    ->Args({2, 0})
+    ->Args({3, 0})
+    ->Args({2, 1})
+    ->MinTime(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace uop
@@ -93,8 +166,11 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   uop::Service svc;
+  // The peer first, alone on the machine (uopd is not started yet).
+  for (size_t m = 0; m < std::size(uop::kModels); ++m) uop::g_torch_p50[m] = uop::torch_ddp_p50(uop::kModels[m]);
   // No disk cache: the cold step compiles for real whatever ran before.
-  auto proc = uop::client::EmbeddedServer::start(UOPD_BINARY, {"--workers=3", "--cache-dir="});
+  const char* other = std::getenv("UOPD_BENCH_UOPD");  // another uopd build, measured the same way
+  auto proc = uop::client::EmbeddedServer::start(other && *other ? other : UOPD_BINARY, {"--workers=3", "--cache-dir=", uop::cat("--worker-threads=", uop::kThreads)});
   if (!proc.ok()) {
     std::fprintf(stderr, "bench_train: cannot start uopd (%s): %s\n", UOPD_BINARY, proc.status().ToString().c_str());
     return 1;

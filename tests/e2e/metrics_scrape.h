@@ -65,4 +65,7 @@ inline std::string scrape(const std::string& address) {
   return out.rfind("HTTP/1.", 0) == 0 ? out : "";
 }
 
+// A value on the /metrics served at `address`, now (gauge's rules); -1 when it is not there.
+inline double metric(const std::string& address, const std::string& name) { return gauge(scrape(address), name); }
+
 }  // namespace uop::testing

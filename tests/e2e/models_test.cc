@@ -9,6 +9,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <latch>
+#include <thread>
 #include <fstream>
 #include <regex>
 
@@ -136,6 +138,42 @@ TEST_F(ModelsE2E, RunsMatchTheInterpreterAndTheWeightsGoUpOnce) {
   auto closed = c().stats();
   ASSERT_TRUE(closed.ok());
   EXPECT_EQ(closed->buffers, before->buffers);
+}
+
+// One held model is one graph in uopd, shared by every RunModel of it: calls of a model
+// freshly loaded (its plan not cached yet, its digests not computed by any run), all at
+// once, each get the model's answer and the server keeps serving. (Planning adds nodes
+// to the graph it plans; two calls planning one model together used to crash uopd.)
+TEST_F(ModelsE2E, ConcurrentRunsOfOneFreshModelAllAnswerRight) {
+  ASSERT_TRUE(srv_.client);
+  auto s = c().create_session();
+  ASSERT_TRUE(s.ok()) << s.status();
+  constexpr int kRounds = 6, kCalls = 4;
+  for (int round = 0; round < kRounds; ++round) {
+    // Another hidden width each round: another graph, so another plan to make.
+    const std::string model = mlp(2, 8, 16 + round);
+    auto m = s->load_model(model);
+    ASSERT_TRUE(m.ok()) << m.status();
+    std::vector<HostTensor> xs, got(kCalls);
+    for (int i = 0; i < kCalls; ++i) xs.push_back(HostTensor::random(Scalar::Float32, {2, 8}, 1000 * round + i));
+    std::vector<absl::Status> status(kCalls);
+    std::latch start(kCalls);
+    std::vector<std::thread> calls;
+    for (int i = 0; i < kCalls; ++i)
+      calls.emplace_back([&, i] {
+        start.arrive_and_wait();  // every call in flight together
+        auto r = s->run_model(m->id, {{std::string("x"), xs[i]}});
+        status[i] = r.status();
+        if (r.ok() && r->outputs.size() == 1) got[i] = r->outputs[0].tensor;
+      });
+    for (auto& t : calls) t.join();
+    for (int i = 0; i < kCalls; ++i) {
+      ASSERT_TRUE(status[i].ok()) << "round " << round << " call " << i << ": " << status[i];
+      got[i].shape = {2, 4};
+      EXPECT_TRUE(compare(reference(model, xs[i]), got[i])) << "round " << round << " call " << i;
+    }
+  }
+  EXPECT_TRUE(c().stats().ok());
 }
 
 TEST_F(ModelsE2E, AModelIdOfAnotherSessionIsNotFound) {

@@ -11,7 +11,6 @@
 #include <sys/types.h>
 
 #include <chrono>
-#include <fstream>
 #include <iostream>
 #include <future>
 #include <grpcpp/grpcpp.h>
@@ -26,6 +25,7 @@
 #include "compiler/interp/interp.h"
 #include "compiler/ir/tensor_builder.h"
 #include "compiler/support/strings.h"
+#include "tests/e2e/metrics_scrape.h"
 #include "tests/e2e/scheduler_proc.h"
 #include "tests/e2e/worker_proc.h"
 #include "transport/cluster_auth.h"
@@ -289,21 +289,13 @@ struct BigAllreduce {
   }
 };
 
-// Whether process `pid` has a collective's shared-memory segment mapped right now (the
-// shm ring maps it from joining until the allreduce is over).
-bool in_collective(int64_t pid) {
-  std::ifstream maps(cat("/proc/", pid, "/maps"));
-  std::string line;
-  while (std::getline(maps, line))
-    if (line.find("uopd-coll") != std::string::npos) return true;
-  return false;
-}
-
 TEST(MultiDeviceE2E, WorkerKilledDuringAllreduceFailsTheStepAndTheNextOneSucceeds) {
   // A short collective timeout: even a member waiting for a peer that never comes gives up
   // long before the client's deadline.
-  Service svc(2, {"--collective-timeout-ms=15000"});
+  Service svc(2, {"--collective-timeout-ms=15000", "--metrics-listen=127.0.0.1:0"});
   ASSERT_TRUE(svc.ok());
+  const std::string metrics = testing::metrics_address(*svc.proc);
+  ASSERT_FALSE(metrics.empty()) << svc.proc->log_tail();
   Session session = svc.session(2);
   const int64_t elements = int64_t{1} << 25;  // 128 MiB per device: an allreduce long enough to be caught in
   BigAllreduce big(2, elements);
@@ -321,9 +313,11 @@ TEST(MultiDeviceE2E, WorkerKilledDuringAllreduceFailsTheStepAndTheNextOneSucceed
   auto killed_at = std::chrono::steady_clock::now();
   for (int attempt = 0; attempt < 10 && !caught; ++attempt) {
     auto running = std::async(std::launch::async, [&] { return session.run(big.root, big.names, big.bindings(2)); });
-    // Kill CPU:1 once both workers are inside the allreduce.
+    // Kill CPU:1 once uopd is calling the members of the allreduce (the group has lived
+    // since the warm-up, so each member knows the other's pid: a peer killed before or
+    // during its part is a death either way).
     while (running.wait_for(std::chrono::microseconds(100)) != std::future_status::ready) {
-      if (in_collective(pid0) && in_collective(pid1)) {
+      if (testing::metric(metrics, "uopd_collectives_running") > 0) {
         ::kill(static_cast<pid_t>(pid1), SIGKILL);
         killed_at = std::chrono::steady_clock::now();
         caught = true;
@@ -344,6 +338,8 @@ TEST(MultiDeviceE2E, WorkerKilledDuringAllreduceFailsTheStepAndTheNextOneSucceed
   EXPECT_NE(failed.status().message().find("CPU:1"), std::string::npos) << failed.status();
   EXPECT_NE(failed.status().message().find("allreduce"), std::string::npos) << failed.status();
 
+  // The group died with its member: the next step forms another.
+  const double formed = testing::metric(metrics, "uopd_collective_groups_formed_total");
   // The worker comes back; the next step (fresh inputs) succeeds on both devices.
   absl::StatusOr<client::RunResult> next;
   for (int i = 0; i < 100; ++i) {
@@ -358,6 +354,7 @@ TEST(MultiDeviceE2E, WorkerKilledDuringAllreduceFailsTheStepAndTheNextOneSucceed
     double v = o->tensor.get(0).to_double(), want = 0.75 * static_cast<double>(elements);
     EXPECT_NEAR(v, want, want * 1e-3) << o->name;
   }
+  EXPECT_EQ(testing::metric(metrics, "uopd_collective_groups_formed_total"), formed + 1);
   client::WorkerStatus w1 = svc.worker("CPU:1");
   EXPECT_EQ(w1.restarts, 1u);
   EXPECT_NE(w1.pid, pid1);

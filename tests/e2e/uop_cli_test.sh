@@ -2,8 +2,9 @@
 # `uop` against the real uopd (and its uop-worker processes) on loopback: every example
 # runs through --embedded with the same results as `uopc run` on this machine; against
 # one long-lived server the second compile of a graph is a cache hit; stats show the
-# work; `run --profile` names the kernels as `compile` does; nothing started here is left
-# running.
+# work; `run --profile` names the kernels as `compile` does; `compile --schedule` makes
+# another cache entry of the same kernel and refuses a schedule that does not fit; nothing
+# started here is left running.
 #   uop_cli_test.sh UOP UOPD UOPC EXAMPLES
 set -u
 uop=$1; uopd=$2; uopc=$3; examples=$4
@@ -81,6 +82,25 @@ expect 0 "$uop" --server="$addr" compile "$g";  kernel=$(sed -n 2p "$tmp/out" | 
 expect 0 "$uop" --server="$addr" run "$g" --random 1 --profile
 has "$tmp/out" "GFLOPS"
 grep -qE "^$kernel +1 " "$tmp/out" || { echo "FAIL: no profile row for kernel '$kernel' launched once"; cat "$tmp/out"; fail=1; }
+# --schedule: the kernel compiled with a loop schedule of ours is another cache entry of
+# the same digest, whose ABI names the schedule; runs give what the heuristic's kernel
+# gives; a schedule that does not fit or names no kernel is refused naming the step or the
+# digest, and the server goes on serving.
+expect 0 "$uop" --server="$addr" compile "$g";  digest=$(sed -n 2p "$tmp/out" | awk '{print $2}')
+expect 0 "$uop" --server="$addr" compile "$g" --schedule='split(1,2,loop);thread(0)'
+has "$tmp/out" "miss, compiled in";  has "$tmp/out" "schedule 25:split(1,2,loop);thread(0)"
+[ "$(sed -n 2p "$tmp/out" | awk '{print $2}')" = "$digest" ] || { echo "FAIL: a schedule changed the kernel's digest"; cat "$tmp/out"; fail=1; }
+expect 0 "$uop" --server="$addr" compile "$g" --schedule='split(1,2,loop);thread(0)';  has "$tmp/out" "hit (memory)"
+expect 1 "$uop" --server="$addr" compile "$g" --schedule='split(7,2,upcast)'
+has "$tmp/err" 'schedule step 0 "split(7,2,upcast)": the kernel has no axis 7'
+expect 1 "$uop" --server="$addr" compile "$g" --schedule='split(1,1000000000,upcast)';  has "$tmp/err" "the factor must be in [2, 4]"
+expect 1 "$uop" --server="$addr" compile "$g" --schedule='split(1,2,upcast);;';  has "$tmp/err" "schedule step 1 is empty"
+expect 1 "$uop" --server="$addr" compile "$g" --schedule="0123abcd=split(1,2,upcast)";  has "$tmp/err" "no kernel of digest '0123abcd'"
+expect 0 "$uop" --server="$addr" compile "$g" --schedule="$digest=split(1,2,upcast)";  has "$tmp/out" "schedule 17:split(1,2,upcast)"
+expect 0 "$uop" --server="$addr" compile "$g";  has "$tmp/out" "hit (memory)"
+expect 0 "$uopc" compile "$g" --schedule='split(1,2,loop);thread(0)';  has "$tmp/out" "schedule = split(1,2,loop);thread(0)"
+expect 1 "$uopc" compile "$g" --schedule='thread(1)';  has "$tmp/err" "is not the STORE's outermost loop"
+expect 0 "$uop" --server="$addr" explain "$g" --stage=optimize;  has "$tmp/out" "schedule: split(1,4,upcast)"
 expect 0 "$uop" --server="$addr" stats
 has "$tmp/out" "workers: 1"
 grep -q 'hits [1-9][0-9]* memory' "$tmp/out" || { echo "FAIL: stats count no memory hits"; cat "$tmp/out"; fail=1; }

@@ -249,6 +249,73 @@ TEST(Uopd, SecondCompileIsAHitAndCompilesNothing) {
   EXPECT_TRUE(second->plan_cached);
 }
 
+// A loop schedule given with Compile (CompileRequest.schedules) makes its own cache entry
+// of the same kernel digest, recorded in the kernel's ABI; schedules that are malformed,
+// do not fit, name no kernel or name one twice are INVALID_ARGUMENT naming what is wrong,
+// and the server goes on serving.
+TEST(Uopd, SchedulesMakeTheirOwnEntriesAndHostileOnesAreRefused) {
+  Uopd u = Uopd::start({"--cache-dir=" + scratch("sched")});
+  ASSERT_TRUE(u.client);
+  Graph g;
+  TensorBuilder tb(g);
+  const UOp* x = tb.input(Scalar::Float32, {4, 1000});
+  const UOp* root = tb.sink({tb.alu(Op::MUL, {x, x})});
+  auto plain = u.client->compile(root, {});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_EQ(plain->kernels.size(), 1u);
+  const client::Kernel& k = plain->kernels[0];
+  auto scheduled = u.client->compile(root, {}, {}, false, false, {{"", "split(1,7,upcast);thread(0)"}});
+  ASSERT_TRUE(scheduled.ok()) << scheduled.status();
+  ASSERT_EQ(scheduled->kernels.size(), 1u);
+  EXPECT_EQ(scheduled->kernels[0].digest, k.digest);
+  EXPECT_NE(scheduled->kernels[0].cache_key, k.cache_key);
+  EXPECT_EQ(scheduled->kernels[0].status, client::CacheStatus::Miss);
+  EXPECT_NE(scheduled->kernels[0].abi.find("schedule 27:split(1,7,upcast);thread(0)\n"), std::string::npos)
+      << scheduled->kernels[0].abi;
+  auto by_digest = u.client->compile(root, {}, {}, false, false, {{k.digest.substr(0, 12), "split(1,7,upcast);thread(0)"}});
+  ASSERT_TRUE(by_digest.ok()) << by_digest.status();
+  EXPECT_EQ(by_digest->kernels[0].status, client::CacheStatus::Hit);
+
+  struct Case {
+    std::vector<client::KernelSchedule> schedules;
+    std::string says;
+  };
+  std::string many_steps;
+  for (int i = 0; i < 100; ++i) many_steps += "reorder(0,1);";
+  const std::vector<Case> cases = {
+      {{{"", std::string(1 << 20, 'x')}}, "1048576 characters, at most 4096"},
+      {{{"", many_steps}}, "steps, at most 64"},
+      {{{"", "split(1,2147483648,upcast)"}}, "the factor must be in [2, 1000]"},
+      {{{"", "split(1,99999999999,upcast)"}}, "is not a decimal number"},
+      {{{"", "split(1,1000,upcast)"}}, "the Upcast ranges would make 1000 lanes, at most 128"},
+      {{{"", "split(0,4,upcast);split(1,64,upcast)"}}, "would make 256 lanes"},
+      {{{"", "split(9,2,upcast)"}}, "the kernel has no axis 9"},
+      {{{"", "thread(1)"}}, "is not the STORE's outermost loop"},
+      {{{"", "split(1,8,upcast)"}, {k.digest, "split(1,4,upcast)"}}, "is given a schedule twice"},
+      {{{std::string(64, 'f'), "split(1,8,upcast)"}}, "the graph has no kernel of digest 'ffff"},
+      {{{"0", "split(1,8,upcast)"}}, "no kernel of digest '0'"},
+      {{{std::string(100000, 'a'), "split(1,8,upcast)"}}, "...'"},
+  };
+  for (const Case& c : cases) {
+    auto r = u.client->compile(root, {}, {}, false, false, c.schedules);
+    ASSERT_FALSE(r.ok()) << c.says;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    EXPECT_NE(std::string(r.status().message()).find(c.says), std::string::npos) << r.status();
+    EXPECT_LT(r.status().message().size(), 2000u) << "a message never echoes a whole field";
+  }
+  // A graph of several kernels: a schedule must name its kernel.
+  Model m(1);
+  auto several = u.client->compile(m.root, m.names, {}, false, false, {{"", "thread(0)"}});
+  EXPECT_EQ(several.status().code(), absl::StatusCode::kInvalidArgument) << several.status();
+  EXPECT_NE(std::string(several.status().message()).find("names no kernel, and the graph has"), std::string::npos)
+      << several.status();
+  // Still serving: the plain compile is a hit.
+  auto again = u.client->compile(root, {});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->kernels[0].status, client::CacheStatus::Hit);
+  EXPECT_EQ(again->kernels[0].cache_key, k.cache_key);
+}
+
 TEST(Uopd, ConcurrentIdenticalCompilesCompileOnce) {
   Uopd u = Uopd::start({"--cache-dir=" + scratch("coalesce"), "--compile-threads=2"});
   ASSERT_TRUE(u.client);

@@ -163,6 +163,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 #include <sstream>
 #include <vector>
 
+#include "tests/fuzz/replay.h"
+
 int main(int argc, char** argv) {
   if (argc < 2 || (argc > 2 && std::string_view(argv[2]) == "--write-seeds" && argc != 4)) {
     std::fprintf(stderr, "usage: %s EXAMPLES_DIR [ITERATIONS]\n       %s EXAMPLES_DIR --write-seeds DIR\n", argv[0], argv[0]);
@@ -204,19 +206,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "no example graphs under %s\n", argv[1]);
     return 1;
   }
-  if (seeds_dir) {
-    std::filesystem::create_directories(seeds_dir);
-    for (size_t i = 0; i < seeds.size(); ++i) {
-      std::ofstream out(std::filesystem::path(seeds_dir) / ("seed" + std::to_string(i)), std::ios::binary);
-      out << seeds[i];
-      if (!out) {
-        std::fprintf(stderr, "cannot write the seeds under %s\n", seeds_dir);
-        return 1;
-      }
-    }
-    std::printf("wrote %zu seeds to %s\n", seeds.size(), seeds_dir);
-    return 0;
-  }
+  if (seeds_dir) return uop::fuzz::write_seeds(seeds, seeds_dir);
   auto feed = [](const std::string& s) {
     LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()), s.size());
   };
@@ -263,17 +253,7 @@ int main(int argc, char** argv) {
       feed(structured(s));
       continue;
     }
-    int edits = 1 + static_cast<int>(rng() % 8);
-    for (int e = 0; e < edits && s.size() > 1; ++e) {
-      size_t at = 1 + rng() % (s.size() - 1);
-      switch (rng() % 5) {
-        case 0: s[at] = static_cast<char>(s[at] ^ (1 << (rng() % 8))); break;
-        case 1: s.insert(s.begin() + static_cast<std::ptrdiff_t>(at), static_cast<char>(rng())); break;
-        case 2: s.erase(at, 1 + rng() % 8); break;
-        case 3: s.insert(at, s.substr(at, 1 + rng() % 16)); break;
-        default: s.resize(at); break;
-      }
-    }
+    uop::fuzz::mutate_bytes(s, rng, 1);  // byte 0 says which request the rest is
     feed(s);
   }
   std::printf("replayed %zu seeds and %d mutations: %llu graphs parsed, %llu decoded, %llu planned\n", seeds.size(),

@@ -69,6 +69,20 @@ inline Tolerance corpus_tol(const std::string& name) {
   return t;
 }
 
+// "" when `got` has `want`'s outputs, each within the case's tolerance, else one line per
+// output that is not.
+inline std::string compare_outputs(const Case& c, const std::vector<HostTensor>& want,
+                                   const std::vector<HostTensor>& got) {
+  if (got.size() != want.size()) return cat(got.size(), " outputs, expected ", want.size());
+  std::string out;
+  for (size_t i = 0; i < want.size(); ++i) {
+    Tolerance tol = i < c.tols.size() ? c.tols[i] : Tolerance::for_dtype(want[i].dtype);
+    if (std::string why = difftest::compare_output(want[i], got[i], tol); !why.empty())
+      out += cat("output ", i, ": ", why, "\n");
+  }
+  return out;
+}
+
 inline const UOp* input(Case& c, TensorBuilder& tb, Scalar s, std::vector<int64_t> shape, HostTensor data) {
   const UOp* x = tb.input(s, std::move(shape));
   data.shape = {data.numel()};

@@ -1,7 +1,8 @@
 // Runs a tensor-level graph on one GPU in this process, the way the service splits the
-// work: plan_graph, then per kernel the CUDA backend's lowering + compile_cuda (NVRTC, for the
-// device's arch), loaded and launched by the worker's CUDA runtime (worker/cuda) with
-// the launch dims its ABI gives. Buffers live in device memory for the whole graph.
+// work (plan_walk.h): plan_graph, then per kernel the CUDA backend's lowering + compile_cuda
+// (NVRTC, for the device's arch), loaded and launched by the worker's CUDA runtime
+// (worker/cuda) with the launch dims its ABI gives. Buffers live in device memory for the
+// whole graph.
 // Header-only test helper for cuda_gpu_test and bench_nvrtc.
 #pragma once
 
@@ -15,6 +16,7 @@
 #include "compiler/backends/cuda/cuda_backend.h"
 #include "compiler/pipeline.h"
 #include "compiler/support/strings.h"
+#include "tests/gpu/plan_walk.h"
 #include "worker/cuda/cuda_device.h"
 #include "worker/cuda/cuda_driver.h"
 
@@ -55,53 +57,37 @@ class CudaRunner {
     return *p;
   }
 
-  // One tensor per SINK source (single-device graphs).
+  // One tensor per SINK source (single-device graphs), through plan_walk.h.
   absl::StatusOr<std::vector<HostTensor>> run(Graph& g, const UOp* sink,
                                               const absl::flat_hash_map<const UOp*, HostTensor>& inputs) {
-    auto plan = plan_graph(g, sink);
-    if (!plan.ok()) return plan.status();
-    absl::flat_hash_map<const UOp*, std::shared_ptr<DeviceMemory>> mem;
-    auto buffer_for = [&](const UOp* b) -> absl::StatusOr<DeviceMemory*> {
-      if (auto it = mem.find(b); it != mem.end()) return it->second.get();
-      DType dt = b->op() == Op::PARAM ? b->dtype().pointee() : b->dtype();
-      int64_t size = b->op() == Op::PARAM ? b->arg_as<ParamArg>().size : b->arg_as<BufferArg>().size;
-      auto m = dev_->allocate(std::max<uint64_t>(16, static_cast<uint64_t>(size) * dt.bytes()));
-      if (!m.ok()) return m.status();
-      if (auto in = inputs.find(b); in != inputs.end())
-        if (absl::Status s = dev_->write(**m, 0, in->second.data); !s.ok()) return s;
-      return mem.emplace(b, *m).first->second.get();
-    };
-    absl::flat_hash_map<std::string, int64_t> var_by_name;
-    for (auto& [v, value] : plan->var_values) var_by_name[v->arg_as<DefineVarArg>().name] = value;
-    for (const ScheduleStep& st : plan->steps) {
-      if (st.kind != ScheduleStep::Kind::Kernel) return absl::UnimplementedError("CudaRunner: single-device graphs only");
-      const KernelPlan& k = plan->kernels[st.index];
-      auto prog = program(g, k);
-      if (!prog.ok()) return absl::Status(prog.status().code(), cat(k.name, ": ", prog.status().message()));
-      const KernelAbi& abi = (*prog)->abi();
-      std::vector<DeviceMemory*> bufs(abi.num_buffers(), nullptr);
-      for (const KernelParam& p : abi.params) {
-        auto b = buffer_for(k.buffers.at(p.slot));
-        if (!b.ok()) return b.status();
-        bufs[p.slot] = *b;
-      }
-      std::vector<int64_t> vars;
-      for (const KernelVar& v : abi.vars) vars.push_back(var_by_name.at(v.name));
-      if (absl::Status s = dev_->run(**prog, bufs, vars); !s.ok())
-        return absl::Status(s.code(), cat(k.name, ": ", s.message()));
+    return gputest::run_plan(*this, g, sink, inputs);
+  }
+
+  // plan_walk.h's Device.
+  using Buffer = std::shared_ptr<DeviceMemory>;
+  absl::StatusOr<Buffer> allocate(DType elem, int64_t size) {
+    return dev_->allocate(std::max<uint64_t>(16, static_cast<uint64_t>(size) * elem.bytes()));
+  }
+  absl::Status write(Buffer& b, const HostTensor& t) { return dev_->write(*b, 0, t.data); }
+  absl::Status read(Buffer& b, HostTensor& out) {
+    auto slice = dev_->read(b, 0, out.data.size());
+    if (!slice.ok()) return slice.status();
+    out.data.assign(slice->bytes());
+    return absl::OkStatus();
+  }
+  absl::Status launch(Graph& g, const KernelPlan& k, gputest::BufferOf<Buffer>& buffer_of, const gputest::Vars& vars) {
+    auto prog = program(g, k);
+    if (!prog.ok()) return prog.status();
+    const KernelAbi& abi = (*prog)->abi();
+    std::vector<DeviceMemory*> bufs(abi.num_buffers(), nullptr);
+    for (const KernelParam& p : abi.params) {
+      auto b = buffer_of(k.buffers.at(p.slot));
+      if (!b.ok()) return b.status();
+      bufs[p.slot] = (*b)->get();
     }
-    std::vector<HostTensor> out;
-    for (size_t i = 0; i < plan->outputs.size(); ++i) {
-      const UOp* b = plan->outputs[i];
-      auto m = buffer_for(b);
-      if (!m.ok()) return m.status();
-      HostTensor t = HostTensor::zeros(b->dtype().scalar, plan->output_shapes[i]);
-      auto slice = dev_->read(mem.at(b), 0, t.data.size());
-      if (!slice.ok()) return slice.status();
-      t.data.assign(slice->bytes());
-      out.push_back(std::move(t));
-    }
-    return out;
+    std::vector<int64_t> values;
+    for (const KernelVar& v : abi.vars) values.push_back(vars.at(v.name));
+    return dev_->run(**prog, bufs, values);
   }
 
  private:

@@ -9,7 +9,8 @@
 # carried binaries and libraries into a temporary folder and runs them from there with
 # LD_LIBRARY_PATH: the CUDA runtime over a fake driver, the kernel corpus on the GPU
 # against the interpreter, uop-worker --device=cuda:0, uopd with --cuda-workers=1 end to
-# end (Compile for cuda, Run on CUDA:0 against the interpreter), the NCCL allreduce test
+# end (Compile for cuda, Run on CUDA:0 against the interpreter), the GPU emulator against
+# the GPU (cuda_gpu_test, its own summary line), the NCCL allreduce test
 # if it was carried, bench_cuda (matmul vs cuBLAS, bandwidth vs cuMemcpyDtoD) and
 # bench_nvrtc. NVRTC, cuBLAS and the driver are the machine's own (/usr/local/cuda).
 # Without the carry it configures and builds a lean tree itself (needs the packages).
@@ -49,6 +50,14 @@ run() {
   [ $r -ne 0 ] && tail -3 "$LOGS/$name.log" >> "$SUMMARY"
   if [ "$kind" = test ] && [ $r -ne 0 ] && [ $rc -eq 0 ]; then rc=$r; fi
   return 0
+}
+
+# The GPU emulator (compiler/gpu_emu, what CI runs instead of a GPU) against this GPU: its
+# own line in the summary, from cuda_gpu_test's log.
+emulator_line() {
+  local l
+  l=$(grep -E '^\[ +(OK|FAILED|SKIPPED) +\] CudaGpu\.TheEmulatorAgreesWithTheGpu' "$LOGS/cuda_gpu_test.log" 2>/dev/null | head -1)
+  say "== emulator vs GPU: ${l:-no result (see cuda_gpu_test.log)}"
 }
 
 {
@@ -110,6 +119,7 @@ if [ -d "$CARRY/bin" ]; then
 
   run cuda_driver_test 30 test "$B/cuda_driver_test"
   run cuda_gpu_test 90 test "$B/cuda_gpu_test"
+  emulator_line
   run cuda_compile_e2e_test 75 test "$B/cuda_compile_e2e_test"
   run cuda_worker_test 45 test "$B/cuda_worker_test"
   for t in "$B"/*nccl*; do
@@ -132,6 +142,7 @@ else
     cuda_worker_test cuda_compile_e2e_test uopd uop-worker uop > "$LOGS/build.log" 2>&1 ||
     { tail -40 "$LOGS/build.log"; exit 2; }
   run cuda_gpu_test 90 test "$BUILD/tests/unit/cuda_gpu_test"
+  emulator_line
   run cuda_compile_e2e_test 75 test "$BUILD/tests/e2e/cuda_compile_e2e_test"
   run cuda_worker_test 45 test "$BUILD/tests/e2e/cuda_worker_test"
   run bench_cuda 80 bench "$BUILD/tests/bench/bench_cuda" --benchmark_min_time=0.2 \

@@ -12,7 +12,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -24,12 +26,22 @@ struct Dialer;
 }
 
 struct CollectiveSpec {
-  std::string group;  // unique per collective instance
+  // The group's name: 128 random bits from the scheduler, which alone can send Collective
+  // requests (the cluster secret) and never hands a group's name to a client.
+  std::string group;
   int rank = 0;
   int size = 1;
   std::string op;         // "add", "mul", "max", "min"
   std::string dtype;      // dtype.h's scalar name: "float32", "int64", ...
-  uint64_t elements = 0;
+  uint64_t elements = 0;  // one buffer's; unused for a bucket
+  // A bucket: several buffers reduced by one collective, bucket[i] elements of buffer i.
+  // Every element ends with the bits it would have if its buffer were reduced alone.
+  // Empty: one buffer of `elements`.
+  std::vector<uint64_t> bucket;
+  // The group lives on: formed (joined, connected) by the first call that names it and
+  // reused by every later one, until a call on it fails (then it is dropped and the
+  // scheduler forms another under a new name). false: formed and left by this call.
+  bool keep_group = false;
   std::string transport;  // "shm", "gloo", "nccl"
   std::string rendezvous; // gloo, nccl: host:port of the scheduler's Rendezvous service
   // How to reach it (transport/cluster_auth.h: the cluster's credentials); null: plaintext,
@@ -47,6 +59,20 @@ inline constexpr uint32_t kDefaultCollectiveTimeoutMs = 30000;
 // the group and the peer).
 absl::Status run_collective(const CollectiveSpec& spec, void* data, uint64_t data_bytes,
                             const std::function<bool()>& cancelled = {});
+
+// The same over several host buffers: one (spec.elements of it) or a bucket (spec.bucket,
+// one entry per buffer; INVALID_ARGUMENT when they do not match or a buffer is smaller
+// than its part).
+struct HostBuffer {
+  void* data = nullptr;
+  uint64_t bytes = 0;
+};
+inline constexpr size_t kMaxBucketBuffers = 4096;
+absl::Status run_collective(const CollectiveSpec& spec, std::span<const HostBuffer> buffers,
+                            const std::function<bool()>& cancelled = {});
+
+// The groups this process keeps (keep_group) right now.
+size_t live_collective_groups();
 
 // A buffer in a GPU's memory (worker/cuda/cuda_device.h's CudaMemory).
 struct DeviceBufferRef {

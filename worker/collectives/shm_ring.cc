@@ -40,7 +40,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kMagic = 0x676e6972646f7075ull;  // "uopdring"
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 constexpr size_t kGroupChars = 192;
 constexpr size_t kReasonChars = 512;
 constexpr int kSpins = 256;                                // pause-loop checks before yielding
@@ -59,6 +59,7 @@ void cpu_relax() {
 struct OpDesc {
   uint64_t elements;
   uint32_t op, dtype;
+  uint64_t layout;  // a hash of the parts given to allreduce; 0: ring_part's
 };
 
 }  // namespace
@@ -140,7 +141,7 @@ std::string errno_text(const char* call) { return cat(call, ": ", std::strerror(
 
 std::string describe_op(const OpDesc& d) {
   return cat(d.elements, " ", scalar_name(static_cast<Scalar>(d.dtype)), " elements (",
-             reduce_op_wire_name(static_cast<ReduceOp>(d.op)), ")");
+             reduce_op_wire_name(static_cast<ReduceOp>(d.op)), d.layout ? cat(", parts ", d.layout) : std::string(), ")");
 }
 
 }  // namespace
@@ -413,9 +414,33 @@ absl::Status ShmRing::wait_for(Counter& c, uint32_t target, int peer, const std:
   }
 }
 
-absl::Status ShmRing::allreduce(void* data, uint64_t elements, ReduceOp op, Scalar dtype) {
+absl::Status ShmRing::allreduce(void* data, uint64_t elements, ReduceOp op, Scalar dtype,
+                                std::span<const uint64_t> parts) {
   if (!failure_.ok()) return failure_;
   const int n = opts_.size, r = opts_.rank;
+  // The ring parts: given, or ring_part's. FNV-1a of the given sizes goes with the call's
+  // description, so that members laying out a bucket differently disagree instead of
+  // mixing their elements.
+  std::vector<RingPart> part(n);
+  uint64_t layout = 0;
+  if (!parts.empty()) {
+    if (parts.size() != static_cast<size_t>(n))
+      return fail(absl::StatusCode::kInvalidArgument, cat("rank ", r, ": ", parts.size(), " ring parts for a group of ", n));
+    uint64_t at = 0;
+    layout = 1469598103934665603ull;
+    for (int j = 0; j < n; ++j) {
+      if (parts[j] > elements - at)
+        return fail(absl::StatusCode::kInvalidArgument, cat("rank ", r, ": ring parts past the ", elements, " elements"));
+      part[j] = {at, parts[j]};
+      at += parts[j];
+      layout = (layout ^ parts[j]) * 1099511628211ull;
+    }
+    if (at != elements)
+      return fail(absl::StatusCode::kInvalidArgument, cat("rank ", r, ": ring parts of ", at, " elements for ", elements));
+    layout |= 1;  // never 0, which means ring_part's
+  } else {
+    for (int j = 0; j < n; ++j) part[j] = ring_part(elements, n, j);
+  }
   auto combine = combine_function(op, dtype);
   if (!combine.ok()) return fail(absl::StatusCode::kInvalidArgument, cat("rank ", r, ": ", combine.status().message()));
   const uint64_t esize = static_cast<uint64_t>(scalar_bytes(dtype));
@@ -425,7 +450,11 @@ absl::Status ShmRing::allreduce(void* data, uint64_t elements, ReduceOp op, Scal
 
   // Every member publishes what it is about to do and checks that the others agree.
   const uint32_t k = ops_++;
-  const OpDesc mine{elements, static_cast<uint32_t>(op), static_cast<uint32_t>(dtype)};
+  OpDesc mine{};  // zeroed padding: descriptions are compared bytewise
+  mine.elements = elements;
+  mine.op = static_cast<uint32_t>(op);
+  mine.dtype = static_cast<uint32_t>(dtype);
+  mine.layout = layout;
   Member& me = member_at(seg_, r);
   me.desc[k % 2] = mine;
   publish(me.ops, k + 1);
@@ -444,7 +473,9 @@ absl::Status ShmRing::allreduce(void* data, uint64_t elements, ReduceOp op, Scal
   Member& next = member_at(seg_, succ);
   Member& prev = member_at(seg_, pred);
   const uint64_t chunk = std::max<uint64_t>(1, opts_.slot_bytes / esize);
-  const uint64_t messages = (ring_part(elements, n, 0).count + chunk - 1) / chunk;  // part 0 is the largest
+  uint64_t largest = 0;
+  for (const RingPart& p : part) largest = std::max(largest, p.count);
+  const uint64_t messages = (largest + chunk - 1) / chunk;
   auto mod = [n](int x) { return ((x % n) + n) % n; };
   auto piece = [&](RingPart p, uint64_t m) -> RingPart {
     uint64_t begin = std::min(p.count, m * chunk);
@@ -460,8 +491,8 @@ absl::Status ShmRing::allreduce(void* data, uint64_t elements, ReduceOp op, Scal
   auto part_at = [&](int step, bool receiving) {
     const bool scatter = step < n - 1;
     const int t = scatter ? step : step - (n - 1);
-    if (scatter) return ring_part(elements, n, receiving ? mod(r - t - 1) : mod(r - t));
-    return ring_part(elements, n, receiving ? mod(r - t) : mod(r + 1 - t));
+    if (scatter) return part[receiving ? mod(r - t - 1) : mod(r - t)];
+    return part[receiving ? mod(r - t) : mod(r + 1 - t)];
   };
   auto free_slot = [&](uint32_t seq) {
     return wait_for(next.consumed, seq + 1 - static_cast<uint32_t>(opts_.slots), succ,

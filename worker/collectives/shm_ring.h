@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -73,8 +74,21 @@ class ShmRing {
   // Reduces `elements` values of `dtype` at `data` in place. Every member calls it with
   // the same (elements, op, dtype), one call after another; INVALID_ARGUMENT if they
   // disagree or the op is not defined on the dtype. After a failure the group is aborted
-  // and every later call returns the same error.
-  absl::Status allreduce(void* data, uint64_t elements, ReduceOp op, Scalar dtype);
+  // and every later call returns the same error. `parts`, if given, are the sizes of the
+  // `size` ring parts in order (summing to `elements`) instead of ring_part's: what lets
+  // a bucket of buffers laid out part by part (collective.cc) reduce each element in the
+  // order it would alone. Members must agree on them too.
+  absl::Status allreduce(void* data, uint64_t elements, ReduceOp op, Scalar dtype,
+                         std::span<const uint64_t> parts = {});
+
+  // A group that lives across calls: the next calls' wait bound and cancellation (the
+  // ones given at join bound the join and the calls until this is called).
+  void rebind(std::chrono::milliseconds timeout, std::function<bool()> cancelled) {
+    opts_.timeout = timeout;
+    opts_.cancelled = std::move(cancelled);
+  }
+  // Whether the group failed (a member died, disagreed, was cancelled): then every call fails.
+  bool broken() const { return !failure_.ok(); }
 
   const ShmRingOptions& options() const { return opts_; }
 

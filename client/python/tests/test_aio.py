@@ -24,9 +24,17 @@ def test_aio_session_buffers_runs_and_models(server, examples):
                 np.testing.assert_array_equal(await kept.numpy(), out)
                 big = rng_array((2 << 20,), seed=3)  # 8 MiB: uploaded and downloaded in chunks
                 np.testing.assert_array_equal(await (await s.put(big)).numpy(), big)
+                # Runs at once in one session, each with its own answer.
+                xs = [rng_array((12,), seed=10 + i) for i in range(4)]
+                outs = await asyncio.gather(*[s.run(examples / "elementwise.json", a=x, b=b) for x in xs])
+                for x, o in zip(xs, outs):
+                    np.testing.assert_allclose(o["out"], np.maximum(x.reshape(3, 4) + b.reshape(3, 4) * 1.5, 0),
+                                               rtol=1e-6)
                 model = await s.load_model(REPO / "tests/conformance/models/recurrent/gru/model.onnx")
                 x = {t.name: rng_array(t.shape, seed=4) for t in model.inputs}
-                y1, y2 = await asyncio.gather(model(x), model(x))  # two runs at once, one session
+                y1 = await model(x)
+                y2 = await model(**x)
+                assert set(y1) == {t.name for t in model.outputs}
                 for name in y1:
                     np.testing.assert_array_equal(y1[name], y2[name])
                 assert "=== " in await s.explain(examples / "matmul.json")

@@ -46,13 +46,19 @@ def test_elementwise_against_numpy(session, examples):
     np.testing.assert_allclose(out, np.maximum(a.reshape(3, 4) + b.reshape(3, 4) * 1.5, 0), rtol=1e-6)
 
 
-def test_graph_forms(session, examples):
-    """A path, the file's bytes, the JSON text, the message, and its binary encoding."""
+def test_graph_forms(session, examples, tmp_path):
+    """A path (.json, .uopb, neither), the file's bytes, the JSON text, the message, its
+    binary encoding, and a uopd.Graph of each."""
     path = examples / "elementwise.json"
     msg = graphs.read_file(path)
+    (tmp_path / "g.uopb").write_bytes(msg.SerializeToString())
+    (tmp_path / "g.bin").write_bytes(msg.SerializeToString())
+    (tmp_path / "g.txt").write_text(path.read_text())
     a, b = rng_array((12,), seed=7), rng_array((12,), seed=8)
     want = session.run(path, a=a, b=b)["out"]
-    for g in (str(path), path.read_bytes(), path.read_text(), msg, msg.SerializeToString()):
+    forms = [str(path), path.read_bytes(), path.read_text(), msg, msg.SerializeToString(), tmp_path / "g.uopb",
+             tmp_path / "g.bin", tmp_path / "g.txt"]
+    for g in forms + [uopd.Graph(f) for f in forms]:
         np.testing.assert_array_equal(session.run(g, a=a, b=b)["out"], want)
 
 

@@ -86,3 +86,37 @@ def test_strided_input_runs_like_its_copy(session, examples):
     b = rng_array((12,), seed=2)
     np.testing.assert_array_equal(session.run(examples / "elementwise.json", a=a, b=b)["out"],
                                   session.run(examples / "elementwise.json", a=a.copy(), b=b)["out"])
+
+
+def test_pip_installs_it_offline_with_the_builds_stubs(server, examples, tmp_path):
+    """`pip install --no-build-isolation` of a copy of client/python into a fresh venv (with
+    Debian's packages), the stubs taken from this build ($UOPD_PROTO_DIR), no index: the
+    installed package runs a graph, imported from the venv, not from this checkout."""
+    import shutil
+    import uopd._proto
+
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "client/python", src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["UOPD_PROTO_DIR"] = os.path.dirname(uopd._proto.__file__)
+    r = subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-build-isolation", "--no-index",
+                        str(src)], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    env["UOPD_ADDRESS"] = server.address
+    code = ("import numpy as np, uopd; print(uopd.__file__); "
+            f"print(uopd.connect().session().run({str(examples / 'reduction.json')!r}, x=np.ones(32, np.float32))['sumsq'].sum())")
+    r = subprocess.run([str(venv / "bin/python"), "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    where, total = r.stdout.split()
+    assert where.startswith(str(venv)) and float(total) == 32.0
+
+
+def test_from_torch_without_torch_says_so():
+    code = ("import sys; sys.modules['torch'] = None\nimport uopd\n"
+            "try:\n    uopd.from_torch(object(), 1, session=None)\nexcept ImportError as e:\n    print(e)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "uopd.from_torch needs PyTorch" in r.stdout

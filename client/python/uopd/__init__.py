@@ -19,13 +19,14 @@ from uopd.errors import (  # noqa: E402
     Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, Error, FailedPrecondition, Internal,
     InvalidArgument, NotFound, OutOfRange, PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable,
     Unimplemented, Unknown)
+from uopd.graphs import Graph  # noqa: E402
 from uopd.models import Model, from_torch  # noqa: E402
 from uopd.results import (  # noqa: E402
     CompileResult, ExplainStage, Kernel, KernelProfile, RunResult, Stats, TensorInfo, WorkerStatus, profile_table)
 from uopd.session import Buffer, Session  # noqa: E402
 
 __all__ = [
-    "DEFAULT_ADDRESS", "TLS", "Client", "connect", "EmbeddedServer", "find_uopd", "Session", "Buffer", "Model",
+    "DEFAULT_ADDRESS", "TLS", "Client", "connect", "EmbeddedServer", "find_uopd", "Graph", "Session", "Buffer", "Model",
     "from_torch", "CompileResult", "ExplainStage", "Kernel", "KernelProfile", "RunResult", "Stats", "TensorInfo",
     "WorkerStatus", "profile_table", "Error", "Aborted", "AlreadyExists", "Cancelled", "DataLoss",
     "DeadlineExceeded", "FailedPrecondition", "Internal", "InvalidArgument", "NotFound", "OutOfRange",

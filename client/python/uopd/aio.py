@@ -20,9 +20,7 @@ import grpc
 import numpy as np
 
 from uopd import calls, client as _client, errors, models, results, session as _session, transfers
-from uopd._stubs import uopd_pb2_grpc
 from uopd.embedded import EmbeddedServer
-from uopd.graphs import GraphLike
 
 
 class Buffer(_session.Buffer):
@@ -91,8 +89,12 @@ class Session(_session.Session):
     async def __aenter__(self) -> "Session":
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+    async def __aexit__(self, exc_type: object, *exc: object) -> None:
+        try:
+            await self.close()
+        except errors.Error:
+            if exc_type is None:
+                raise  # else the error that ended the block says more than closing's
 
 
 class _Opening:
@@ -109,9 +111,9 @@ class _Opening:
         self._session = await self._opening
         return self._session
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, *exc: Any) -> None:
         if self._session is not None:
-            await self._session.close()
+            await self._session.__aexit__(*exc)
 
 
 class Client(_client.Client):
@@ -126,7 +128,7 @@ class Client(_client.Client):
         options = conn.channel_options()
         self._channel = grpc.aio.secure_channel(conn.address, creds, options) if creds else \
             grpc.aio.insecure_channel(conn.address, options)
-        self._stub = uopd_pb2_grpc.UopdStub(self._channel)
+        self._methods = _client.methods(self._channel)
 
     async def _ready(self) -> None:
         conn = self.connection
@@ -136,22 +138,13 @@ class Client(_client.Client):
             await self.close()
             raise conn.unreachable() from None
 
-    async def _execute(self, call: calls.Call) -> Any:
-        """One RPC of a flow, awaited; gRPC errors become uopd.Error."""
-        kw = self.connection.call_options(call)
-        try:
-            if isinstance(call, calls.Download):
-                stream = self._stub.Download(call.request, **kw)
-                try:
-                    async for chunk in stream:
-                        call.sink(chunk)
-                except errors.Error:
-                    stream.cancel()
-                    raise
-                return None
-            return await getattr(self._stub, call.method)(calls.request_of(call), **kw)
-        except grpc.RpcError as e:
-            raise errors.from_rpc_error(e) from None
+    @staticmethod
+    async def _answer(response: Any) -> Any:  # the base class's _execute, awaiting
+        return await response
+
+    @staticmethod
+    def _stream(responses: Any) -> Any:
+        return responses
 
     def _drive(self, flow: calls.Flow) -> Any:  # a coroutine: the callers await it
         return calls.drive(flow, self._execute)

@@ -1,19 +1,20 @@
 """What each operation asks of uopd, written once for both flavours of the client.
 
 An operation is a generator that yields the RPCs it needs (Unary, Upload, Download
-below) and gets each one's answer back (or its error thrown in); uopd.Session runs it
-with blocking calls (drive), uopd.aio with awaits (uopd.aio.drive). Requests are built and
+below) and gets each one's answer back (or its error thrown in); drive() runs it, over
+blocking calls for uopd.Client and with awaits for uopd.aio.Client. Requests are built and
 answers checked here, so the two flavours cannot drift apart.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Coroutine, Dict, Generator, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (Any, Awaitable, Callable, Coroutine, Dict, Generator, Iterable, List, Mapping, Optional, Sequence,
+                    Tuple, Union)
 
 import numpy as np
 
-from uopd import dtypes, errors, graphs, results, transfers
+from uopd import dtypes, errors, graphs, results, transfers, wire
 from uopd._stubs import pb
 
 
@@ -105,8 +106,9 @@ def upload(session_id: str, buffer_id: str, data: memoryview, chunk_bytes: int,
            progress: transfers.ProgressArg = None, offset: int = 0) -> Flow:
     """Streams `data` into the buffer at byte `offset`."""
     p = transfers.Progress(len(data), progress, f"upload {buffer_id[:8]}")
-    first = pb.UploadChunk(session_id=session_id, buffer_id=buffer_id)
-    resp = yield Upload("Upload", transfers.chunks(first, pb.UploadChunk, data, offset, chunk_bytes, p))
+    first = pb.UploadChunk(session_id=session_id, buffer_id=buffer_id).SerializeToString()
+    resp = yield Upload("Upload", transfers.chunks(first, data, chunk_bytes, p, pb.UploadChunk.DATA_FIELD_NUMBER,
+                                                   (pb.UploadChunk.OFFSET_FIELD_NUMBER, offset)))
     if resp.bytes != len(data):
         raise errors.DataLoss(f"uopd took {resp.bytes} of {len(data)} bytes uploaded to {buffer_id}")
 
@@ -219,40 +221,49 @@ def _answer(session_id: str, resp: "pb.RunResponse", keep_outputs: bool, chunk_b
                 outputs[o.name] = dtypes.from_bytes(o.dtype, shape, o.data)
             except errors.DataLoss as e:
                 raise errors.DataLoss(f"{what}: {e.message}") from None
-    return results.RunResult(outputs, [results.kernel(k) for k in resp.kernels], resp.device, resp.plan_ms,
-                             resp.compile_ms, resp.run_ms, resp.collective_ms, results.profile(resp))
+    return results.RunResult(outputs, resp)
 
 
 def run(session_id: str, method: str, request: Any, inputs: Inputs, keep_outputs: bool, profile: bool,
-        chunk_bytes: int, make_buffer: Callable[[str, int, Tuple[int, ...], str], Any]) -> Flow:
-    """Run (a graph) or RunModel (a held model): binds `inputs`, runs, answers; the
-    buffers made here for large inputs are freed whatever happens."""
+        chunk_bytes: int, make_buffer: Callable[[str, int, Tuple[int, ...], str], Any],
+        graph: Optional[bytes] = None) -> Flow:
+    """Run (a graph, sent as RunRequest.graph) or RunModel (a held model): binds `inputs`,
+    runs, answers; the buffers made here for large inputs are freed whatever happens."""
     temporaries: List[str] = []
     try:
         request.inputs.extend((yield from _bindings(session_id, inputs, chunk_bytes, temporaries)))
         request.session_id, request.keep_outputs, request.profile = session_id, keep_outputs, profile
-        resp = yield Unary(method, request)
+        body = request if graph is None else with_graph(request, pb.RunRequest.GRAPH_FIELD_NUMBER, graph)
+        resp = yield Unary(method, body)
         return (yield from _answer(session_id, resp, keep_outputs, chunk_bytes, make_buffer))
     finally:
         for buffer_id in temporaries:
             yield from _free_quietly(session_id, buffer_id)
 
 
+def with_graph(request: Any, field_number: int, data: bytes) -> bytes:
+    """`request` serialized with a graph's encoding (graphs.encode) as its field
+    `field_number`, since a protobuf message is its fields concatenated in any order: the
+    graph is neither copied into the request nor encoded again when it is a uopd.Graph."""
+    return request.SerializeToString() + wire.length_prefix(field_number, len(data)) + data
+
+
 def run_graph(session_id: str, graph: graphs.GraphLike, inputs: Inputs, keep_outputs: bool, profile: bool,
               chunk_bytes: int, make_buffer: Callable[[str, int, Tuple[int, ...], str], Any]) -> Flow:
-    req = pb.RunRequest(graph=graphs.load(graph))
-    return (yield from run(session_id, "Run", req, inputs, keep_outputs, profile, chunk_bytes, make_buffer))
+    data = graphs.encode(graph)  # first: a bad graph fails before any upload
+    return (yield from run(session_id, "Run", pb.RunRequest(), inputs, keep_outputs, profile, chunk_bytes,
+                           make_buffer, data))
 
 
 def compile_graph(graph: graphs.GraphLike, target_text: str, include_binary: bool, include_source: bool) -> Flow:
-    req = pb.CompileRequest(graph=graphs.load(graph), target=target(target_text), include_binary=include_binary,
-                            include_source=include_source)
-    return results.compile_result((yield Unary("Compile", req)))
+    req = pb.CompileRequest(target=target(target_text), include_binary=include_binary, include_source=include_source)
+    resp = yield Unary("Compile", with_graph(req, pb.CompileRequest.GRAPH_FIELD_NUMBER, graphs.encode(graph)))
+    return results.compile_result(resp)
 
 
 def explain(graph: graphs.GraphLike, stage: Optional[str], target_text: str) -> Flow:
-    req = pb.ExplainRequest(graph=graphs.load(graph), target=target(target_text), stage=stage or "")
-    resp = yield Unary("Explain", req)
+    req = pb.ExplainRequest(target=target(target_text), stage=stage or "")
+    resp = yield Unary("Explain", with_graph(req, pb.ExplainRequest.GRAPH_FIELD_NUMBER, graphs.encode(graph)))
     # uopc refuses an unknown stage; a server that answers with nothing means the same.
     if stage and not resp.stages:
         raise errors.InvalidArgument(f"uopd showed nothing for stage '{stage}'")
@@ -289,8 +300,8 @@ def load_model(session_id: str, model: ModelLike, input_shapes: Optional[Mapping
     for name, shape in (input_shapes or {}).items():
         first.input_shapes.add(name=name, shape=[int(d) for d in shape])
     p = transfers.Progress(len(data), progress, "load model")
-    resp = yield Upload("LoadModel", transfers.chunks(first, pb.LoadModelChunk, data, 0, chunk_bytes, p,
-                                                      with_offset=False))
+    resp = yield Upload("LoadModel", transfers.chunks(first.SerializeToString(), data, chunk_bytes, p,
+                                                      pb.LoadModelChunk.DATA_FIELD_NUMBER))
     if not resp.model_id:
         raise errors.Internal("uopd loaded a model without an id")
     return resp

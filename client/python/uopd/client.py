@@ -13,11 +13,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import grpc
 
 from uopd import calls, errors, results
-from uopd._stubs import uopd_pb2_grpc
+from uopd._stubs import pb
 from uopd.embedded import EmbeddedServer
 from uopd.graphs import GraphLike
 from uopd.session import Session
 from uopd.transfers import effective_chunk_bytes
+from uopd.wire import parse_chunk
 
 # Where uopd listens by default (its --listen default).
 DEFAULT_ADDRESS = "127.0.0.1:7070"
@@ -125,6 +126,25 @@ class Connection:
         return errors.Unavailable(f"cannot reach uopd at {self.address} (not ready after {wait:g}s)")
 
 
+def _serialize(request: Any) -> bytes:
+    """A request as sent: already encoded (calls.with_graph), or a message."""
+    return request if isinstance(request, bytes) else request.SerializeToString()
+
+
+def methods(channel: Any) -> Dict[str, Any]:
+    """The Uopd service's methods on a grpc or grpc.aio channel, made from its descriptor
+    rather than the generated stub's: requests may arrive encoded already, and download
+    chunks are read without protobuf's copies (wire.parse_chunk)."""
+    service = pb.DESCRIPTOR.services_by_name["Uopd"]
+    out = {}
+    for m in service.methods:
+        kind = ("stream_" if m.client_streaming else "unary_") + ("stream" if m.server_streaming else "unary")
+        answer = parse_chunk if m.name == "Download" else getattr(pb, m.output_type.name).FromString
+        out[m.name] = getattr(channel, kind)(f"/{service.full_name}/{m.name}", request_serializer=_serialize,
+                                             response_deserializer=answer)
+    return out
+
+
 def connection(address: Optional[str], token: Optional[str], tls: TLSArg, deadline: float, connect_timeout: float,
                chunk_bytes: int, embedded: bool) -> Connection:
     """The options as `uop` resolves them: address, else $UOPD_ADDRESS, else the default;
@@ -152,34 +172,44 @@ class Client:
         options = conn.channel_options()
         self._channel = grpc.secure_channel(conn.address, creds, options) if creds else \
             grpc.insecure_channel(conn.address, options)
-        self._stubs: Dict[str, Any] = {}
         try:
             grpc.channel_ready_future(self._channel).result(timeout=min(conn.connect_timeout, conn.deadline))
         except grpc.FutureTimeoutError:
             self.close()
             raise conn.unreachable() from None
-        self._stub = uopd_pb2_grpc.UopdStub(self._channel)
+        self._methods = methods(self._channel)
 
     @property
     def address(self) -> str:
         return self.connection.address
 
     async def _execute(self, call: calls.Call) -> Any:
-        """One RPC of a flow (uopd.calls), blocking; gRPC errors become uopd.Error."""
+        """One RPC of a flow (uopd.calls); gRPC errors become uopd.Error. Written once for
+        both flavours: here the calls block and _answer / _stream only wrap what they
+        return (nothing suspends); uopd.aio's await them."""
         kw = self.connection.call_options(call)
         try:
             if isinstance(call, calls.Download):
-                stream = self._stub.Download(call.request, **kw)
+                stream = self._methods["Download"](call.request, **kw)
                 try:
-                    for chunk in stream:
+                    async for chunk in self._stream(stream):
                         call.sink(chunk)
                 except errors.Error:
                     stream.cancel()
                     raise
                 return None
-            return getattr(self._stub, call.method)(calls.request_of(call), **kw)
+            return await self._answer(self._methods[call.method](calls.request_of(call), **kw))
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e) from None
+
+    @staticmethod
+    async def _answer(response: Any) -> Any:
+        return response
+
+    @staticmethod
+    async def _stream(responses: Any) -> Any:
+        for r in responses:
+            yield r
 
     def _drive(self, flow: calls.Flow) -> Any:
         return calls.run_now(calls.drive(flow, self._execute))

@@ -45,21 +45,26 @@ def name(scalar: Scalar) -> str:
         raise errors.InvalidArgument(f"no uopd dtype has the number {scalar}") from None
 
 
+# numpy's dtypes (either byte order) -> wire scalars, and bfloat16 when ml_dtypes has it.
+_SCALAR_OF = {dt.newbyteorder(order): ir.DType.Scalar.Value(n.upper())
+              for n, dt in _NUMPY.items() if n != "index" for order in "<>="}
+if BFLOAT16 is not None:
+    _SCALAR_OF[BFLOAT16] = ir.DType.BFLOAT16
+
+
 def scalar(dtype: DTypeLike) -> Scalar:
     """The wire scalar for a numpy dtype or a uopd name ("bfloat16", "float32")."""
     if isinstance(dtype, str) and dtype.upper() in NAMES:
         return ir.DType.Scalar.Value(dtype.upper())
     try:
-        dt = np.dtype(dtype)
+        dt = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
     except TypeError:
         raise errors.InvalidArgument(f"uopd has no dtype {dtype!r}") from None
-    if BFLOAT16 is not None and dt == BFLOAT16:
-        return ir.DType.BFLOAT16
-    for n, np_dt in _NUMPY.items():
-        if n != "index" and np_dt == dt.newbyteorder("="):
-            return ir.DType.Scalar.Value(n.upper())
-    known = ", ".join(n.lower() for n in NAMES if n != "INDEX")
-    raise errors.InvalidArgument(f"uopd has no dtype for numpy's {dt} (it has {known})")
+    s = _SCALAR_OF.get(dt)
+    if s is None:
+        known = ", ".join(n.lower() for n in NAMES if n != "INDEX")
+        raise errors.InvalidArgument(f"uopd has no dtype for numpy's {dt} (it has {known})")
+    return s
 
 
 def itemsize(s: Scalar) -> int:
@@ -83,6 +88,8 @@ def host_array(a: object, dtype: DTypeLike = None) -> Tuple[np.ndarray, Scalar]:
     array sent as "bfloat16" is taken as the bits of bfloat16 values."""
     arr = np.asarray(a)
     s = scalar(arr.dtype) if dtype is None else scalar(dtype)
+    if dtype is None and arr.flags.c_contiguous and arr.dtype.isnative and (np.little_endian or arr.itemsize == 1):
+        return arr, s  # the common case: sent as it is
     want = numpy_dtype(s)
     native = arr.dtype.newbyteorder("=") if arr.dtype.byteorder in "<>" else arr.dtype
     if native != want:

@@ -15,7 +15,30 @@ from google.protobuf import json_format, message
 from uopd import errors
 from uopd._stubs import ir
 
-GraphLike = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, "ir.Graph"]
+
+
+class Graph:
+    """A graph read and encoded once (``uopd.graph(path)``): pass it to run / compile /
+    explain as often as wanted without reading, parsing or encoding it again (protobuf's
+    Python encoding of even a small graph costs more than uopd takes to run it cached).
+    It holds the binary encoding; ``message`` parses it back."""
+
+    __slots__ = ("data", "where")
+
+    def __init__(self, graph: "GraphLike"):
+        g = load(graph)
+        self.data: bytes = g.SerializeToString()
+        self.where = os.fspath(graph) if isinstance(graph, (str, os.PathLike)) and not _is_json_text(graph) else ""
+
+    @property
+    def message(self) -> "ir.Graph":
+        return ir.Graph.FromString(self.data)
+
+    def __repr__(self) -> str:
+        return f"uopd.Graph({self.where or len(self.data)})"
+
+
+GraphLike = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, "ir.Graph", Graph]
 
 # What `uop` reads at most (DecodeLimits' max_bytes, uopd's --max-request-bytes default).
 MAX_GRAPH_BYTES = 256 << 20
@@ -78,13 +101,27 @@ def load(graph: GraphLike) -> "ir.Graph":
     its encoding (JSON or binary), a str starting with '{' (JSON text), or a file path."""
     if isinstance(graph, ir.Graph):
         return graph
+    if isinstance(graph, Graph):
+        return graph.message
     if isinstance(graph, (bytes, bytearray, memoryview)):
         return from_bytes(graph)
-    if isinstance(graph, str) and graph.lstrip().startswith("{"):
+    if _is_json_text(graph):
         return _from_json(graph, "")
     if isinstance(graph, (str, os.PathLike)):
         return read_file(graph)
     raise errors.InvalidArgument(f"a graph is a path, bytes or a uop.v1.Graph, not {type(graph).__name__}")
+
+
+def _is_json_text(graph: object) -> bool:
+    return isinstance(graph, str) and graph.lstrip().startswith("{")
+
+
+def encode(graph: GraphLike) -> bytes:
+    """The binary encoding of a graph, as a request carries it: a Graph's own bytes, a
+    message's serialization, any other form parsed first (so a file's errors name it)."""
+    if isinstance(graph, Graph):
+        return graph.data
+    return load(graph).SerializeToString()
 
 
 def to_json(graph: "ir.Graph") -> str:

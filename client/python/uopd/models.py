@@ -108,4 +108,5 @@ def from_torch(module: Any, *example_inputs: Any, session: Any, input_names: Opt
                output_names: Optional[Sequence[str]] = None, opset: Optional[int] = None) -> Any:
     """A PyTorch module as a model held by uopd: exported to ONNX in memory (torch_onnx),
     then session.load_model. With a uopd.aio session, await the answer."""
-    return session.load_model(torch_onnx(module, example_inputs, input_names, output_names, opset))
+    onnx = torch_onnx(module, example_inputs, input_names, output_names, opset)
+    return session.load_model(onnx)

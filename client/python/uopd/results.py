@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Tuple, Union
 
@@ -120,24 +121,43 @@ class Stats:
     workers: List[WorkerStatus] = field(default_factory=list)
 
 
-@dataclass
 class RunResult:
     """A Run's (or RunModel's) answer: outputs by name (arrays, or Buffers when kept), the
-    kernels with their cache status, where the time went, and the profile if asked for."""
+    kernels with their cache status, where the time went (ms), and the per-kernel profile
+    if asked for. Read from the response when asked: a run() that wants only its outputs
+    pays for nothing else."""
 
-    outputs: Dict[str, Union[np.ndarray, Any]]
-    kernels: List[Kernel]
-    device: str
-    plan_ms: float
-    compile_ms: float
-    run_ms: float
-    collective_ms: float
-    profile: List[KernelProfile]
+    def __init__(self, outputs: Dict[str, Union[np.ndarray, Any]], response: "pb.RunResponse"):
+        self.outputs = outputs
+        self._response = response
+        self.device: str = response.device
+        self.plan_ms: float = response.plan_ms
+        self.compile_ms: float = response.compile_ms
+        self.run_ms: float = response.run_ms
+        self.collective_ms: float = response.collective_ms
+
+    @functools.cached_property
+    def kernels(self) -> List[Kernel]:
+        return [kernel(k) for k in self._response.kernels]
+
+    @functools.cached_property
+    def profile(self) -> List[KernelProfile]:
+        return [_plain(KernelProfile, k) for k in self._response.profile]
+
+    def __repr__(self) -> str:
+        return (f"RunResult(outputs={list(self.outputs)}, kernels={len(self._response.kernels)}, device={self.device!r}, "
+                f"plan_ms={self.plan_ms:.3f}, compile_ms={self.compile_ms:.3f}, run_ms={self.run_ms:.3f})")
+
+
+_FIELDS: Dict[type, Tuple[str, ...]] = {}
 
 
 def _plain(cls: Any, msg: Any, **overrides: Any) -> Any:
     """A dataclass from the message fields of the same names."""
-    values = {f.name: getattr(msg, f.name) for f in dataclasses.fields(cls) if f.name not in overrides}
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    values = {n: getattr(msg, n) for n in names if n not in overrides}
     return cls(**values, **overrides)
 
 
@@ -161,10 +181,6 @@ def explain_text(stages: List[ExplainStage]) -> str:
 
 def stats(r: "pb.StatsResponse") -> Stats:
     return _plain(Stats, r, workers=[_plain(WorkerStatus, w) for w in r.workers])
-
-
-def profile(r: "pb.RunResponse") -> List[KernelProfile]:
-    return [_plain(KernelProfile, k) for k in r.profile]
 
 
 def tensor_infos(ts: Any) -> List[TensorInfo]:

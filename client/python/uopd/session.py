@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from uopd import calls, dtypes, results, transfers
+from uopd import calls, dtypes, errors, results, transfers
 from uopd.graphs import GraphLike
 from uopd.models import Model
 
@@ -159,8 +159,12 @@ class Session:
     def __enter__(self) -> "Session":
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        try:
+            self.close()
+        except errors.Error:
+            if exc_type is None:
+                raise  # else the error that ended the block says more than closing's
 
     def __repr__(self) -> str:
         return f"uopd.Session({self.id[:12]}, devices={self.devices})"

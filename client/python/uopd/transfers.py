@@ -11,11 +11,11 @@ tqdm is installed and stderr is a terminal; ``progress=False`` shows nothing.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Tuple, Union
 
 import numpy as np
 
-from uopd import errors
+from uopd import errors, wire
 
 DEFAULT_CHUNK_BYTES = 1 << 20
 MAX_CHUNK_BYTES = (4 << 20) - (4 << 10)
@@ -72,26 +72,26 @@ def byte_view(data: Union[np.ndarray, bytes, bytearray, memoryview]) -> memoryvi
     return memoryview(data).cast("B")
 
 
-def chunks(first: Any, make: Callable[[], Any], data: memoryview, offset: int, chunk_bytes: int,
-           progress: Progress, with_offset: bool = True) -> Iterator[Any]:
-    """The messages of an upload stream: `first` (naming the session and buffer or model)
-    carries the first chunk, `make()` makes the ones after it; an empty upload is one
-    empty chunk. Each message's data is one chunk of `data`, its offset `offset` plus the
-    bytes before it (for uploads; a model's chunks have no offset)."""
+def chunks(first: bytes, data: memoryview, chunk_bytes: int, progress: Progress, data_field: int,
+           offset_field: Optional[Tuple[int, int]] = None) -> Iterator[bytes]:
+    """The messages of an upload stream, encoded: `first` (the encoded fields naming the
+    session and buffer or model) goes with the first chunk; an empty upload is one empty
+    chunk. Each message is one chunk of `data` as field `data_field` and, with
+    offset_field = (field, offset), its byte offset: `offset` plus the bytes before it.
+    Each chunk is copied once, into its message."""
     chunk = effective_chunk_bytes(chunk_bytes)
     done = 0
-    msg = first
+    head = first
     while True:
         n = min(chunk, len(data) - done)
-        if with_offset:
-            msg.offset = offset + done
-        msg.data = data[done:done + n].tobytes()
-        yield msg
+        if offset_field is not None:
+            head += wire.uint_field(offset_field[0], offset_field[1] + done)
+        yield b"".join((head, wire.length_prefix(data_field, n), data[done:done + n]))
         done += n
         progress.add(n)
         if done >= len(data):
             break
-        msg = make()
+        head = b""
     progress.close()
 
 
@@ -103,16 +103,17 @@ class Assembler:
     def __init__(self, buffer_id: str, offset: int, nbytes: int, progress: Progress):
         self.buffer_id, self.offset = buffer_id, offset
         self.out = np.empty(nbytes, dtype=np.uint8)
+        self._view = memoryview(self.out)
         self.filled = 0
         self.progress = progress
 
-    def add(self, chunk: Any) -> None:
-        data = chunk.data
-        if chunk.offset != self.offset + self.filled:
-            self._broken(f"chunk at offset {chunk.offset} where {self.offset + self.filled} was next")
+    def add(self, chunk: Tuple[int, memoryview]) -> None:
+        offset, data = chunk
+        if offset != self.offset + self.filled:
+            self._broken(f"chunk at offset {offset} where {self.offset + self.filled} was next")
         if self.filled + len(data) > len(self.out):
             self._broken(f"more than the {len(self.out)} bytes asked for")
-        self.out[self.filled:self.filled + len(data)] = np.frombuffer(data, dtype=np.uint8)
+        self._view[self.filled:self.filled + len(data)] = data
         self.filled += len(data)
         self.progress.add(len(data))
 
@@ -124,3 +125,4 @@ class Assembler:
         if self.filled != len(self.out):
             raise errors.DataLoss(f"download of {self.buffer_id}: uopd sent {self.filled} of {len(self.out)} bytes")
         return self.out
+

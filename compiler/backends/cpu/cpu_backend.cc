@@ -11,8 +11,11 @@ CpuBackend::CpuBackend(CpuTarget target, int vector_bits)
   OptimizeOptions oo;
   oo.vector_bits = vector_bits_;
   schedule_ = {
-      {"optimize", "per kernel: axis types for the target (Thread, Upcast)",
-       [oo](Graph& g, const UOp* k) { return optimize_cpu(g, k, oo); }},
+      {"optimize", "per kernel: a loop schedule (the heuristic's or the one given): Upcast, Thread, reorder",
+       [oo](Graph& g, const UOp* k) { return optimize_cpu(g, k, oo); },
+       [oo](Graph& g, const UOp* k, std::string_view schedule, std::string* applied) {
+         return optimize_cpu(g, k, oo, schedule, applied);
+       }},
       expand_stage(),
       lower_reduce_stage(),
       symbolic_stage(),

@@ -22,7 +22,8 @@ from onnx import numpy_helper
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recurrent")
 SEQ, BATCH, INPUT, HIDDEN = 4, 2, 4, 8
 
-# name, module, layers, batch_first, bidirectional, initial state given as an input
+# name, module, layers, batch_first, bidirectional, initial state given as an input[,
+# sequence length (default SEQ)]
 MODELS = [
     ("lstm", torch.nn.LSTM, 1, False, False, False),
     ("lstm_batch_first", torch.nn.LSTM, 1, True, False, False),
@@ -38,6 +39,9 @@ MODELS = [
     ("gru_bidirectional", torch.nn.GRU, 1, False, True, False),
     ("gru_bidirectional_two_layers_batch_first", torch.nn.GRU, 2, True, True, False),
     ("gru_initial_state", torch.nn.GRU, 1, True, False, True),
+    # A longer sequence, whose unrolled state must not end up in one kernel.
+    ("lstm_long_sequence", torch.nn.LSTM, 1, True, False, False, 48),
+    ("gru_long_sequence", torch.nn.GRU, 1, True, False, False, 48),
 ]
 
 
@@ -46,10 +50,10 @@ def write_tensor(path, name, t):
         f.write(numpy_helper.from_array(t.detach().numpy(), name).SerializeToString())
 
 
-def export(index, name, cls, layers, batch_first, bidirectional, with_state):
+def export(index, name, cls, layers, batch_first, bidirectional, with_state, seq=SEQ):
     torch.manual_seed(1000 + index)
     model = cls(INPUT, HIDDEN, num_layers=layers, batch_first=batch_first, bidirectional=bidirectional).eval()
-    x = torch.randn(BATCH, SEQ, INPUT) if batch_first else torch.randn(SEQ, BATCH, INPUT)
+    x = torch.randn(BATCH, seq, INPUT) if batch_first else torch.randn(seq, BATCH, INPUT)
     lstm = cls is torch.nn.LSTM
     state_shape = (layers * (2 if bidirectional else 1), BATCH, HIDDEN)
     inputs, input_names = [x], ["x"]

@@ -111,6 +111,24 @@ TEST_F(ClientTest, UploadAndDownloadInChunks) {
   EXPECT_EQ(s->download(*id).status().code(), absl::StatusCode::kNotFound);
 }
 
+// free_buffers frees them all (side by side); one that is gone already makes it fail
+// NOT_FOUND, and the others are freed all the same.
+TEST_F(ClientTest, FreeBuffersFreesThemAll) {
+  auto s = client_->create_session();
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    auto id = s->create_buffer(Scalar::Float32, 4);
+    ASSERT_TRUE(id.ok()) << id.status();
+    ids.push_back(*id);
+  }
+  ASSERT_TRUE(s->free_buffers({ids[0], ids[1]}).ok());
+  absl::Status again = s->free_buffers({ids[1], ids[2], ids[3]});
+  EXPECT_EQ(again.code(), absl::StatusCode::kNotFound) << again;
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(s->download(ids[i]).status().code(), absl::StatusCode::kNotFound) << i;
+  EXPECT_TRUE(s->download(ids[4]).ok());
+}
+
 TEST_F(ClientTest, UnknownSessionIsNotFound) {
   auto s = client_->create_session();
   ASSERT_TRUE(s.ok());

@@ -20,7 +20,9 @@
 #include "compiler/ir/eval.h"
 #include "compiler/ir/tensor_builder.h"
 #include "compiler/support/strings.h"
+#include "compiler/ir/printer.h"
 #include "local/local_runner.h"
+#include "tests/unit/compiler/random_graph.h"
 
 namespace uop::difftest {
 
@@ -210,6 +212,27 @@ inline bool op_defined_on(Op op, Scalar s) {
   ConstValue zero = cast_value(ConstValue::Int(0), s);
   ConstValue args[3] = {zero, zero, zero};
   return eval_alu(op, s, std::span<const ConstValue>(args, op_info(op).min_src)).has_value();
+}
+
+// The random graph of `seed` (random_graph.h) checked, its inputs random (edge values
+// for the wide ones), each output under the tolerance the generator derived: "" when
+// it matches, else what differs and the graph.
+inline std::string check_random_graph(LocalRunner& runner, uint64_t seed, RunStats* stats) {
+  Graph g;
+  TensorBuilder tb(g);
+  randgraph::RandomGraph rg = randgraph::generate(tb, seed);
+  std::vector<OutputCheck> checks;
+  for (size_t i = 0; i < rg.tolerances.size(); ++i) checks.push_back({cat("output ", i, " ", rg.notes[i]), rg.tolerances[i]});
+  Inputs in = random_inputs(tb, rg.inputs, seed * 1000);
+  for (size_t i = 0; i < rg.inputs.size(); ++i) {
+    if (!rg.wide[i]) continue;
+    HostTensor& t = in.at(tb.buffer_of(rg.inputs[i]));
+    t = edge_tensor(t.dtype, t.shape, seed * 1000 + i, true);
+  }
+  std::string why = check_graph(runner, g, rg.sink, in, checks, stats);
+  if (why.empty()) return "";
+  if (why.back() != '\n') why += '\n';
+  return cat(why, print_tree(rg.sink));
 }
 
 }  // namespace uop::difftest

@@ -15,6 +15,7 @@
 
 #include "compiler/interp/interp.h"
 #include "compiler/ir/tensor_builder.h"
+#include "compiler/support/strings.h"
 #include "server/cache/memory_tier.h"
 #include "tests/unit/compiler/passes/run_on_cpu.h"
 
@@ -183,6 +184,99 @@ TEST_F(PlannerTest, WhatItCannotPlanIsRefusedSayingWhy) {
     EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
     EXPECT_NE(st.message().find("--max-kernel-ops"), std::string::npos) << st;
   }
+}
+
+// bucket_collectives on hand-made plans: buffers 2i and 2i + 1 are gradient i on CPU:0
+// and CPU:1 (`elements` floats each), kernel "g<i>" writes it, its allreduce follows, and
+// kernel "u<i>" reads it and writes the next parameter (buffers after the gradients).
+// Every kernel also reads its device's batch (the last two buffers): reading the same
+// buffer orders nothing.
+struct GradientPlan {
+  Plan plan;
+  explicit GradientPlan(const std::vector<int64_t>& elements, ReduceOp op = ReduceOp::Add) {
+    const int n = static_cast<int>(elements.size());
+    plan.buffers.resize(4 * n + 2);
+    for (int b = 0; b < 4 * n + 2; ++b) plan.buffers[b].device = b % 2 ? "CPU:1" : "CPU:0";
+    for (size_t i = 0; i < elements.size(); ++i) {
+      const int b0 = static_cast<int>(2 * i), b1 = b0 + 1;
+      plan.buffers[b0].elements = plan.buffers[b1].elements = elements[i];
+      auto kernel = [&](const std::string& name, std::vector<int> buffers) {
+        buffers.push_back(4 * n + buffers[0] % 2);  // the batch
+        plan.steps.push_back({ScheduleStep::Kind::Kernel, plan.kernels.size()});
+        plan.kernels.push_back({name, {}, {}, buffers, plan.buffers[buffers[0]].device});
+      };
+      kernel(cat("g", i), {b0});
+      kernel(cat("g", i), {b1});
+      plan.steps.push_back({ScheduleStep::Kind::Collective, plan.collectives.size()});
+      plan.collectives.push_back({op, Scalar::Float32, {{b0, b1}}});
+      kernel(cat("u", i), {2 * n + b0, b0});
+      kernel(cat("u", i), {2 * n + b1, b1});
+    }
+  }
+  // The steps as text: kernels by name, a collective as [its segments' buffers].
+  std::string steps() const {
+    std::string out;
+    for (const ScheduleStep& st : plan.steps) {
+      if (!out.empty()) out += " ";
+      if (st.kind == ScheduleStep::Kind::Kernel) {
+        out += plan.kernels[st.index].name;
+        continue;
+      }
+      std::vector<std::string> segs;
+      for (const auto& seg : plan.collectives[st.index].segments) segs.push_back(cat(seg[0], "+", seg[1]));
+      out += cat("[", join(segs, ","), "]");
+    }
+    return out;
+  }
+};
+
+TEST(BucketCollectives, GradientsWaitForEachOtherAndTheUpdatesWaitForTheBucket) {
+  GradientPlan p({10, 20, 30});
+  bucket_collectives(p.plan, 1 << 20);
+  EXPECT_EQ(p.steps(), "g0 g0 g1 g1 g2 g2 [0+1,2+3,4+5] u0 u0 u1 u1 u2 u2");
+  ASSERT_EQ(p.plan.collectives.size(), 1u);
+  EXPECT_EQ(p.plan.collectives[0].members(), (std::vector<int>{0, 1}));
+}
+
+TEST(BucketCollectives, ABucketStaysWithinTheCapPerMember) {
+  GradientPlan p({100, 100, 100});  // 400 bytes each per member
+  bucket_collectives(p.plan, 800);
+  EXPECT_EQ(p.steps(), "g0 g0 g1 g1 g2 g2 [0+1,2+3] u0 u0 u1 u1 [4+5] u2 u2");
+  GradientPlan one({1000, 10});  // larger than the cap alone: it goes alone
+  bucket_collectives(one.plan, 800);
+  EXPECT_EQ(one.steps(), "g0 g0 g1 g1 [0+1] u0 u0 [2+3] u1 u1");
+}
+
+TEST(BucketCollectives, NothingChangesWithoutACapOrWithOneCollective) {
+  GradientPlan p({10, 20});
+  const std::string before = p.steps();
+  bucket_collectives(p.plan, 0);
+  EXPECT_EQ(p.steps(), before);
+  GradientPlan q({10});
+  bucket_collectives(q.plan, 1 << 20);
+  EXPECT_EQ(q.steps(), "g0 g0 [0+1] u0 u0");
+}
+
+TEST(BucketCollectives, OnlyTheSameOpDtypeAndDevicesShareABucket) {
+  GradientPlan p({10, 20, 30});
+  p.plan.collectives[1].op = ReduceOp::Max;
+  bucket_collectives(p.plan, 1 << 20);
+  EXPECT_EQ(p.steps(), "g0 g0 g1 g1 [0+1] u0 u0 g2 g2 [2+3] u1 u1 [4+5] u2 u2");
+  GradientPlan q({10, 20});
+  q.plan.buffers[3].device = "CPU:2";  // gradient 1 between CPU:0 and CPU:2
+  bucket_collectives(q.plan, 1 << 20);
+  EXPECT_EQ(q.steps(), "g0 g0 g1 g1 [0+1] u0 u0 [2+3] u1 u1");
+}
+
+// A gradient whose kernel reads an earlier one's update (a chain): its allreduce cannot
+// join the bucket the update waits for, so the bucket closes before it.
+TEST(BucketCollectives, ACollectiveThatNeedsAWaitingStepClosesTheBucket) {
+  GradientPlan p({10, 20});
+  // g1 (kernels 4, 5) reads u0's outputs (the next parameter 0: buffers 4 and 5).
+  p.plan.kernels[4].buffers.push_back(4);
+  p.plan.kernels[5].buffers.push_back(5);
+  bucket_collectives(p.plan, 1 << 20);
+  EXPECT_EQ(p.steps(), "g0 g0 [0+1] u0 u0 g1 g1 [2+3] u1 u1");
 }
 
 }  // namespace

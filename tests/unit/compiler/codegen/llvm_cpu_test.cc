@@ -712,7 +712,7 @@ TEST(KernelAbi, WorkEstimateWeighsOpsByTheirRanges) {
     EXPECT_EQ(abi->work->flops.eval(vars), nv * (8 * (4 + 1) + 1)) << nv;
     EXPECT_EQ(abi->work->bytes.eval(vars), nv * (8 * 16 + 4)) << nv;
   }
-  EXPECT_EQ(abi->schedule_str(), "Thread(n) Reduce(8) lanes=4");
+  EXPECT_EQ(abi->loops_str(), "Thread(n) Reduce(8) lanes=4");
   std::string text = abi->serialize();
   EXPECT_TRUE(text.starts_with(cat("uopd-abi ", kAbiVersion, "\n"))) << text;
   auto back = parse_abi(text);
@@ -737,7 +737,7 @@ TEST(KernelAbi, WorkEstimateWeighsOpsByTheirRanges) {
   auto old_back = parse_abi(old.serialize());
   ASSERT_TRUE(old_back.ok()) << old_back.status();
   EXPECT_EQ(*old_back, old);
-  EXPECT_EQ(old.schedule_str(), "");
+  EXPECT_EQ(old.loops_str(), "");
   old.stop_word = true;
   EXPECT_TRUE(old.serialize().starts_with("uopd-abi 3\n")) << old.serialize();
 }

@@ -3,6 +3,9 @@
 // and attributes reported by name, TensorProto decoding.
 #include "compiler/onnx/importer.h"
 
+#include <functional>
+#include <map>
+
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
@@ -212,6 +215,126 @@ TEST(OnnxImporter, MissingInputAndWrongDtypeAreInvalid) {
   EXPECT_EQ(import_model(bytes, {{"x", HostTensor::of(Scalar::Int32, {2}, {1, 2})}}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(import_model("not a model", {}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// What fuzz_onnx_import found: attributes and shapes that crashed the import (a division
+// by zero, reads past a shape, a sequence unrolled without bound) are refused, naming why.
+struct Refusal {
+  absl::StatusCode code;
+  std::string says;
+};
+Refusal import_one(const std::string& op, std::vector<std::vector<int64_t>> in_shapes,
+                   const std::function<void(onnx::NodeProto*)>& attrs, int outputs = 1, ImportOptions opts = {}) {
+  onnx::ModelProto m;
+  auto* g = m.mutable_graph();
+  std::map<std::string, HostTensor> given;
+  std::vector<std::string> ins, outs;
+  for (size_t i = 0; i < in_shapes.size(); ++i) {
+    std::string name = "x" + std::to_string(i);
+    add_input(g, name, onnx::TensorProto::FLOAT, in_shapes[i]);
+    given[name] = HostTensor::zeros(Scalar::Float32, in_shapes[i]);
+    ins.push_back(name);
+  }
+  for (int i = 0; i < outputs; ++i) outs.push_back("y" + std::to_string(i));
+  attrs(add_node(g, op, ins, outs));
+  for (auto& o : outs) g->add_output()->set_name(o);
+  auto r = import_model(serialize(m, 13), given, opts);
+  return {r.status().code(), std::string(r.status().message())};
+}
+void ints(onnx::NodeProto* n, const std::string& name, std::vector<int64_t> v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int64_t x : v) a->add_ints(x);
+}
+void one_int(onnx::NodeProto* n, const std::string& name, int64_t v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(v);
+}
+
+TEST(OnnxImporter, FuzzFindingsAreRefusedNamingWhy) {
+  Refusal r = import_one("MaxPool", {{1, 1, 4, 4}}, [](onnx::NodeProto* n) {
+    ints(n, "kernel_shape", {2, 2});
+    ints(n, "strides", {0, 1});
+  });
+  EXPECT_EQ(r.code, absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.says.find("strides must be at least 1"), std::string::npos) << r.says;
+
+  r = import_one("Conv", {{1, 2, 4, 4}, {2, 1, 3, 3}}, [](onnx::NodeProto* n) { one_int(n, "group", 0); });
+  EXPECT_EQ(r.code, absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.says.find("group must be at least 1"), std::string::npos) << r.says;
+
+  r = import_one("ConvTranspose", {{1, 2, 4, 4}, {2, 1, 2, 2}}, [](onnx::NodeProto* n) { ints(n, "strides", {2}); });
+  EXPECT_EQ(r.code, absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.says.find("one value per spatial axis"), std::string::npos) << r.says;
+
+  r = import_one("ConvTranspose", {{1, 2, 4, 4}, {2, 1, 2, 2}}, [](onnx::NodeProto* n) { ints(n, "dilations", {1, 0}); });
+  EXPECT_EQ(r.code, absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.says.find("dilations must be at least 1"), std::string::npos) << r.says;
+
+  r = import_one("Split", {{}}, [](onnx::NodeProto*) {});
+  EXPECT_EQ(r.code, absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.says.find("scalar"), std::string::npos) << r.says;
+
+  r = import_one("Split", {{4}}, [](onnx::NodeProto* n) { one_int(n, "num_outputs", 0); }, 2);
+  EXPECT_NE(r.code, absl::StatusCode::kOk) << r.says;  // num_outputs is not an attribute at opset 13
+
+  r = import_one("Concat", {{}, {}}, [](onnx::NodeProto* n) { one_int(n, "axis", 0); });
+  EXPECT_EQ(r.code, absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.says.find("scalars"), std::string::npos) << r.says;
+
+  r = import_one("LRN", {{1, 4, 2, 2}}, [](onnx::NodeProto* n) { one_int(n, "size", int64_t{1} << 40); });
+  EXPECT_EQ(r.code, absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.says.find("size must be in"), std::string::npos) << r.says;
+}
+
+TEST(OnnxImporter, SplitSizesMustBeNonNegative) {
+  // [-1, 5] adds up to the axis, 4, but is no split.
+  onnx::ModelProto m;
+  auto* g = m.mutable_graph();
+  add_input(g, "x", onnx::TensorProto::FLOAT, {4});
+  auto* sizes = g->add_initializer();
+  sizes->set_name("sizes");
+  sizes->set_data_type(onnx::TensorProto::INT64);
+  sizes->add_dims(2);
+  sizes->add_int64_data(-1);
+  sizes->add_int64_data(5);
+  add_node(g, "Split", {"x", "sizes"}, {"a", "b"});
+  g->add_output()->set_name("a");
+  g->add_output()->set_name("b");
+  auto r = import_model(serialize(m, 13), {{"x", HostTensor::zeros(Scalar::Float32, {4})}});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(r.status().message()).find("non-negative"), std::string::npos) << r.status();
+}
+
+TEST(OnnxImporter, LongSequencesAndLargeGraphsAreRefusedBeforeTheyAreBuilt) {
+  // An LSTM over 2^20 steps (a declared shape is enough) is refused, not unrolled.
+  onnx::ModelProto m;
+  auto* g = m.mutable_graph();
+  add_input(g, "x", onnx::TensorProto::FLOAT, {int64_t{1} << 20, 1, 2});
+  add_input(g, "w", onnx::TensorProto::FLOAT, {1, 16, 2});
+  add_input(g, "r", onnx::TensorProto::FLOAT, {1, 16, 4});
+  auto* n = add_node(g, "LSTM", {"x", "w", "r"}, {"y"});
+  one_int(n, "hidden_size", 4);
+  g->add_output()->set_name("y");
+  HostTensor one_x = HostTensor::zeros(Scalar::Float32, {1, 1, 2});
+  one_x.shape = {int64_t{1} << 20, 1, 2};  // a placeholder: the import reads no value of it
+  one_x.data.resize(4);
+  ImportOptions opts;
+  opts.inputs_known = false;
+  auto r = import_model(serialize(m, 13),
+                        {{"x", one_x}, {"w", HostTensor::zeros(Scalar::Float32, {1, 16, 2})},
+                         {"r", HostTensor::zeros(Scalar::Float32, {1, 16, 4})}},
+                        opts);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(std::string(r.status().message()).find("steps are unrolled"), std::string::npos) << r.status();
+
+  // max_graph_nodes stops the import at the node that passes it.
+  Refusal big = import_one("Relu", {{2}}, [](onnx::NodeProto*) {}, 1, ImportOptions{.max_graph_nodes = 1});
+  EXPECT_EQ(big.code, absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(big.says.find("over the limit of 1"), std::string::npos) << big.says;
 }
 
 TEST(OnnxTensorProto, RawAndTypedData) {

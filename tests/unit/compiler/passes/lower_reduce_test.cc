@@ -5,7 +5,8 @@
 // products with MULACC); each reduction gets its own register. Each lowered kernel, taken
 // on to LINEAR and run by the CPU backend, computes what the interpreter computes on the
 // kernel before the pass. Kernels already lowered come back as they are. RangeSets, which
-// says where the accumulator is set, on its own.
+// says where the accumulator is set, on its own. A REDUCE over no range folds its value
+// into the identity (a float sum of -0.0 is +0.0), as the interpreter does.
 #include "compiler/passes/lower_reduce.h"
 
 #include <gtest/gtest.h>
@@ -187,6 +188,31 @@ TEST(LowerReduce, EachReductionGetsItsOwnRegister) {
 }
 
 // Already lowered (single-range ENDs, no REDUCE): the kernel itself comes back.
+// out[i] = sum over no range of in[i] * 0.0: -0.0 where in[i] < 0, and 0.0 + -0.0 is +0.0;
+// bit for bit (a plain comparison takes -0.0 for +0.0).
+TEST(LowerReduce, AReduceOverNoRangeStartsFromTheIdentity) {
+  KernelBuilder k;
+  const UOp* out = k.param(0, dtypes::float32, 16);
+  const UOp* in = k.param(1, dtypes::float32, 16);
+  const UOp* i = k.range(16);
+  const UOp* v = k.alu(Op::MUL, k.load(in, i), k.f32(0));
+  const UOp* before = k.sink({k.store(out, i, k.reduce(ReduceOp::Add, v, {}), {i})});
+  auto lowered = lower_reduce(k.g, before);
+  ASSERT_TRUE(lowered.ok()) << lowered.status();
+  auto linear = linearize(k.g, *lowered);
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  std::vector<HostTensor> want = testing::params_for({{Scalar::Float32, 16}, {Scalar::Float32, 16}}), got = want;
+  ASSERT_TRUE(interpret_kernel(before, testing::pointers(want), {}).ok());
+  ASSERT_TRUE(testing::run_on_cpu(*linear, got).ok());
+  int negative = 0;
+  for (int64_t j = 0; j < 16; ++j) {
+    negative += want[1].get(j).as_float() < 0;
+    EXPECT_EQ(want[0].get_bits(j), 0u) << "the interpreter's +0.0 at " << j;
+    EXPECT_EQ(got[0].get_bits(j), want[0].get_bits(j)) << "element " << j << " of " << want[1].get(j).str();
+  }
+  EXPECT_GT(negative, 0) << "some input is negative, so some product is -0.0";
+}
+
 TEST(LowerReduce, AKernelAlreadyLoweredIsLeftAlone) {
   KernelBuilder k;
   const UOp* out = k.param(0, dtypes::float32, 4);

@@ -34,27 +34,9 @@ std::vector<const UOp*> globals_of(const UOp* k) {
   return out;
 }
 
-// out[i] = sum over r of in[K i + r] (rows x K, float32): a contiguous reduce loop.
-const UOp* row_sums(KernelBuilder& k, int64_t rows, int64_t K) {
-  const UOp* out = k.param(0, dtypes::float32, rows);
-  const UOp* in = k.param(1, dtypes::float32, rows * K);
-  const UOp* i = k.range(rows);
-  const UOp* r = k.range(K, AxisType::Reduce);
-  return k.sink({k.store(out, i, k.reduce(ReduceOp::Add, k.load(in, k.alu(Op::ADD, k.alu(Op::MUL, i, k.ix(K)), r)), {r}), {i})});
-}
-
-// C[m, n] = sum over k of A[m, k] * B[k, n], A and B of `in`, C float32.
-const UOp* matmul(KernelBuilder& k, DType in, int64_t M, int64_t N, int64_t K) {
-  const UOp* c = k.param(0, dtypes::float32, M * N);
-  const UOp* a = k.param(1, in, M * K);
-  const UOp* b = k.param(2, in, K * N);
-  const UOp* m = k.range(M);
-  const UOp* n = k.range(N);
-  const UOp* r = k.range(K, AxisType::Reduce);
-  const UOp* av = k.g.make(Op::CAST, dtypes::float32, {k.load(a, k.alu(Op::ADD, k.alu(Op::MUL, m, k.ix(K)), r))});
-  const UOp* bv = k.g.make(Op::CAST, dtypes::float32, {k.load(b, k.alu(Op::ADD, k.alu(Op::MUL, r, k.ix(N)), n))});
-  return k.sink({k.store(c, k.alu(Op::ADD, k.alu(Op::MUL, m, k.ix(N)), n), k.reduce(ReduceOp::Add, k.alu(Op::MUL, av, bv), {r}), {m, n})});
-}
+// out[i] = sum over r of in[K i + r] (rows x K, float32).
+const UOp* row_sums(KernelBuilder& k, int64_t rows, int64_t K) { return testing::row_reduce(k, ReduceOp::Add, rows, K); }
+using testing::matmul;
 
 TEST(OptimizeGpu, AHalfMatmulTakesTensorCoresOnSm80Only) {
   KernelBuilder k;

@@ -2,11 +2,12 @@
 // vector widths: the innermost contiguous output loop is split into an outer loop and an
 // Upcast range of the vector's lanes (twice that when the kernel reduces, with a second
 // output loop upcast by 4 and the lane loop moved outermost); a full reduction upcasts its
-// reduce loop by 4 vectors; a loop whose trip count the width does not divide is not split;
-// the outermost output loop runs on threads only when the kernel does enough work. Each
-// optimized kernel computes what the interpreter computes on the kernel before (the matmul
-// also through expand, lower_reduce, linearize and the CPU backend). split_range on its own,
-// and its refusal of a factor that does not divide.
+// reduce loop by 4 vectors, or fewer where that divides; a loop whose trip count the width
+// does not divide is split by a divisor above half the width, or by the width with its tail
+// masked; the outermost output loop runs on threads only when the kernel does enough work.
+// Each optimized kernel computes what the interpreter computes on the kernel before (the
+// matmul also through expand, lower_reduce, linearize and the CPU backend). split_range on
+// its own, a factor that does not divide (a masked tail), and its refusals.
 #include "compiler/passes/optimize.h"
 
 #include <gtest/gtest.h>
@@ -87,15 +88,27 @@ TEST(Optimize, TheLanesAreTheVectorWidthOverTheElementSize) {
   }
 }
 
-// A trip count the width does not divide (12 columns, 8 lanes) is not split: no remainder
-// code. The row loop strides by 12, so it is no candidate either: the kernel comes back.
-TEST(Optimize, ALoopTheWidthDoesNotDivideIsNotSplit) {
+// A trip count the width does not divide still vectorizes: 12 columns and 8 lanes split by
+// 6, a divisor above half the width (no mask); 13 columns by 8, with the 3 lanes past the
+// end masked: the STORE is gated and every index clamped below 13.
+TEST(Optimize, ALoopTheWidthDoesNotDivideIsSplitByADivisorOrMasked) {
   KernelBuilder k;
   const UOp* before = elementwise(k, dtypes::float32, 4, 12);
   auto after = optimize_cpu(k.g, before, with_bits(256));
   ASSERT_TRUE(after.ok()) << after.status();
-  EXPECT_TRUE(testing::trips_of(*after, AxisType::Upcast).empty());
-  EXPECT_EQ(*after, before);
+  EXPECT_EQ(testing::trips_of(*after, AxisType::Upcast), std::vector<int64_t>{6});
+  EXPECT_EQ(testing::count_of(*after, [](const UOp* u) { return u->op() == Op::INDEX && u->num_src() > 2; }), 0);
+  testing::expect_interpreter_agrees(before, *after, {{Scalar::Float32, 48}, {Scalar::Float32, 48}});
+
+  const UOp* odd = elementwise(k, dtypes::float32, 4, 13);
+  auto masked = optimize_cpu(k.g, odd, with_bits(256));
+  ASSERT_TRUE(masked.ok()) << masked.status();
+  EXPECT_EQ(testing::trips_of(*masked, AxisType::Upcast), std::vector<int64_t>{8});
+  EXPECT_EQ(testing::trips_of(*masked, AxisType::Loop), (std::vector<int64_t>{2, 4}));
+  const UOp* index = (*masked)->src(0)->src(0);
+  ASSERT_EQ(index->op(), Op::INDEX);
+  EXPECT_EQ(index->num_src(), 3u) << "the STORE is gated";
+  testing::expect_interpreter_agrees(odd, *masked, {{Scalar::Float32, 52}, {Scalar::Float32, 52}});
 }
 
 // Upcasting off (vector_bits 0): the kernel comes back.
@@ -141,7 +154,7 @@ TEST(Optimize, AMatmulKeepsATileOfAccumulators) {
 }
 
 // A full reduction has no output loop: its reduce loop is upcast by 4 x 8 = 32 lanes when
-// 32 divides it (64), and left alone when not (40).
+// 32 divides it (64), and by one vector of 8 when only that does (40).
 TEST(Optimize, AFullReductionUpcastsItsReduceLoop) {
   for (int64_t n : {64, 40}) {
     KernelBuilder k;
@@ -156,8 +169,10 @@ TEST(Optimize, AFullReductionUpcastsItsReduceLoop) {
       EXPECT_EQ(testing::trips_of(*after, AxisType::Reduce), std::vector<int64_t>{2});
       testing::expect_interpreter_agrees(before, *after, {{Scalar::Float32, 1}, {Scalar::Float32, n}});
     } else {
-      EXPECT_EQ(*after, before) << "40 lanes do not split by 32";
+      EXPECT_EQ(testing::trips_of(*after, AxisType::Upcast), std::vector<int64_t>{8}) << "40 does not split by 32 or 16";
+      EXPECT_EQ(testing::trips_of(*after, AxisType::Reduce), std::vector<int64_t>{5});
     }
+    testing::expect_interpreter_agrees(before, *after, {{Scalar::Float32, 1}, {Scalar::Float32, n}});
   }
 }
 
@@ -197,8 +212,9 @@ TEST(Optimize, AKernelOfTwoStoresIsLeftAlone) {
 }
 
 // split_range(r, 4): r0 keeps r's id and type with trip 8 / 4, r1 is a new id of the type
-// asked, and where r was closed both are, r0 first. A factor that does not divide, or a
-// range whose trip count is no constant, is refused.
+// asked, and where r was closed both are, r0 first. A factor that does not divide masks
+// the tail; a factor below 2 or above the trip count, or a range whose trip count is no
+// constant, is refused.
 TEST(SplitRange, SplitsIntoAnOuterAndAnInnerRangeClosedInItsPlace) {
   KernelBuilder k;
   const UOp* out = k.param(0, dtypes::int32, 8);
@@ -218,9 +234,16 @@ TEST(SplitRange, SplitsIntoAnOuterAndAnInnerRangeClosedInItsPlace) {
   EXPECT_EQ(testing::trip_of(r1), 4);
   testing::expect_interpreter_agrees(before, *after, {{Scalar::Int32, 8}});
 
-  absl::Status odd = split_range(k.g, before, r, 3, AxisType::Upcast).status();
-  EXPECT_FALSE(odd.ok());
-  EXPECT_NE(std::string(odd.message()).find("divide"), std::string::npos) << odd;
+  auto odd = split_range(k.g, before, r, 3, AxisType::Upcast);
+  ASSERT_TRUE(odd.ok()) << odd.status();
+  EXPECT_EQ(testing::trips_of(*odd, AxisType::Loop), std::vector<int64_t>{3}) << "ceil(8 / 3)";
+  EXPECT_EQ((*odd)->src(0)->src(0)->num_src(), 3u) << "the STORE is gated";
+  testing::expect_interpreter_agrees(before, *odd, {{Scalar::Int32, 8}});
+  for (int64_t f : {0, 1, 9}) {
+    absl::Status bad = split_range(k.g, before, r, f, AxisType::Upcast).status();
+    EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << f;
+    EXPECT_NE(std::string(bad.message()).find("a factor in [2, n]"), std::string::npos) << bad;
+  }
   const UOp* v = k.range(k.var("n", 1, 8));
   const UOp* varying = k.sink({k.store(out, v, k.i32(3), {v})});
   EXPECT_FALSE(split_range(k.g, varying, v, 2, AxisType::Upcast).ok());

@@ -18,21 +18,7 @@ namespace {
 
 using testing::KernelBuilder;
 
-// C[m, n] = sum over k of f32(A[m, k]) * f32(B[k, n]), A and B of `in`, C float32. With
-// `same_side`, B is read at (k, m) instead, so both operands move with m.
-const UOp* matmul(KernelBuilder& k, DType in, int64_t M, int64_t N, int64_t K, bool same_side = false) {
-  const UOp* c = k.param(0, dtypes::float32, M * N);
-  const UOp* a = k.param(1, in, M * K);
-  const UOp* b = k.param(2, in, K * (same_side ? M : N));
-  const UOp* m = k.range(M);
-  const UOp* n = k.range(N);
-  const UOp* r = k.range(K, AxisType::Reduce);
-  const UOp* av = k.g.make(Op::CAST, dtypes::float32, {k.load(a, k.alu(Op::ADD, k.alu(Op::MUL, m, k.ix(K)), r))});
-  const UOp* bi = same_side ? k.alu(Op::ADD, k.alu(Op::MUL, r, k.ix(M)), m) : k.alu(Op::ADD, k.alu(Op::MUL, r, k.ix(N)), n);
-  const UOp* bv = k.g.make(Op::CAST, dtypes::float32, {k.load(b, bi)});
-  const UOp* sum = k.reduce(ReduceOp::Add, k.alu(Op::MUL, av, bv), {r});
-  return k.sink({k.store(c, k.alu(Op::ADD, k.alu(Op::MUL, m, k.ix(N)), n), sum, {m, n})});
-}
+using testing::matmul;
 
 void expect_wmma(const UOp* kernel, const char* instruction) {
   std::vector<const UOp*> wmma = testing::nodes_of(kernel, Op::WMMA);

@@ -1,0 +1,395 @@
+#include "compiler/passes/loop_schedule.h"
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "compiler/ir/eval.h"
+#include "compiler/passes/optimize.h"
+#include "compiler/rewrite/graph_rewrite.h"
+#include "compiler/support/status_macros.h"
+#include "compiler/support/strings.h"
+
+namespace uop {
+namespace {
+
+// The split step's names, by AxisType (Placeholder has none: no range is split into one).
+constexpr std::array<std::pair<AxisType, std::string_view>, 9> kTypeNames{{
+    {AxisType::Loop, "loop"},
+    {AxisType::Global, "global"},
+    {AxisType::Thread, "thread"},
+    {AxisType::Warp, "warp"},
+    {AxisType::Local, "local"},
+    {AxisType::GroupReduce, "group_reduce"},
+    {AxisType::Upcast, "upcast"},
+    {AxisType::Reduce, "reduce"},
+    {AxisType::Unroll, "unroll"},
+}};
+
+bool one_store(const UOp* kernel) {
+  return kernel->op() == Op::SINK && kernel->num_src() == 1 && kernel->src(0)->op() == Op::STORE;
+}
+
+// --- text --------------------------------------------------------------------------------
+
+// A decimal integer in [0, kMaxNumber]: digits only, no sign, no leading zero.
+bool parse_number(std::string_view s, int64_t* out) {
+  if (s.empty() || s.size() > 10 || (s.size() > 1 && s[0] == '0')) return false;
+  int64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  if (v > LoopSchedule::kMaxNumber) return false;
+  *out = v;
+  return true;
+}
+
+std::vector<std::string_view> split_on(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  for (size_t i = 0; i <= s.size(); ++i) {
+    if (i == s.size() || s[i] == sep) {
+      out.push_back(s.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<LoopStep> parse_step(std::string_view text, size_t index) {
+  auto bad = [&](std::string_view why) {
+    return absl::InvalidArgumentError(cat("schedule step ", index, " \"", text, "\": ", why));
+  };
+  size_t open = text.find('(');
+  if (open == std::string_view::npos || text.back() != ')')
+    return bad("a step is NAME(ARGS): split(A,F,TYPE), reorder(A,B,...) or thread(A)");
+  std::string_view name = text.substr(0, open);
+  std::vector<std::string_view> args = split_on(text.substr(open + 1, text.size() - open - 2), ',');
+  auto number = [&](std::string_view what, std::string_view s, int64_t* v) -> absl::Status {
+    if (parse_number(s, v)) return absl::OkStatus();
+    return bad(cat(what, " \"", s, "\" is not a decimal number in [0, ", LoopSchedule::kMaxNumber, "]"));
+  };
+  LoopStep st;
+  if (name == "split") {
+    st.kind = LoopStep::Kind::Split;
+    if (args.size() != 3) return bad(cat("split takes 3 arguments (axis, factor, type), not ", args.size()));
+    RETURN_IF_ERROR(number("axis", args[0], &st.axis));
+    RETURN_IF_ERROR(number("factor", args[1], &st.factor));
+    auto t = std::find_if(kTypeNames.begin(), kTypeNames.end(), [&](const auto& p) { return p.second == args[2]; });
+    if (t == kTypeNames.end()) {
+      std::vector<std::string_view> names;
+      for (const auto& p : kTypeNames) names.push_back(p.second);
+      return bad(cat("type \"", args[2], "\" is not one of ", join(names, ", ")));
+    }
+    st.type = t->first;
+  } else if (name == "reorder") {
+    st.kind = LoopStep::Kind::Reorder;
+    for (std::string_view a : args) {
+      int64_t v = 0;
+      RETURN_IF_ERROR(number("axis", a, &v));
+      st.order.push_back(v);
+    }
+  } else if (name == "thread") {
+    st.kind = LoopStep::Kind::Thread;
+    if (args.size() != 1) return bad(cat("thread takes 1 argument (axis), not ", args.size()));
+    RETURN_IF_ERROR(number("axis", args[0], &st.axis));
+  } else {
+    return bad(cat("unknown step \"", name, "\" (split, reorder, thread)"));
+  }
+  return st;
+}
+
+// --- split_range -------------------------------------------------------------------------
+
+struct SplitCtx {
+  const UOp* target = nullptr;  // the RANGE being split
+  const UOp* outer = nullptr;   // r0
+  const UOp* inner = nullptr;   // r1
+  const UOp* expr = nullptr;    // what r becomes: r0 * factor + r1, clamped below n
+  const UOp* valid = nullptr;   // r0 * factor + r1 < n where the factor does not divide n
+};
+
+const rw::RuleSet& split_rules() {
+  static const rw::RuleSet rs = [] {
+    rw::RuleSet rs("split_range");
+    rs.add(rw::op(Op::RANGE).named("r"), [](const rw::Match& m) -> const UOp* {
+      auto* c = m.ctx<SplitCtx>();
+      return m["r"] == c->target ? c->expr : nullptr;
+    }, "range.split");
+    // Where the range was closed, close both halves instead of the expression; past the
+    // end (a factor that does not divide) a STORE does not store and a REDUCE folds in
+    // its identity.
+    rs.add(rw::op({Op::STORE, Op::REDUCE, Op::END}).named("x"), [](const rw::Match& m) -> const UOp* {
+      auto* c = m.ctx<SplitCtx>();
+      Graph& g = m.g;
+      const UOp* x = m["x"];
+      size_t start = static_cast<size_t>(op_info(x->op()).range_start);
+      std::vector<const UOp*> src(x->src().begin(), x->src().begin() + start);
+      bool changed = false;
+      for (const UOp* r : x->src().subspan(start)) {
+        if (r == c->expr) {
+          src.push_back(c->outer);
+          src.push_back(c->inner);
+          changed = true;
+        } else {
+          src.push_back(r);
+        }
+      }
+      if (!changed) return nullptr;
+      if (c->valid && x->op() == Op::STORE) {
+        const UOp* index = src[0];
+        std::vector<const UOp*> isrc(index->src().begin(), index->src().end());
+        if (isrc.size() > 2 && isrc.back()->dtype().is_bool()) isrc.back() = g.alu(Op::AND, {isrc.back(), c->valid});
+        else isrc.push_back(c->valid);
+        src[0] = g.make(Op::INDEX, index->dtype(), isrc, index->arg());
+      } else if (c->valid && x->op() == Op::REDUCE) {
+        ReduceOp op = x->arg_as<ReduceOpArg>().op;
+        src[0] = g.alu(Op::WHERE, {c->valid, src[0], g.cnst(x->dtype(), reduce_identity(op, x->dtype().scalar))});
+      }
+      return g.make(x->op(), x->dtype(), src, x->arg());
+    }, "closed.split");
+    return rs;
+  }();
+  return rs;
+}
+
+// The RANGEs that the gate of some INDEX of `kernel` reads.
+absl::flat_hash_set<const UOp*> gated_ranges(const UOp* kernel) {
+  absl::flat_hash_set<const UOp*> out;
+  for (const UOp* u : toposort(kernel))
+    if (u->op() == Op::INDEX && u->num_src() > 2)
+      for (const UOp* x : toposort(u->src(2)))
+        if (x->op() == Op::RANGE) out.insert(x);
+  return out;
+}
+
+struct Split {
+  const UOp* kernel;
+  const UOp* outer;
+  const UOp* inner;
+};
+
+// `maskable`: whether r may be split by a factor that does not divide it (can_mask of the
+// kernel the schedule started from: the gates a split adds prove nothing, its clamps do).
+absl::StatusOr<Split> split_impl(Graph& g, const UOp* kernel, const UOp* r, int64_t factor, AxisType type,
+                                 bool maskable) {
+  const int64_t end = const_end(r);
+  if (end < 1 || factor < 2 || factor > end)
+    return absl::InvalidArgumentError(cat("split_range: a constant trip count n >= 2 and a factor in [2, n] are needed (n ",
+                                          end, ", factor ", factor, ")"));
+  int64_t next_id = 0;
+  for (const UOp* u : toposort(kernel)) {
+    if (u->op() == Op::RANGE) next_id = std::max(next_id, u->arg_as<RangeArg>().axis_id + 1);
+    if (u->op() == Op::END && std::find(u->src().begin() + 1, u->src().end(), r) != u->src().end() && end % factor)
+      return absl::InvalidArgumentError("split_range: a range an END closes is split only by a factor that divides it");
+  }
+  if (end % factor != 0 && !maskable)
+    return absl::InvalidArgumentError(cat("split_range: a factor (", factor, ") that does not divide the trip count (", end,
+                                          ") of a range an access's gate reads: the gate is what proves the access in "
+                                          "bounds, and the clamped index would hide the range from it"));
+  SplitCtx c;
+  c.target = r;
+  const int64_t outer_end = end / factor + (end % factor != 0);  // ceil, without overflow near INT64_MAX
+  c.outer = g.make(Op::RANGE, dtypes::index, {g.idx(outer_end)}, r->arg_as<RangeArg>());
+  c.inner = g.make(Op::RANGE, dtypes::index, {g.idx(factor)}, RangeArg{next_id, type, true});
+  const UOp* flat = g.alu(Op::ADD, {g.alu(Op::MUL, {c.outer, g.idx(factor)}), c.inner});
+  c.expr = flat;
+  if (end % factor != 0) {
+    // A masked tail rather than a remainder loop: the kernel keeps one STORE over one loop
+    // nest, which expand vectorizes (a gated access becomes one access per lane, each
+    // under its lane's gate) and the bounds proof reads directly: every index of r is
+    // now min(flat, n - 1), inside r's old range wherever it is computed, so each access
+    // is proven as it was before the split, gate or no gate; the gate only stops the
+    // iterations past n from storing. A remainder loop would need a second STORE (and,
+    // for a reduction, a second REDUCE folded into the first), which neither the
+    // one-STORE shapes of optimize nor expand's lanes handle.
+    c.expr = g.alu(Op::MIN, {flat, g.idx(end - 1)});
+    c.valid = g.alu(Op::CMPLT, {flat, g.idx(end)});
+  }
+  ASSIGN_OR_RETURN(const UOp* k, rw::graph_rewrite(g, kernel, split_rules(), &c));
+  return Split{k, c.outer, c.inner};
+}
+
+}  // namespace
+
+int64_t const_end(const UOp* r) {
+  const ConstValue* c = r->src(0)->const_value();
+  return c ? c->to_int() : -1;
+}
+
+std::vector<const UOp*> closed_ranges(const UOp* x) {
+  std::vector<const UOp*> out;
+  int rs = op_info(x->op()).range_start;
+  if (rs < 0) return out;
+  for (const UOp* r : x->src().subspan(static_cast<size_t>(rs)))
+    if (r->op() == Op::RANGE) out.push_back(r);
+  return out;
+}
+
+std::string axis_type_step_name(AxisType t) {
+  for (const auto& [type, name] : kTypeNames)
+    if (type == t) return std::string(name);
+  return std::string(axis_type_name(t));
+}
+
+std::string LoopStep::str() const {
+  switch (kind) {
+    case Kind::Split: return cat("split(", axis, ",", factor, ",", axis_type_step_name(type), ")");
+    case Kind::Reorder: return cat("reorder(", join(order, ","), ")");
+    case Kind::Thread: return cat("thread(", axis, ")");
+  }
+  return "";
+}
+
+std::string LoopSchedule::str() const {
+  std::vector<std::string> parts;
+  for (const LoopStep& s : steps) parts.push_back(s.str());
+  return join(parts, ";");
+}
+
+absl::StatusOr<LoopSchedule> parse_loop_schedule(std::string_view text) {
+  LoopSchedule out;
+  if (text.empty()) return out;
+  if (text.size() > LoopSchedule::kMaxText)
+    return absl::InvalidArgumentError(cat("schedule: ", text.size(), " characters, at most ", LoopSchedule::kMaxText));
+  std::vector<std::string_view> steps = split_on(text, ';');
+  if (steps.size() > LoopSchedule::kMaxSteps)
+    return absl::InvalidArgumentError(cat("schedule: ", steps.size(), " steps, at most ", LoopSchedule::kMaxSteps));
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].empty()) return absl::InvalidArgumentError(cat("schedule step ", i, " is empty (steps are joined by one ';')"));
+    ASSIGN_OR_RETURN(LoopStep st, parse_step(steps[i], i));
+    out.steps.push_back(std::move(st));
+  }
+  return out;
+}
+
+std::vector<const UOp*> schedule_axes(const UOp* kernel) {
+  if (!one_store(kernel)) return {};
+  std::vector<const UOp*> axes = closed_ranges(kernel->src(0));
+  absl::flat_hash_set<const UOp*> seen(axes.begin(), axes.end());
+  for (const UOp* u : toposort(kernel))
+    if (u->op() == Op::REDUCE)
+      for (const UOp* r : closed_ranges(u))
+        if (seen.insert(r).second) axes.push_back(r);
+  return axes;
+}
+
+bool can_mask(const UOp* kernel, const UOp* r) { return !gated_ranges(kernel).contains(r); }
+
+absl::StatusOr<const UOp*> split_range(Graph& g, const UOp* kernel, const UOp* r, int64_t factor, AxisType type) {
+  ASSIGN_OR_RETURN(Split s, split_impl(g, kernel, r, factor, type, can_mask(kernel, r)));
+  return s.kernel;
+}
+
+absl::StatusOr<const UOp*> apply_schedule(Graph& g, const UOp* kernel, const LoopSchedule& schedule,
+                                          const ScheduleLimits& limits) {
+  if (schedule.empty()) return kernel;
+  std::vector<const UOp*> axes = schedule_axes(kernel);
+  if (axes.empty() && !one_store(kernel))
+    return absl::InvalidArgumentError("schedule: the kernel is not one STORE, the only shape a schedule applies to");
+  const size_t outputs = closed_ranges(kernel->src(0)).size();
+  std::vector<bool> is_output(axes.size()), maskable(axes.size());
+  const absl::flat_hash_set<const UOp*> gated = gated_ranges(kernel);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    is_output[i] = i < outputs;
+    maskable[i] = !gated.contains(axes[i]);
+  }
+  int64_t lanes = 1;
+  for (const UOp* r : axes)
+    if (r->arg_as<RangeArg>().type == AxisType::Upcast) lanes *= std::max<int64_t>(const_end(r), 1);
+
+  const UOp* k = kernel;
+  for (size_t i = 0; i < schedule.steps.size(); ++i) {
+    const LoopStep& st = schedule.steps[i];
+    auto bad = [&](std::string_view why) {
+      return absl::InvalidArgumentError(cat("schedule step ", i, " \"", st.str(), "\": ", why));
+    };
+    auto axis_of = [&](int64_t a) -> absl::StatusOr<size_t> {
+      if (a < 0 || static_cast<size_t>(a) >= axes.size()) return bad(cat("the kernel has no axis ", a, " (it has ", axes.size(), ")"));
+      return static_cast<size_t>(a);
+    };
+    const UOp* store = k->src(0);
+    switch (st.kind) {
+      case LoopStep::Kind::Split: {
+        ASSIGN_OR_RETURN(size_t a, axis_of(st.axis));
+        const UOp* r = axes[a];
+        const int64_t n = const_end(r);
+        if (n < 0) return bad(cat("axis ", a, "'s trip count is not a constant"));
+        if (st.factor < 2 || st.factor > n) return bad(cat("the factor must be in [2, ", n, "], axis ", a, "'s trip count"));
+        const std::vector<AxisType>& allowed = is_output[a] ? limits.output_types : limits.reduce_types;
+        if (std::find(allowed.begin(), allowed.end(), st.type) == allowed.end()) {
+          std::vector<std::string> names;
+          for (AxisType t : allowed) names.push_back(axis_type_step_name(t));
+          return bad(cat(is_output[a] ? "an output" : "a reduce", " axis splits into ", join(names, ", "),
+                         " on this target, not ", axis_type_step_name(st.type)));
+        }
+        // An access whose gate reads the axis is proven in bounds through that gate, which
+        // narrows the axis exactly where it is a range, or a range plus a constant (an
+        // Upcast lane, once expanded), and not where it is a sum of two loops, nor clamped.
+        if (!maskable[a] && (n % st.factor != 0 || st.type != AxisType::Upcast))
+          return bad(cat("an access's gate reads axis ", a, ": it splits only into upcast lanes by a divisor of its trip count ", n,
+                         " (the gate proves the access in bounds)"));
+        const int64_t outer = n / st.factor + (n % st.factor != 0);  // ceil, without overflow
+        if (r->arg_as<RangeArg>().type == AxisType::Thread && outer < 2)
+          return bad(cat("axis ", a, " runs on threads: it would keep one iteration"));
+        int64_t after = lanes;
+        if (r->arg_as<RangeArg>().type == AxisType::Upcast) after = after / n * outer;
+        if (st.type == AxisType::Upcast) after *= st.factor;
+        if (after > limits.max_lanes)
+          return bad(cat("the Upcast ranges would make ", after, " lanes, at most ", limits.max_lanes));
+        auto s = split_impl(g, k, r, st.factor, st.type, maskable[a]);
+        if (!s.ok()) return bad(std::string(s.status().message()));
+        k = s->kernel;
+        lanes = after;
+        axes[a] = s->outer;
+        axes.push_back(s->inner);
+        is_output.push_back(is_output[a]);
+        maskable.push_back(maskable[a]);
+        break;
+      }
+      case LoopStep::Kind::Reorder: {
+        std::vector<const UOp*> closes = closed_ranges(store);
+        std::vector<int64_t> have;
+        for (const UOp* r : closes) have.push_back(std::find(axes.begin(), axes.end(), r) - axes.begin());
+        std::vector<int64_t> want = st.order, sorted_have = have;
+        std::sort(want.begin(), want.end());
+        std::sort(sorted_have.begin(), sorted_have.end());
+        if (want != sorted_have)
+          return bad(cat("the STORE closes axes (", join(have, ","), "): a reorder lists each of them once"));
+        if (!closes.empty() && closes[0]->arg_as<RangeArg>().type == AxisType::Thread && st.order[0] != have[0])
+          return bad(cat("axis ", have[0], " runs on threads: it stays the outermost loop"));
+        std::vector<const UOp*> src{store->src(0), store->src(1)};
+        for (int64_t a : st.order) src.push_back(axes[static_cast<size_t>(a)]);
+        k = g.make(Op::SINK, k->dtype(), {g.make(Op::STORE, store->dtype(), src, store->arg())}, k->arg());
+        break;
+      }
+      case LoopStep::Kind::Thread: {
+        if (!limits.thread) return bad("this target has no thread pool");
+        ASSIGN_OR_RETURN(size_t a, axis_of(st.axis));
+        const UOp* r = axes[a];
+        if (!is_output[a]) return bad(cat("axis ", a, " is a reduce axis: only an output loop runs on threads"));
+        for (size_t b = 0; b < axes.size(); ++b)
+          if (axes[b]->arg_as<RangeArg>().type == AxisType::Thread)
+            return bad(cat("axis ", b, " runs on threads already: a kernel has one Thread loop"));
+        if (r->arg_as<RangeArg>().type == AxisType::Upcast) return bad(cat("axis ", a, " is Upcast: its lanes are one vector"));
+        if (const int64_t n = const_end(r); n >= 0 && n < 2)
+          return bad(cat("axis ", a, " has ", n, " iteration", n == 1 ? "" : "s", ": nothing to share among threads"));
+        std::vector<const UOp*> closes = closed_ranges(store);
+        if (closes.empty() || closes[0] != r)
+          return bad(cat("axis ", a, " is not the STORE's outermost loop (reorder first): the Thread loop is outermost"));
+        RangeArg arg = r->arg_as<RangeArg>();
+        arg.type = AxisType::Thread;
+        const UOp* threaded = g.make(Op::RANGE, r->dtype(), r->src(), arg);
+        k = substitute(g, k, {{r, threaded}});
+        axes[a] = threaded;
+        break;
+      }
+    }
+  }
+  return k;
+}
+
+}  // namespace uop

@@ -1,0 +1,151 @@
+// Data-parallel training end to end on long-lived collective groups and bucketed
+// allreduces: a real uopd with two embedded workers, the spirals trainer
+// (client/demo/spirals.h) through it, and the same steps in this process (LocalRunner,
+// the same compiler) as the oracle, bit for bit. A separate binary from
+// multi_device_e2e_test: LocalRunner links the compiler's CpuBackend, which may not
+// share a binary with the worker runtime's class of the same name.
+#include <signal.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "client/client.h"
+#include "client/demo/spirals.h"
+#include "compiler/support/strings.h"
+#include "local/local_realizer.h"
+#include "tests/e2e/metrics_scrape.h"
+#include "tests/e2e/scheduler_proc.h"
+
+namespace uop {
+namespace {
+
+using client::Session;
+
+// uopd with two one-thread CPU workers, no disk cache, its /metrics, and a client.
+struct Service {
+  testing::SchedulerProc uopd;
+  std::string metrics;
+
+  explicit Service(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"--workers=2", "--cache-dir=", "--worker-threads=1",
+                                     "--collective-timeout-ms=15000", "--metrics-listen=127.0.0.1:0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    uopd = testing::SchedulerProc::start(UOPD_BINARY, args);
+    if (uopd.proc) metrics = testing::metrics_address(*uopd.proc);
+  }
+  bool ok() const { return uopd.client != nullptr && !metrics.empty(); }
+  Session session() {
+    auto s = uopd.client->create_session({"CPU:0", "CPU:1"});
+    EXPECT_TRUE(s.ok()) << s.status();
+    return std::move(*s);
+  }
+  double metric(const std::string& name) const { return testing::metric(metrics, name); }
+};
+
+// One collective group for a whole training run: 200 steps of the spirals MLP on two
+// workers, CPU:1 killed (by its pid, between steps) before step 120. Every step before
+// it reuses the group the first step formed; step 120 fails UNAVAILABLE naming CPU:1; the
+// run goes on from replica 0's parameters once the worker is back, on one new group (the
+// old one torn down), and each warm step is one collective (the bucket). Every step's loss and the final parameters are bit for bit those of the same steps run in
+// this process (LocalRunner: the same compiler, the collective folded in device order).
+TEST(TrainingE2E, OneCollectiveGroupServesEveryStepAndIsReformedAfterAMemberDies) {
+  constexpr int kSteps = 200, kKillAt = 120;
+  Service svc;
+  ASSERT_TRUE(svc.ok());
+  Session session = svc.session();
+  demo::TrainOptions opts;
+  opts.points_per_class = 16;
+  opts.hidden = 8;
+  LocalRunner local(1);  // one thread, as each worker
+  client::LocalRealizer local_realizer(local);
+  demo::SpiralsTrainer reference(local_realizer, opts);
+  auto trainer = std::make_unique<demo::SpiralsTrainer>(session, opts);
+  const double formed_before = svc.metric("uopd_collective_groups_formed_total");
+  double collectives_after_2 = 0;
+  for (int step = 1; step <= kSteps; ++step) {
+    if (step == kKillAt) {
+      auto params = trainer->parameters();  // replica 0's, on CPU:0
+      ASSERT_TRUE(params.ok()) << params.status();
+      const int64_t pid1 = svc.uopd.worker("CPU:1").pid;
+      ASSERT_GT(pid1, 0);
+      ASSERT_EQ(::kill(static_cast<pid_t>(pid1), SIGKILL), 0);
+      auto failed = trainer->step();
+      ASSERT_FALSE(failed.ok());
+      EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable) << failed.status();
+      EXPECT_NE(failed.status().message().find("CPU:1"), std::string::npos) << failed.status();
+      // CPU:1's replicas died with it: the run goes on from CPU:0's, uploaded again.
+      ASSERT_TRUE(testing::wait_until([&] {
+        client::WorkerStatus w = svc.uopd.worker("CPU:1");
+        return w.state == "up" && w.pid != pid1;
+      }, absl::Seconds(60)));
+      demo::TrainOptions resumed = opts;
+      resumed.initial_params = *params;
+      trainer = std::make_unique<demo::SpiralsTrainer>(session, resumed);
+    }
+    auto got = trainer->step();
+    ASSERT_TRUE(got.ok()) << "step " << step << ": " << got.status();
+    auto want = reference.step();
+    ASSERT_TRUE(want.ok()) << "reference step " << step << ": " << want.status();
+    ASSERT_EQ(got->loss, want->loss) << "step " << step;
+    if (step == 1 || step == kKillAt - 1 || step == kKillAt || step == kSteps) {
+      EXPECT_EQ(svc.metric("uopd_collective_groups_formed_total"), formed_before + (step < kKillAt ? 1 : 2))
+          << "after step " << step;
+    }
+    // The group of the dead process is gone, whether or not the failed step reached its
+    // collective: one group alive, the re-formed one.
+    if (step == kKillAt || step == kSteps) {
+      EXPECT_EQ(svc.metric("uopd_collective_groups"), 1) << "after step " << step;
+    }
+    // Every warm step is one collective: the gradients and the loss in one bucket.
+    if (step == 3) {
+      EXPECT_EQ(svc.metric("uopd_collectives_total"), collectives_after_2 + 1);
+    }
+    if (step == 2) collectives_after_2 = svc.metric("uopd_collectives_total");
+  }
+  // The group of the killed process went when its replacement's formed.
+  EXPECT_EQ(svc.metric("uopd_collective_groups"), 1);
+  ASSERT_TRUE(trainer->check_replicas().ok()) << trainer->check_replicas();
+  auto got = trainer->parameters();
+  auto want = reference.parameters();
+  ASSERT_TRUE(got.ok() && want.ok());
+  ASSERT_EQ(got->size(), want->size());
+  for (size_t i = 0; i < got->size(); ++i) EXPECT_EQ((*got)[i].data, (*want)[i].data) << "parameter " << i;
+}
+
+// The same steps with every allreduce on its own (--bucket-cap-mb=0) and bucketed: the
+// same bits, in one collective per step against one per allreduce.
+TEST(TrainingE2E, BucketedAndUnbucketedAllreducesTrainTheSameBits) {
+  constexpr int kSteps = 4;
+  demo::TrainOptions opts;
+  opts.points_per_class = 16;
+  opts.hidden = 8;
+  std::vector<std::vector<HostTensor>> params;
+  std::vector<double> collectives_per_step;
+  for (const char* cap : {"--bucket-cap-mb=25", "--bucket-cap-mb=0"}) {
+    Service svc({cap});
+    ASSERT_TRUE(svc.ok());
+    Session session = svc.session();
+    demo::SpiralsTrainer trainer(session, opts);
+    double before = 0;
+    for (int step = 1; step <= kSteps; ++step) {
+      if (step == kSteps) before = svc.metric("uopd_collectives_total");
+      auto r = trainer.step();
+      ASSERT_TRUE(r.ok()) << cap << ", step " << step << ": " << r.status();
+    }
+    collectives_per_step.push_back(svc.metric("uopd_collectives_total") - before);
+    ASSERT_TRUE(trainer.check_replicas().ok()) << cap << ": " << trainer.check_replicas();
+    auto p = trainer.parameters();
+    ASSERT_TRUE(p.ok()) << p.status();
+    params.push_back(*std::move(p));
+  }
+  EXPECT_EQ(collectives_per_step[0], 1);
+  EXPECT_GE(collectives_per_step[1], 6);  // a gradient per parameter, and the loss
+  ASSERT_EQ(params[0].size(), params[1].size());
+  for (size_t i = 0; i < params[0].size(); ++i) EXPECT_EQ(params[0][i].data, params[1][i].data) << "parameter " << i;
+}
+
+}  // namespace
+}  // namespace uop

@@ -1,0 +1,619 @@
+// The GPU emulator (compiler/gpu_emu) without a GPU:
+//   * every case of the CUDA corpus (tests/gpu/cuda_corpus.h: the kernel corpus, every ALU
+//     op / CAST / BITCAST on every dtype, float16 / bfloat16 tensor-core matmuls, group
+//     reductions, a batch bound at run time) lowered for sm_80 and sm_90 and run on the
+//     emulator matches the reference interpreter under cuda_gpu_test's tolerances, and so
+//     do 800 random graphs (random_graph.h) under the tolerances the generator derives;
+//   * each choice of optimize_gpu (tensor cores, group reduce with and without a masked
+//     tail, the 16-byte upcast, the grid's x / y / z and its serial loops, the split of
+//     blockIdx.x with a clamped tail, other block sizes, a run-time extent) on a few
+//     shapes, odd ones included, lowered by the CUDA backend and emulated, agrees with the
+//     interpreter on the kernel before lowering, and the choice is seen in the LINEAR;
+//   * seeded bugs in hand-built LINEARs (a write-write race in shared memory, a read
+//     before the barrier that publishes it, a barrier some threads skip, out-of-bounds
+//     shared and global indices, a read of unwritten shared memory, a race between
+//     blocks, a WMMA in a partial warp) each fail naming the node and the threads, and
+//     so does the backend's own group reduction with any one of its barriers left out.
+#include "compiler/gpu_emu/gpu_emu.h"
+
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "compiler/backends/cuda/cuda_backend.h"
+#include "absl/container/flat_hash_set.h"
+#include "compiler/interp/interp.h"
+#include "compiler/ir/verifier.h"
+#include "compiler/ir/printer.h"
+#include "tests/gpu/cuda_corpus.h"
+#include "tests/gpu/emu_runner.h"
+#include "tests/unit/compiler/codegen/linear_builder.h"
+#include "tests/unit/compiler/passes/interp_check.h"
+#include "tests/unit/compiler/passes/kernel_builder.h"
+#include "tests/unit/compiler/random_graph.h"
+
+namespace uop {
+namespace {
+
+using testing::KernelBuilder;
+using testing::LinearBuilder;
+
+CudaTarget target(const char* arch) {
+  auto t = CudaTarget::parse(arch);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return *t;
+}
+
+int count_ops(const UOp* linear, const std::function<bool(const UOp*)>& pred) {
+  int n = 0;
+  for (const UOp* u : linear->src()) n += pred(u);
+  return n;
+}
+int count_op(const UOp* linear, Op op) {
+  return count_ops(linear, [op](const UOp* u) { return u->op() == op; });
+}
+
+// ---------------------------------------------------------------------------------------
+// The corpus.
+
+class GpuEmuCorpus : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GpuEmuCorpus, EveryCaseMatchesTheInterpreter) {
+  gputest::EmuRunner emu(target(GetParam()));
+  int cases = 0;
+  int64_t matmul_wmmas = 0, reduce_barriers = 0;
+  for (cudatest::Case& c : cudatest::corpus()) {
+    SCOPED_TRACE(c.name);
+    auto want = interpret(*c.g, c.sink, c.inputs);
+    ASSERT_TRUE(want.ok()) << want.status();
+    const GpuEmuStats before = emu.totals();
+    auto got = emu.run(*c.g, c.sink, c.inputs);
+    ASSERT_TRUE(got.ok()) << c.name << ": " << got.status();
+    EXPECT_EQ(cudatest::compare_outputs(c, *want, *got), "") << c.name;
+    if (c.name.starts_with("matmul_f16") || c.name == "matmul_bf16") {
+      const int64_t wmmas = emu.totals().wmmas - before.wmmas;
+      // 10 x 12 x 6 fits no m16n8k16 tile; the others run on the tensor cores.
+      if (c.name == "matmul_f16_odd") {
+        EXPECT_EQ(wmmas, 0);
+      } else {
+        EXPECT_GT(wmmas, 0) << "no tensor cores";
+      }
+      matmul_wmmas += wmmas;
+    }
+    if (c.name == "sum_all" || c.name == "sum_rows") reduce_barriers += emu.totals().barriers - before.barriers;
+    ++cases;
+  }
+  EXPECT_GT(cases, 60);
+  EXPECT_GT(matmul_wmmas, 0);
+  EXPECT_GT(reduce_barriers, 0) << "the group reductions synchronize through shared memory";
+  std::cout << GetParam() << ": " << cases << " cases, " << emu.launches() << " launches, " << emu.totals().blocks
+            << " blocks, " << emu.totals().steps << " ops, " << emu.totals().barriers << " barriers, "
+            << emu.totals().wmmas << " WMMAs\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Arches, GpuEmuCorpus, ::testing::Values("sm_80", "sm_90"));
+
+// Random graphs (random_graph.h: every dtype, broadcasts, movement ops, reductions feeding
+// reductions) through the CUDA lowering on the emulator, under the tolerance the generator
+// derives for each output (its reassociation bounds hold for the group reductions too).
+TEST(GpuEmuRandom, GraphsMatchTheInterpreter) {
+  gputest::EmuRunner emu(target("sm_80"));
+  constexpr uint64_t kBase = 0x9e0e0000, kCount = 800;
+  int failures = 0;
+  for (uint64_t seed = kBase; seed < kBase + kCount && failures < 5; ++seed) {
+    Graph g;
+    TensorBuilder tb(g);
+    randgraph::RandomGraph rg = randgraph::generate(tb, seed);
+    difftest::Inputs in = difftest::random_inputs(tb, rg.inputs, seed * 1000);
+    for (size_t i = 0; i < rg.inputs.size(); ++i)
+      if (rg.wide[i]) {
+        HostTensor& t = in.at(tb.buffer_of(rg.inputs[i]));
+        t = difftest::edge_tensor(t.dtype, t.shape, seed * 1000 + i);
+      }
+    auto want = interpret(g, rg.sink, in);
+    ASSERT_TRUE(want.ok()) << "seed " << seed << ": " << want.status();
+    auto got = emu.run(g, rg.sink, in);
+    std::string why = !got.ok() ? got.status().ToString() : "";
+    if (got.ok())
+      for (size_t i = 0; i < want->size(); ++i)
+        if (std::string w = difftest::compare_output((*want)[i], (*got)[i], rg.tolerances[i]); !w.empty())
+          why += cat("output ", i, " (", rg.notes[i], "): ", w, "\n");
+    if (!why.empty()) {
+      ++failures;
+      ADD_FAILURE() << "seed " << seed << ": " << why << print_tree(rg.sink);
+    }
+  }
+  std::cout << kCount << " random graphs: " << emu.launches() << " launches, " << emu.totals().barriers
+            << " barriers\n";
+}
+
+// ---------------------------------------------------------------------------------------
+// optimize_gpu's choices, on kernels built by hand.
+
+// out[i] = a[i] * 2 + b[i] over n (float32).
+const UOp* axpy(KernelBuilder& k, int64_t n) {
+  const UOp* out = k.param(0, dtypes::float32, n);
+  const UOp* a = k.param(1, dtypes::float32, n);
+  const UOp* b = k.param(2, dtypes::float32, n);
+  const UOp* i = k.range(n);
+  return k.sink({k.store(out, i, k.alu(Op::ADD, k.alu(Op::MUL, k.load(a, i), k.f32(2)), k.load(b, i)), {i})});
+}
+
+// out[flat] = in[flat] + 1 over the dims given, row-major (one output loop per dim).
+const UOp* plus_one(KernelBuilder& k, const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  const UOp* out = k.param(0, dtypes::float32, n);
+  const UOp* in = k.param(1, dtypes::float32, n);
+  std::vector<const UOp*> rs;
+  const UOp* flat = nullptr;
+  for (int64_t d : dims) {
+    rs.push_back(k.range(d));
+    flat = flat ? k.alu(Op::ADD, k.alu(Op::MUL, flat, k.ix(d)), rs.back()) : rs.back();
+  }
+  return k.sink({k.store(out, flat, k.alu(Op::ADD, k.load(in, flat), k.f32(1)), rs)});
+}
+
+// The kernel lowered by `backend` and emulated against the interpreter on the kernel
+// itself, from the same params; the LINEAR comes back for the caller's checks.
+const UOp* expect_emulator_agrees(KernelBuilder& k, const UOp* kernel, const CudaBackend& backend,
+                                  const testing::Slots& slots, Tolerance tol,
+                                  const absl::flat_hash_map<std::string, int64_t>& vars = {}) {
+  auto linear = backend.lower(k.g, kernel, {}, "probe");
+  EXPECT_TRUE(linear.ok()) << linear.status();
+  if (!linear.ok()) return nullptr;
+  std::vector<HostTensor> want = testing::params_for(slots), got = want;
+  absl::Status a = interpret_kernel(kernel, testing::pointers(want), vars);
+  EXPECT_TRUE(a.ok()) << a;
+  std::vector<HostTensor*> ptrs = testing::pointers(got);
+  auto st = emulate_gpu(*linear, ptrs, vars);
+  EXPECT_TRUE(st.ok()) << st.status() << "\n" << print_tree(*linear);
+  if (!st.ok()) return *linear;
+  EXPECT_GT(st->blocks, 0);
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(difftest::compare_output(want[i], got[i], tol), "") << "slot " << i;
+  return *linear;
+}
+
+int specials(const UOp* linear, std::string_view name) {
+  return count_ops(linear, [&](const UOp* u) { return u->is(Op::SPECIAL) && u->arg_as<StrArg>().value == name; });
+}
+int vector_accesses(const UOp* linear) {
+  return count_ops(linear, [](const UOp* u) {
+    return (u->is(Op::LOAD) && u->dtype().count > 1) || (u->is(Op::STORE) && u->src(1)->dtype().count > 1);
+  });
+}
+
+TEST(GpuEmuOptimize, TensorCoresOnSm80AndTheFallbacksWithout) {
+  const CudaBackend sm80(target("sm_80")), sm75(target("sm_75")), off(target("sm_90"), /*tensor_cores=*/false);
+  for (auto [M, N, K] : {std::array<int64_t, 3>{16, 8, 16}, {32, 16, 32}, {48, 24, 64}, {64, 32, 16}}) {
+    SCOPED_TRACE(cat(M, " x ", N, " x ", K));
+    KernelBuilder k;
+    const UOp* mm = testing::matmul(k, dtypes::float16, M, N, K);
+    const testing::Slots slots = {{Scalar::Float32, M * N}, {Scalar::Float16, M * K}, {Scalar::Float16, K * N}};
+    const Tolerance tol = difftest::add_reduction(Scalar::Float32, K, 4.0 * K);
+    const UOp* tc = expect_emulator_agrees(k, mm, sm80, slots, tol);
+    ASSERT_NE(tc, nullptr);
+    EXPECT_EQ(count_op(tc, Op::WMMA), 1) << "sm_80: one mma.sync per k step";
+    for (const CudaBackend* b : {&sm75, &off}) {
+      const UOp* plain = expect_emulator_agrees(k, mm, *b, slots, tol);
+      ASSERT_NE(plain, nullptr);
+      EXPECT_EQ(count_op(plain, Op::WMMA), 0);
+    }
+  }
+}
+
+TEST(GpuEmuOptimize, GroupReductionsWithAndWithoutAMaskedTail) {
+  const CudaBackend cuda(target("sm_90"));
+  struct Shape { ReduceOp op; int64_t rows, K; };
+  // 1024: L = 256 divides it; 1000 and 333: no L does (masked tails); 70: L = ceil.
+  for (Shape s : {Shape{ReduceOp::Add, 4, 1024},
+                  {ReduceOp::Add, 3, 1000},
+                  {ReduceOp::Max, 5, 333},
+                  {ReduceOp::Add, 2, 70},
+                  {ReduceOp::Min, 7, 64}}) {
+    SCOPED_TRACE(cat(s.rows, " x ", s.K));
+    KernelBuilder k;
+    const UOp* linear = expect_emulator_agrees(k, testing::row_reduce(k, s.op, s.rows, s.K), cuda,
+                                               {{Scalar::Float32, s.rows}, {Scalar::Float32, s.rows * s.K}},
+                                               difftest::add_reduction(Scalar::Float32, s.K, 2.0 * s.K));
+    ASSERT_NE(linear, nullptr);
+    EXPECT_EQ(count_op(linear, Op::DEFINE_LOCAL), 1) << "group reduce: one shared array";
+    EXPECT_GT(count_op(linear, Op::BARRIER), 1);
+  }
+  // Many outputs with a short reduction: per-thread accumulators, no shared memory.
+  KernelBuilder k;
+  const UOp* linear = expect_emulator_agrees(k, testing::row_reduce(k, ReduceOp::Add, 4096, 8), cuda,
+                                             {{Scalar::Float32, 4096}, {Scalar::Float32, 4096 * 8}},
+                                             difftest::add_reduction(Scalar::Float32, 8, 16));
+  ASSERT_NE(linear, nullptr);
+  EXPECT_EQ(count_op(linear, Op::DEFINE_LOCAL), 0);
+  EXPECT_EQ(count_op(linear, Op::BARRIER), 0);
+}
+
+TEST(GpuEmuOptimize, UpcastAndTheSplitOfBlockIdxX) {
+  const CudaBackend cuda(target("sm_80"));
+  // 4096 and 1000: 4-lane vectors (16 bytes) with >= 64 threads left; 1001 and 37 cannot
+  // be upcast; 1001 is no multiple of a block (a clamped, gated tail), 37 is one block.
+  for (int64_t n : {4096, 1000, 1001, 37}) {
+    SCOPED_TRACE(n);
+    KernelBuilder k;
+    const UOp* linear = expect_emulator_agrees(
+        k, axpy(k, n), cuda, {{Scalar::Float32, n}, {Scalar::Float32, n}, {Scalar::Float32, n}}, Tolerance::exact());
+    ASSERT_NE(linear, nullptr);
+    EXPECT_EQ(vector_accesses(linear) > 0, n % 4 == 0) << print_tree(linear);
+    EXPECT_EQ(specials(linear, "threadIdx.x"), 1);
+    if (n == 1001) {
+      EXPECT_GT(count_op(linear, Op::MIN), 0) << "the clamped tail";
+    }
+  }
+}
+
+TEST(GpuEmuOptimize, TheGridTakesXYZAndLeavesTheRestSerial) {
+  const CudaBackend cuda(target("sm_90"));
+  // The innermost loop is blockIdx.x split into threads (threadIdx.x alone when it fits
+  // one block), the next two blockIdx.y / z when they fit 65535; the rest stay loops.
+  struct G { std::vector<int64_t> dims; int serial; };
+  for (const G& c : {G{{5, 7, 9}, 0}, G{{3, 4, 5, 6}, 1}, G{{70000, 2}, 1}, G{{2, 3}, 0}, G{{3, 600}, 0}}) {
+    SCOPED_TRACE(c.dims.size());
+    KernelBuilder k;
+    int64_t n = 1;
+    for (int64_t d : c.dims) n *= d;
+    const UOp* linear = expect_emulator_agrees(k, plus_one(k, c.dims), cuda,
+                                               {{Scalar::Float32, n}, {Scalar::Float32, n}}, Tolerance::exact());
+    ASSERT_NE(linear, nullptr);
+    EXPECT_EQ(specials(linear, "threadIdx.x"), 1);
+    EXPECT_EQ(count_op(linear, Op::RANGE), c.serial) << print_tree(linear);
+    const int grid = (specials(linear, "blockIdx.x") > 0) + (specials(linear, "blockIdx.y") > 0) +
+                     (specials(linear, "blockIdx.z") > 0);
+    EXPECT_EQ(grid + 1, static_cast<int>(c.dims.size()) - c.serial + (specials(linear, "blockIdx.x") > 0))
+        << "each parallel loop a dim";
+  }
+}
+
+TEST(GpuEmuOptimize, OtherBlockSizesAndARunTimeExtent) {
+  for (int threads : {32, 64, 1024}) {
+    SCOPED_TRACE(threads);
+    const CudaBackend cuda(target("sm_80"), true, threads);
+    KernelBuilder k;
+    ASSERT_NE(expect_emulator_agrees(k, testing::row_reduce(k, ReduceOp::Add, 3, 2048), cuda,
+                                     {{Scalar::Float32, 3}, {Scalar::Float32, 3 * 2048}},
+                                     difftest::add_reduction(Scalar::Float32, 2048, 4096)),
+              nullptr);
+    KernelBuilder k2;
+    ASSERT_NE(expect_emulator_agrees(k2, axpy(k2, 5000), cuda,
+                                     {{Scalar::Float32, 5000}, {Scalar::Float32, 5000}, {Scalar::Float32, 5000}},
+                                     Tolerance::exact()),
+              nullptr);
+  }
+  // out[i] = in[i] + 1 for i < n, n bound at run time: the grid is ceil(n / L) blocks.
+  const CudaBackend cuda(target("sm_90"));
+  for (int64_t n : {1, 255, 777, 5000}) {
+    SCOPED_TRACE(n);
+    KernelBuilder k;
+    const UOp* out = k.param(0, dtypes::float32, 5000);
+    const UOp* in = k.param(1, dtypes::float32, 5000);
+    const UOp* i = k.range(k.var("n", 1, 5000));
+    const UOp* kernel = k.sink({k.store(out, i, k.alu(Op::ADD, k.load(in, i), k.f32(1)), {i})});
+    ASSERT_NE(expect_emulator_agrees(k, kernel, cuda, {{Scalar::Float32, 5000}, {Scalar::Float32, 5000}},
+                                     Tolerance::exact(), {{"n", n}}),
+              nullptr);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Seeded bugs in hand-built LINEARs: each fails naming the node (its position in the
+// LINEAR and its op) and the threads.
+
+int position(const UOp* linear, const UOp* u) {
+  for (size_t i = 0; i < linear->num_src(); ++i)
+    if (linear->src(i) == u) return static_cast<int>(i);
+  return -1;
+}
+
+// The emulator's error for `linear` with one output of `out_size` floats at slot 0.
+absl::Status emulate_one(const UOp* linear, int64_t out_size = 64) {
+  HostTensor out = HostTensor::zeros(Scalar::Float32, {out_size});
+  HostTensor* p[] = {&out};
+  return emulate_gpu(linear, p, {}).status();
+}
+
+void expect_error(const absl::Status& st, const UOp* linear, const UOp* at, std::string_view rule,
+                  std::vector<std::string> also = {}) {
+  ASSERT_FALSE(st.ok()) << "no error, expected " << rule;
+  std::string msg(st.message());
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << msg;
+  EXPECT_TRUE(msg.starts_with(cat("node ", position(linear, at), " (", op_name(at->op()), "): "))) << msg;
+  EXPECT_NE(msg.find(cat("[", rule, "]")), std::string::npos) << msg;
+  for (const std::string& s : also) EXPECT_NE(msg.find(s), std::string::npos) << "no '" << s << "' in " << msg;
+}
+
+struct Block {
+  LinearBuilder b;
+  const UOp* tid = nullptr;
+  const UOp* out = nullptr;
+  const UOp* smem = nullptr;
+  explicit Block(int64_t threads, int64_t out_size = 64, int64_t smem_size = 32) {
+    out = b.param(0, dtypes::float32, out_size);
+    smem = b.add(b.g.make(Op::DEFINE_LOCAL, dtypes::float32.ptr_to(AddrSpace::Local, smem_size), {}, IntArg{0}));
+    tid = special("threadIdx.x", threads);
+  }
+  const UOp* special(const char* name, int64_t extent) {
+    return b.add(b.g.make(Op::SPECIAL, dtypes::index, {b.idx(extent)}, StrArg{name}));
+  }
+  const UOp* barrier(const UOp* after) { return b.make(Op::BARRIER, dtypes::void_, {after}); }
+  // IF (threadIdx.x < n) BARRIER(after) ENDIF: a barrier the other threads skip.
+  const UOp* barrier_below(int64_t n, const UOp* after) {
+    const UOp* iff = b.make(Op::IF, dtypes::void_, {b.alu(Op::CMPLT, {tid, b.idx(n)})});
+    const UOp* bar = barrier(after);
+    b.make(Op::ENDIF, dtypes::void_, {iff});
+    return bar;
+  }
+  // smem, ordered after `bar`
+  const UOp* shared_after(const UOp* bar) { return b.after(smem, {bar}); }
+  const UOp* as_float(const UOp* x) { return b.cast(x, dtypes::float32); }
+  // smem[i] (after `dep`, if given), and smem[i] = v (gated, if given).
+  const UOp* read_shared(const UOp* i, const UOp* dep = nullptr) {
+    const UOp* buf = dep ? shared_after(dep) : smem;
+    return b.load(buf, b.index(buf, i));
+  }
+  const UOp* write_shared(const UOp* i, const UOp* v, const UOp* dep = nullptr, const UOp* gate = nullptr) {
+    const UOp* buf = dep ? shared_after(dep) : smem;
+    return b.store(b.index(buf, i, gate), v);
+  }
+  // smem[t] = t, each thread its own element; out[t] = v.
+  const UOp* write_own() { return write_shared(tid, as_float(tid)); }
+  const UOp* write_out(const UOp* v) { return b.store(b.index(out, tid), v); }
+  // The LINEAR made so far fails at `at` with `rule` and each of `also` in its message.
+  void expect_fails_at(const UOp* at, std::string_view rule, std::vector<std::string> also) {
+    const UOp* linear = b.linear();
+    expect_error(emulate_one(linear, out->arg_as<ParamArg>().size), linear, at, rule, std::move(also));
+  }
+};
+
+TEST(GpuEmuSeeded, ACorrectExchangeThroughSharedMemoryRuns) {
+  // smem[t] = t; barrier; out[t] = smem[31 - t]
+  Block k(32);
+  auto& b = k.b;
+  const UOp* bar = k.barrier(k.write_own());
+  k.write_out(k.read_shared(b.alu(Op::SUB, {b.idx(31), k.tid}), bar));
+  const UOp* linear = b.linear();
+  HostTensor out = HostTensor::zeros(Scalar::Float32, {64});
+  HostTensor* p[] = {&out};
+  auto stats = emulate_gpu(linear, p, {});
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->barriers, 1);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(out.get(i).as_float(), 31 - i);
+}
+
+TEST(GpuEmuSeeded, TwoThreadsWritingOneSharedElementRace) {
+  Block k(32);
+  auto& b = k.b;
+  const UOp* st = k.write_shared(b.idx(0), k.as_float(k.tid));  // every thread, element 0
+  k.write_out(k.read_shared(b.idx(0), k.barrier(st)));
+  k.expect_fails_at(
+      st, "emu.race",
+      {"thread (1, 0, 0) of block (0, 0, 0) writes element 0", "thread (0, 0, 0) of block (0, 0, 0) wrote"});
+}
+
+TEST(GpuEmuSeeded, AReadBeforeTheBarrierThatPublishesItRaces) {
+  Block k(32);
+  auto& b = k.b;
+  const UOp* st = k.write_own();
+  // Thread t reads smem[t - 1] (thread 0: its own): no barrier between.
+  const UOp* ld = k.read_shared(b.alu(Op::MAX, {b.alu(Op::SUB, {k.tid, b.idx(1)}), b.idx(0)}), st);
+  k.write_out(ld);
+  // Thread 0 writes smem[0] and reads it; thread 1 reads smem[0], which thread 0 wrote.
+  k.expect_fails_at(
+      ld, "emu.race",
+      {"thread (1, 0, 0) of block (0, 0, 0) reads element 0", "thread (0, 0, 0) of block (0, 0, 0) wrote"});
+}
+
+TEST(GpuEmuSeeded, AWriteOverWhatAnotherThreadReadRaces) {
+  Block k(32);
+  auto& b = k.b;
+  const UOp* bar = k.barrier(k.write_own());
+  // Every thread reads smem[0]; then thread 31 writes it, with no barrier between.
+  const UOp* ld = k.read_shared(b.idx(0), bar);
+  const UOp* st2 = k.write_shared(b.idx(0), b.alu(Op::ADD, {ld, b.f32(1)}), bar, b.alu(Op::CMPEQ, {k.tid, b.idx(31)}));
+  k.expect_fails_at(
+      st2, "emu.race",
+      {"thread (31, 0, 0) of block (0, 0, 0) writes element 0", "thread (0, 0, 0) of block (0, 0, 0) read"});
+}
+
+TEST(GpuEmuSeeded, ABarrierSomeThreadsSkipIsAnError) {
+  Block k(32);
+  const UOp* bar = k.barrier_below(16, k.write_own());
+  k.write_out(k.as_float(k.tid));
+  k.expect_fails_at(bar, "emu.barrier",
+                    {"thread (0, 0, 0) of block (0, 0, 0) waits here", "thread (16, 0, 0) of block (0, 0, 0) ended"});
+}
+
+TEST(GpuEmuSeeded, ThreadsWaitingAtDifferentBarriersIsAnError) {
+  Block k(32);
+  auto& b = k.b;
+  const UOp* first = k.barrier_below(8, k.write_own());
+  const UOp* second = k.barrier(k.write_out(k.as_float(k.tid)));
+  k.expect_fails_at(
+      first, "emu.barrier",
+      {"thread (8, 0, 0) of block (0, 0, 0) waits at " + cat("node ", position(b.linear(), second), " (BARRIER)")});
+}
+
+TEST(GpuEmuSeeded, OutOfBoundsSharedAndGlobalIndices) {
+  {
+    Block k(32);  // smem of 32; thread 31 writes element 32
+    auto& b = k.b;
+    const UOp* st = k.write_shared(b.alu(Op::ADD, {k.tid, b.idx(1)}), k.as_float(k.tid));
+    k.barrier(st);
+    k.expect_fails_at(st, "emu.bounds",
+                      {"thread (31, 0, 0) of block (0, 0, 0) writes element 32",
+                       cat("shared memory node ", position(b.linear(), k.smem), " (DEFINE_LOCAL)"), "which holds 32"});
+  }
+  {
+    Block k(64, /*out_size=*/48);  // out of 48; thread 48 writes past it
+    const UOp* st = k.write_out(k.as_float(k.tid));
+    k.expect_fails_at(st, "emu.bounds",
+                      {"thread (48, 0, 0) of block (0, 0, 0) writes element 48", "the buffer at slot 0"});
+  }
+  {
+    Block k(32);  // a gated read past the end is no access
+    auto& b = k.b;
+    const UOp* past = b.alu(Op::ADD, {k.tid, b.idx(1000)});
+    const UOp* gate = b.alu(Op::CMPLT, {k.tid, b.idx(0)});
+    const UOp* v = b.load(k.out, b.index(k.out, past, gate), dtypes::float32, b.f32(5));
+    k.write_out(v);
+    HostTensor out = HostTensor::zeros(Scalar::Float32, {64});
+    HostTensor* p[] = {&out};
+    auto st = emulate_gpu(b.linear(), p, {});
+    ASSERT_TRUE(st.ok()) << st.status();
+    EXPECT_EQ(out.get(31).as_float(), 5.0);
+  }
+}
+
+TEST(GpuEmuSeeded, AReadOfSharedMemoryNoThreadWroteIsAnError) {
+  Block k(32);
+  const UOp* ld = k.read_shared(k.tid);
+  k.write_out(ld);
+  k.expect_fails_at(ld, "emu.uninit", {"thread (0, 0, 0) of block (0, 0, 0) reads element 0"});
+}
+
+TEST(GpuEmuSeeded, BlocksWritingOneGlobalElementRace) {
+  Block k(32);
+  const UOp* block = k.special("blockIdx.x", 2);  // both blocks write out[t]
+  const UOp* st = k.write_out(k.as_float(block));
+  k.expect_fails_at(
+      st, "emu.race",
+      {"thread (0, 0, 0) of block (1, 0, 0) writes element 0", "thread (0, 0, 0) of block (0, 0, 0) wrote"});
+}
+
+TEST(GpuEmuSeeded, AWmmaNeedsAWholeWarp) {
+  Block k(16);  // a block of 16 threads: half a warp
+  auto& b = k.b;
+  auto splat = [&](DType d, double v) {
+    return b.add(b.g.make(Op::VCONST, d, {}, VConstArg{std::vector<ConstValue>(d.count, ConstValue::Float(v))}));
+  };
+  const UOp* a = splat(dtypes::float16.vec(8), 1.0);
+  const UOp* bb = splat(dtypes::float16.vec(4), 1.0);
+  const UOp* c = splat(dtypes::float32.vec(4), 0.0);
+  WmmaArg w;
+  w.name = "probe";
+  w.n = 8, w.m = 16, w.k = 16, w.dtype_in = Scalar::Float16, w.dtype_out = Scalar::Float32, w.device = "CUDA",
+  w.threads = 32;
+  const UOp* mma = b.make(Op::WMMA, dtypes::float32.vec(4), std::vector<const UOp*>{a, bb, c}, w);
+  k.write_out(b.make(Op::GEP, dtypes::float32, std::vector<const UOp*>{mma}, IntsArg{{0}}));
+  k.expect_fails_at(mma, "emu.wmma", {"a warp of 16 threads"});
+}
+
+// `linear` with its k-th BARRIER left out: what waited for it waits for the barrier's own
+// source instead (a lowering that forgot one barrier).
+const UOp* without_barrier(Graph& g, const UOp* linear, int k) {
+  absl::flat_hash_map<const UOp*, const UOp*> as;
+  std::vector<const UOp*> ops;
+  absl::flat_hash_set<const UOp*> listed;
+  int seen = 0;
+  for (const UOp* u : linear->src()) {
+    std::vector<const UOp*> src;
+    for (const UOp* s : u->src()) src.push_back(as.at(s));
+    if (u->is(Op::BARRIER) && u->dtype().is_void() && seen++ == k) {
+      as[u] = src[0];
+      continue;
+    }
+    const UOp* v = g.replace_src(u, src);
+    as[u] = v;
+    if (listed.insert(v).second) ops.push_back(v);
+  }
+  return g.make(Op::LINEAR, dtypes::void_, ops);
+}
+
+// The group reduction as the CUDA backend lowers it, then with each of its barriers left
+// out in turn: every one of them is needed, and the emulator says where the race is.
+TEST(GpuEmuSeeded, AGroupReductionWithABarrierLeftOutRaces) {
+  KernelBuilder k;
+  const UOp* kernel = testing::row_reduce(k, ReduceOp::Add, 2, 256);
+  auto linear = CudaBackend(target("sm_90")).lower(k.g, kernel, {}, "probe");
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  const int barriers = count_ops(*linear, [](const UOp* u) { return u->is(Op::BARRIER) && u->dtype().is_void(); });
+  ASSERT_GE(barriers, 8) << "the first store and one per step of the tree";
+  std::vector<HostTensor> params = testing::params_for({{Scalar::Float32, 2}, {Scalar::Float32, 512}});
+  ASSERT_TRUE(emulate_gpu(*linear, testing::pointers(params), {}).ok());
+  for (int b = 0; b < barriers; ++b) {
+    SCOPED_TRACE(b);
+    const UOp* bad = without_barrier(k.g, *linear, b);
+    ASSERT_TRUE(verify_linear(bad).ok()) << verify_linear(bad);
+    auto st = emulate_gpu(bad, testing::pointers(params), {});
+    ASSERT_FALSE(st.ok()) << "no race without barrier " << b;
+    const std::string msg(st.status().message());
+    // A read the barrier would have ordered after another thread's write: the write
+    // happened unpublished (a race), or, the threads running in order, not yet.
+    EXPECT_TRUE(msg.find("[emu.race]") != std::string::npos || msg.find("[emu.uninit]") != std::string::npos) << msg;
+    EXPECT_TRUE(msg.find("(LOAD): thread") != std::string::npos || msg.find("(STORE): thread") != std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("of shared memory node"), std::string::npos) << msg;
+  }
+}
+
+TEST(GpuEmuSeeded, TheLaunchIsCheckedAsTheWorkerChecksIt) {
+  LinearBuilder b;
+  const UOp* out = b.param(0, dtypes::float32, 8);
+  const UOp* n = b.var("n", 1, 8);
+  const UOp* t = b.add(b.g.make(Op::SPECIAL, dtypes::index, {n}, StrArg{"blockIdx.x"}));
+  b.store(b.index(out, t), b.f32(1));
+  const UOp* linear = b.linear();
+  HostTensor buf = HostTensor::zeros(Scalar::Float32, {8});
+  HostTensor* p[] = {&buf};
+  auto missing = emulate_gpu(linear, p, {});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(std::string(missing.status().message()).find("no value is given for the variable 'n'"), std::string::npos);
+  auto outside = emulate_gpu(linear, p, {{"n", 9}});
+  ASSERT_FALSE(outside.ok());
+  EXPECT_NE(std::string(outside.status().message()).find("outside [1, 8]"), std::string::npos) << outside.status();
+  auto ran = emulate_gpu(linear, p, {{"n", 3}});
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_EQ(ran->blocks, 3);
+  EXPECT_EQ(buf.get(2).as_float(), 1.0);
+  EXPECT_EQ(buf.get(3).as_float(), 0.0);
+  HostTensor small = HostTensor::zeros(Scalar::Float32, {4});
+  HostTensor* q[] = {&small};
+  auto too_small = emulate_gpu(linear, q, {{"n", 3}});
+  ASSERT_FALSE(too_small.ok());
+  EXPECT_NE(std::string(too_small.status().message()).find("[emu.launch]"), std::string::npos) << too_small.status();
+  // A step budget ends a launch that runs too long; CUDA's grid limits hold.
+  GpuEmuOptions few;
+  few.max_steps = 2;
+  auto long_run = emulate_gpu(linear, p, {{"n", 8}}, few);
+  ASSERT_FALSE(long_run.ok());
+  EXPECT_EQ(long_run.status().code(), absl::StatusCode::kResourceExhausted) << long_run.status();
+  {
+    LinearBuilder w;
+    const UOp* o = w.param(0, dtypes::float32, 1);
+    w.add(w.g.make(Op::SPECIAL, dtypes::index, {w.idx(70000)}, StrArg{"blockIdx.y"}));
+    w.store(w.index(o, w.idx(0)), w.f32(1));
+    HostTensor one = HostTensor::zeros(Scalar::Float32, {1});
+    HostTensor* r[] = {&one};
+    auto wide = emulate_gpu(w.linear(), r, {});
+    ASSERT_FALSE(wide.ok());
+    EXPECT_NE(std::string(wide.status().message()).find("grid dim y of 70000, over CUDA's 65535 [emu.launch]"),
+              std::string::npos)
+        << wide.status();
+  }
+  {  // a block's values over the budget are refused, not allocated
+    Block k(32);
+    k.b.store(k.b.index(k.out, k.tid), k.as_float(k.tid));
+    GpuEmuOptions tight;
+    tight.max_values = 64;
+    HostTensor o = HostTensor::zeros(Scalar::Float32, {64});
+    HostTensor* r[] = {&o};
+    auto big = emulate_gpu(k.b.linear(), r, {}, tight);
+    ASSERT_FALSE(big.ok());
+    EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted) << big.status();
+  }
+  // Bad LINEAR gets the verifier's status, as the renderers give it.
+  auto not_linear = emulate_gpu(out, p, {});
+  ASSERT_FALSE(not_linear.ok());
+  EXPECT_NE(std::string(not_linear.status().message()).find("needs a LINEAR"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace uop
