@@ -104,20 +104,30 @@ def client() -> uopd.Client:
 
 class UopdBuffer:
     """One tinygrad buffer: `nbytes` bytes, held by a uopd buffer once a kernel has bound it
-    (`remote`), before that by the bytes copied in (`pending`), else unwritten."""
+    (`remote`), before that by the bytes copied in (`pending`), else unwritten (zeros)."""
 
     def __init__(self, dev: "UopdDevice", nbytes: int):
         self.dev, self.nbytes = dev, nbytes
         self.remote: Optional[uopd.Buffer] = None
-        self.pending: Optional[bytes] = None
+        self.pending: Optional[bytearray] = None
 
-    def _as(self, data: bytes, scalar: int) -> np.ndarray:
-        return np.frombuffer(data, dtype=udt.numpy_dtype(scalar))
-
-    def bytes(self) -> Optional[bytes]:
+    def read(self, offset: int, nbytes: int) -> bytes:
         if self.remote is not None:
-            return self.remote.numpy(progress=False).tobytes()
-        return self.pending
+            return self.remote.read_bytes(offset, nbytes).tobytes()
+        if self.pending is not None:
+            return bytes(self.pending[offset:offset + nbytes])
+        return bytes(nbytes)
+
+    def write(self, offset: int, data: memoryview) -> None:
+        if self.remote is not None:
+            self.remote.write_bytes(data, offset)
+            return
+        if self.pending is None:
+            if offset == 0 and len(data) == self.nbytes:
+                self.pending = bytearray(data)
+                return
+            self.pending = bytearray(self.nbytes)
+        self.pending[offset:offset + len(data)] = data
 
     def bound(self, scalar: int, elements: int) -> uopd.Buffer:
         """The uopd buffer holding these bytes as `elements` x `scalar`, made (or remade
@@ -127,30 +137,19 @@ class UopdBuffer:
             return r
         if elements * udt.itemsize(scalar) != self.nbytes:
             raise RuntimeError(f"UOPD: a kernel reads a buffer of {self.nbytes} bytes as {elements} x {udt.name(scalar)}")
-        data, s = self.bytes(), self.dev.session
+        s = self.dev.session
         if r is not None:
+            data: Optional[bytes] = self.read(0, self.nbytes)
             r.free()
             self.remote = None
+        else:
+            data = self.pending
         if data is None:
             self.remote = s.empty(udt.name(scalar), (elements,))
         else:
-            self.remote = s.put(self._as(data, scalar), dtype=udt.name(scalar), progress=False)
+            self.remote = s.put(np.frombuffer(data, dtype=udt.numpy_dtype(scalar)), dtype=udt.name(scalar), progress=False)
         self.pending = None
         return self.remote
-
-    def write(self, data: memoryview) -> None:
-        if self.remote is not None:
-            self.remote.write(self._as(bytes(data), self.remote.scalar), progress=False)
-        else:
-            self.pending = bytes(data)
-
-    def read_into(self, dest: memoryview) -> None:
-        data = self.bytes()
-        flat = dest.cast("B")
-        if data is None:
-            flat[:] = bytes(len(flat))
-        else:
-            flat[:] = data[:len(flat)]
 
     def free(self) -> None:
         if self.remote is not None:
@@ -162,6 +161,21 @@ class UopdBuffer:
         self.pending = None
 
 
+class UopdView:
+    """`nbytes` bytes of a UopdBuffer from byte `offset` (tinygrad's buffer views: a shrink
+    of a realized buffer, a bitcast). A kernel binds a copy of the range, written back to
+    the base if the kernel writes it: a uopd session buffer is addressed whole."""
+
+    def __init__(self, base: UopdBuffer, offset: int, nbytes: int):
+        self.base, self.offset, self.nbytes = base, offset, nbytes
+
+    def read(self, offset: int, nbytes: int) -> bytes:
+        return self.base.read(self.offset + offset, nbytes)
+
+    def write(self, offset: int, data: memoryview) -> None:
+        self.base.write(self.offset + offset, data)
+
+
 class UopdAllocator(Allocator["UopdDevice"]):
     def _alloc(self, size: int, options: BufferSpec) -> UopdBuffer:
         if options.external_ptr is not None:
@@ -171,14 +185,15 @@ class UopdAllocator(Allocator["UopdDevice"]):
     def _free(self, opaque: UopdBuffer, options: BufferSpec) -> None:
         opaque.free()
 
-    def _copyin(self, dest: UopdBuffer, src: memoryview) -> None:
-        dest.write(src)
+    def _copyin(self, dest: Any, src: memoryview) -> None:
+        dest.write(0, src.cast("B"))
 
-    def _copyout(self, dest: memoryview, src: UopdBuffer) -> None:
-        src.read_into(dest)
+    def _copyout(self, dest: memoryview, src: Any) -> None:
+        flat = dest.cast("B")
+        flat[:] = src.read(0, len(flat))
 
-    def _offset(self, buf: UopdBuffer, size: int, offset: int) -> Any:
-        raise NotImplementedError("UOPD buffers have no views (a uopd session buffer is addressed whole)")
+    def _offset(self, buf: UopdBuffer, size: int, offset: int) -> UopdView:
+        return UopdView(buf, offset, size)
 
 
 class UopdProgram(Program["UopdDevice"]):
@@ -192,6 +207,15 @@ class UopdProgram(Program["UopdDevice"]):
             if n.op == ir.PARAM:
                 self.params[n.param.slot] = (i, n.dtype.scalar, n.param.size)
         self.slots = sorted(self.params)
+        self.outs = set()  # the slots a STORE writes through
+        nodes = self.graph.nodes
+        for n in nodes:
+            if n.op == ir.STORE:
+                b = nodes[nodes[n.src[0]].src[0]]
+                while b.op == ir.AFTER:
+                    b = nodes[b.src[0]]
+                if b.op == ir.PARAM:
+                    self.outs.add(b.param.slot)
         self.last: Optional[uopd.RunResult] = None
 
     def __call__(self, *bufs: UopdBuffer, global_size: Tuple[int, ...] = (1, 1, 1), local_size: Any = None,
@@ -200,13 +224,23 @@ class UopdProgram(Program["UopdDevice"]):
             raise NotImplementedError(f"UOPD: kernel {self.name} takes variables (symbolic shapes), which the bridge does not bind")
         if len(bufs) != len(self.slots):
             raise RuntimeError(f"UOPD: kernel {self.name} takes {len(self.slots)} buffers, got {len(bufs)}")
-        inputs = {}
+        inputs, views = {}, []
         for slot, b in zip(self.slots, bufs):
             wire, scalar, elements = self.params[slot]
+            if isinstance(b, UopdView):  # a copy of the range, in a buffer of its own
+                tmp = UopdBuffer(self.dev, b.nbytes)
+                tmp.pending = bytearray(b.read(0, b.nbytes))
+                views.append((slot, b, tmp))
+                b = tmp
             inputs[wire] = b.bound(scalar, elements)
         t0 = time.perf_counter()
         self.last = self.dev.session.execute(self.graph, inputs, keep_outputs=True)
-        return time.perf_counter() - t0 if wait else None
+        elapsed = time.perf_counter() - t0
+        for slot, view, tmp in views:
+            if slot in self.outs:
+                view.write(0, memoryview(tmp.read(0, tmp.nbytes)))
+            tmp.free()
+        return elapsed if wait else None
 
 
 class UopdDevice(Compiled):
