@@ -120,9 +120,16 @@ class _Graph:
                 if not math.isfinite(v) or v != int(v):
                     raise _refuse(f"constant {v!r} of an integer dtype", self.kernel)
                 v = int(v)
-            cv = ir.ConstValue(i=int(v))
+            v = int(v)
+            if scalar in _SIGNED_BITS:  # wrapped to the dtype's two's complement, as C's conversion does
+                bits = _SIGNED_BITS[scalar]
+                v = (v + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))
+            cv = ir.ConstValue(i=v)
         self.consts[key] = i = self.add(ir.CONST, scalar, const_value=cv)
         return i
+
+
+_SIGNED_BITS = {S.INT8: 8, S.INT16: 16, S.INT32: 32, S.INT64: 64}
 
 
 def _round_float(v: float, scalar: int) -> float:
@@ -259,7 +266,10 @@ class _Translator:
             ranges = [self.node(r, None) for r in u.src[1:]]
             if any(r.op is not Ops.RANGE for r in u.src[1:]):
                 raise _refuse("REDUCE over something other than RANGEs", self.kernel)
-            return g.add(ir.REDUCE, s, [self.value(u.src[0], s)] + ranges, reduce_op=ir.ReduceOpArg(op=_REDUCE_OPS[u.arg[0]]))
+            rop = _REDUCE_OPS[u.arg[0]]
+            if s == S.BOOL:  # tinygrad's any / all: OR / AND, uopd's MAX / MIN on bool
+                rop = {ir.ReduceOpArg.ADD: ir.ReduceOpArg.MAX, ir.ReduceOpArg.MUL: ir.ReduceOpArg.MIN}.get(rop, rop)
+            return g.add(ir.REDUCE, s, [self.value(u.src[0], s)] + ranges, reduce_op=ir.ReduceOpArg(op=rop))
         if op in ALU:
             return self._alu(u, want)
         if op in (Ops.STORE, Ops.END, Ops.GROUP):
@@ -277,8 +287,9 @@ class _Translator:
             s = _scalar_of(concrete[0] if concrete else u.src[0].dtype, self.kernel)
             return g.add(ALU[op], S.BOOL, [self.value(x, s) for x in u.src])
         s = _scalar_of(u.dtype, self.kernel, want)
-        if op is Ops.WHERE:
-            return g.add(ir.WHERE, s, [self.value(u.src[0], S.BOOL), self.value(u.src[1], s), self.value(u.src[2], s)])
+        if op is Ops.WHERE:  # an Invalid branch is a value no one reads: 0, as tinygrad's lowering makes it
+            branches = [g.const(0, s) if _is_invalid(x) else self.value(x, s) for x in u.src[1:]]
+            return g.add(ir.WHERE, s, [self.value(u.src[0], S.BOOL)] + branches)
         if op in (Ops.SHL, Ops.SHR):  # the shift count in the shifted value's dtype
             return g.add(ALU[op], s, [self.value(u.src[0], s), self.value(u.src[1], s)])
         return g.add(ALU[op], s, [self.value(x, s) for x in u.src])
