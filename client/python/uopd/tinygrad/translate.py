@@ -33,6 +33,7 @@ import numpy as np
 from tinygrad.codegen.decomp.op import floordiv_to_idiv, floormod_to_mod, threefry2x32
 from tinygrad.dtype import AddrSpace, ConstFloat, DType, InvalidType, dtypes
 from tinygrad.uop.ops import AxisType, Ops, PatternMatcher, UOp, UPat, graph_rewrite
+from tinygrad.uop.symbolic import sym
 
 from uopd._stubs import ir
 
@@ -222,6 +223,14 @@ class _Translator:
     def _index(self, u: UOp, scalar: int) -> Tuple[int, int, bool]:
         buf = self._buffer(u.src[0])
         idx, gate = self._address(u)
+        if gate is not None:
+            # tinygrad's gate keeps the index in the buffer where it is on, but in terms
+            # (floor divisions and mods of padded windows) uopd's bounds proof cannot always
+            # follow, and uopd refuses an access it cannot prove: the index is clamped into
+            # the buffer, which changes nothing where the gate is on.
+            g, last = self.out, math.prod(self._param_shape(u.src[0])) - 1
+            idx = g.add(ir.MAX, S.INDEX, [idx, g.const(0, S.INDEX)])
+            idx = g.add(ir.NEG, S.INDEX, [g.add(ir.MAX, S.INDEX, [g.add(ir.NEG, S.INDEX, [idx]), g.const(-last, S.INDEX)])])
         src = [buf, idx] + ([gate] if gate is not None else [])
         return buf, self.out.add(ir.INDEX, scalar, src), gate is not None
 
@@ -324,6 +333,7 @@ def kernel_graph(sink: UOp) -> Tuple["ir.Graph", Dict[int, int]]:
     by tinygrad's slot (what a run binds the kernel's buffers to)."""
     if sink.op is not Ops.SINK:
         raise _refuse(f"kernel rooted at {sink.op.name}", "?")
+    sink = graph_rewrite(sink, sym, name="uopd: tinygrad's algebraic simplification")
     sink = graph_rewrite(sink, _decompose, name="uopd: decompose ops uopd has not")
     t = _Translator(sink)
     t.node(sink, None)
