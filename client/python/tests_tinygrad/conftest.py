@@ -6,20 +6,15 @@ as skipped, saying why. (tinygrad's own test_ops.py runs under uopd_tinygrad_plu
 instead: it needs --noconftest.)"""
 import os
 import sys
-from pathlib import Path
 
 import pytest
 
 import uopd
-
-TINYGRAD = Path(os.environ.get("UOPD_TINYGRAD_DIR") or Path(__file__).resolve().parents[4] / "shared/peers/tinygrad")
+from uopd_tinygrad_plugin import require_tinygrad, TINYGRAD
 
 
 def pytest_configure(config):
-    if not (TINYGRAD / "tinygrad" / "__init__.py").exists():
-        pytest.exit(f"skipped: no tinygrad snapshot at {TINYGRAD} (set $UOPD_TINYGRAD_DIR)", returncode=77)
-    if str(TINYGRAD) not in sys.path:
-        sys.path.insert(0, str(TINYGRAD))
+    require_tinygrad()
 
 
 @pytest.fixture(scope="session")

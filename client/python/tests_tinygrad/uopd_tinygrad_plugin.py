@@ -6,14 +6,19 @@ device: tinygrad's test_ops.py runs with ``--noconftest``, so this is a plugin, 
   cache directory of its own, on a free loopback port, for the whole session.
 * ``--uopd-shard=I/N``: only the I-th of N shards of the collected tests (every N-th test
   in collection order from the I-th), so that each ctest entry stays short.
+* ``--uopd-record=FILE``: each test's outcome, ``Class::test pass|fail|skip`` a line (to
+  write the expectations file from, or to compare DEV=CPU's outcomes with).
 * ``--uopd-expect=FILE``: the tests that fail or are skipped on UOPD, one a line,
   ``Class::test  fail|skip  why``. The session passes exactly when the shard's outcomes are
   what the file says: a test not listed fails, a listed one passes, a skip appears or goes:
   each is reported, and the session fails, so the list stays true. Entries of tests this
   shard did not run are not judged by it.
 """
+import importlib.util
 import os
+import sys
 import tempfile
+from pathlib import Path
 from typing import Dict, List, Tuple
 
 import pytest
@@ -23,15 +28,32 @@ import uopd.tinygrad  # noqa: F401  (registers the UOPD device with tinygrad)
 
 _server = None
 
+# The tinygrad snapshot: $UOPD_TINYGRAD_DIR (tests/CMakeLists.txt passes it), else
+# ../shared/peers/tinygrad beside the repository.
+TINYGRAD = Path(os.environ.get("UOPD_TINYGRAD_DIR") or Path(__file__).resolve().parents[4] / "shared/peers/tinygrad")
+SKIP = 77  # the exit status ctest reports as skipped (SKIP_RETURN_CODE)
+
+
+def require_tinygrad() -> None:
+    """Puts the snapshot on sys.path (else a tinygrad importable already will do), or ends
+    the run as skipped, saying why."""
+    if (TINYGRAD / "tinygrad" / "__init__.py").exists():
+        if str(TINYGRAD) not in sys.path:
+            sys.path.insert(0, str(TINYGRAD))
+    elif importlib.util.find_spec("tinygrad") is None:
+        pytest.exit(f"skipped: no tinygrad snapshot at {TINYGRAD} (set $UOPD_TINYGRAD_DIR)", returncode=SKIP)
+
 
 def pytest_addoption(parser):
     g = parser.getgroup("uopd")
     g.addoption("--uopd-shard", default="", help="I/N: run the I-th of N shards (0-based)")
     g.addoption("--uopd-expect", default="", help="the expectations file: tests that fail or skip on UOPD")
+    g.addoption("--uopd-record", default="", help="writes each test's outcome (pass|fail|skip) to this file, a line each")
 
 
 def pytest_configure(config):
     global _server
+    require_tinygrad()
     if not os.environ.get("UOPD_ADDRESS"):
         cache = tempfile.mkdtemp(prefix="uopd-tinygrad-cache-")
         _server = uopd.EmbeddedServer(os.environ.get("UOPD_BINARY") or None, ["--workers=2", f"--cache-dir={cache}"])
@@ -97,6 +119,9 @@ def read_expectations(path: str) -> Dict[str, Tuple[str, str]]:
 
 
 def pytest_sessionfinish(session, exitstatus):
+    if record := session.config.getoption("--uopd-record"):
+        with open(record, "w") as f:
+            f.writelines(f"{key} {outcome}\n" for key, outcome in sorted(session.config._uopd_outcomes.items()))
     path = session.config.getoption("--uopd-expect")
     if not path or exitstatus not in (0, 1):  # 2..: interrupted, usage error, nothing collected
         return
@@ -110,8 +135,8 @@ def pytest_sessionfinish(session, exitstatus):
     counts = {k: sum(1 for v in got.values() if v == k) for k in ("pass", "fail", "skip")}
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
     if tr is not None:
-        tr.write_line(f"uopd: {counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped on UOPD "
-                      f"({len(wrong)} not as {os.path.basename(path)} says)")
+        tr.write_line(f"uopd: on UOPD {counts['pass']} pass, {counts['fail']} fail, {counts['skip']} skip; "
+                      f"{len(wrong)} not as {os.path.basename(path)} says")
         for w in wrong:
             tr.write_line(f"uopd: {w}")
     session.exitstatus = 1 if wrong else 0

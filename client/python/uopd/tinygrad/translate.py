@@ -169,7 +169,11 @@ class _Translator:
 
     # A value of dtype `want` where the consumer needs it (None: its own dtype).
     def value(self, u: UOp, want: Optional[int] = None) -> int:
-        i = self.node(u, want if _is_weak(u.dtype) else None)
+        # A weak node takes the consumer's dtype, except where that is its own default (weakint
+        # as index): then it is the one node every consumer shares (a RANGE read by an
+        # index and closed by an END or REDUCE must be one node).
+        default = want == S.INDEX and u.dtype == dtypes.weakint
+        i = self.node(u, want if _is_weak(u.dtype) and not default else None)
         have = self.out.scalar[i]
         if want is not None and have != want:
             i = self.out.add(ir.CAST, want, [i])
