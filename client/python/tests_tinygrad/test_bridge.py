@@ -103,6 +103,20 @@ def test_an_op_with_no_translation_is_refused_naming_it(uopd_device):
         translate.kernel_graph(bad)
 
 
+def test_a_tensor_sharded_over_two_uopd_devices(uopd_device):
+    """UOPD and UOPD:1 are uopd's CPU:0 and CPU:1, each a session of its own; tinygrad's
+    own cross-device reduce (its allreduce kernels and copies) runs over them."""
+    from tinygrad import Device, Tensor
+    a_np = rng(5).standard_normal((8, 6)).astype(np.float32)
+    w_np = rng(6).standard_normal((6, 3)).astype(np.float32)
+    a = Tensor(a_np).shard(("UOPD:0", "UOPD:1"), axis=0)
+    w = Tensor(w_np).shard(("UOPD:0", "UOPD:1"))
+    assert [Device[d].session.devices for d in a.device] == [["CPU:0"], ["CPU:1"]]
+    np.testing.assert_allclose((a * 2 + 1).numpy(), a_np * 2 + 1, rtol=1e-6)
+    np.testing.assert_allclose(a.sum(axis=0).numpy(), a_np.sum(axis=0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose((a @ w).numpy(), a_np @ w_np, rtol=1e-5, atol=1e-5)
+
+
 PROGRAM = """
 import json, shutil
 import numpy as np

@@ -33,6 +33,8 @@ import numpy as np
 from tinygrad.codegen.decomp.op import floordiv_to_idiv, floormod_to_mod, threefry2x32
 from tinygrad.dtype import AddrSpace, ConstFloat, DType, InvalidType, dtypes
 from tinygrad.uop.ops import AxisType, Ops, PatternMatcher, UOp, UPat, graph_rewrite
+from tinygrad.schedule.multi import multi_pm
+from tinygrad.schedule.rangeify import pm_mops
 from tinygrad.uop.symbolic import sym
 
 from uopd._stubs import ir
@@ -337,6 +339,10 @@ def kernel_graph(sink: UOp) -> Tuple["ir.Graph", Dict[int, int]]:
     by tinygrad's slot (what a run binds the kernel's buffers to)."""
     if sink.op is not Ops.SINK:
         raise _refuse(f"kernel rooted at {sink.op.name}", "?")
+    # What tinygrad's lowering does first, before any optimization: in-kernel UNSHARDs
+    # resolved, movement ops on a buffer folded into its indices, then the algebra.
+    sink = graph_rewrite(sink, multi_pm, name="uopd: multi_pm")
+    sink = graph_rewrite(sink, pm_mops, name="uopd: early movement ops", bottom_up=True)
     sink = graph_rewrite(sink, sym, name="uopd: tinygrad's algebraic simplification")
     sink = graph_rewrite(sink, _decompose, name="uopd: decompose ops uopd has not")
     t = _Translator(sink)
