@@ -27,6 +27,7 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 
 import tinygrad.codegen as _codegen
+import tinygrad.schedule.memory as _memory
 from tinygrad.device import Allocator, BufferSpec, Compiled, Program, TinyELF
 from tinygrad.helpers import PARALLEL
 from tinygrad.renderer import Renderer
@@ -94,6 +95,21 @@ def _do_to_program(ast: UOp, renderer: Renderer) -> UOp:
 
 _do_to_program.__uopd_original__ = _tinygrad_do_to_program  # type: ignore[attr-defined]
 _codegen.do_to_program = _do_to_program
+
+# The second hook: tinygrad's memory planner packs a schedule's intermediate buffers into
+# one int8 arena per device, each buffer a view of it. A uopd buffer is typed and
+# addressed whole, so each such view would be bound by a copy: UOPD's buffers stay out of
+# the plan (as tinygrad keeps DISK's and CL's out), every other device's are planned.
+_tinygrad_can_plan = getattr(_memory._can_plan, "__uopd_original__", _memory._can_plan)
+
+
+def _can_plan(b: UOp, held_bufs: set) -> bool:
+    devs = (b.device,) if isinstance(b.device, str) else b.device
+    return not any(d.startswith("UOPD") for d in devs) and _tinygrad_can_plan(b, held_bufs)
+
+
+_can_plan.__uopd_original__ = _tinygrad_can_plan  # type: ignore[attr-defined]
+_memory._can_plan = _can_plan
 
 
 @functools.lru_cache(maxsize=None)
