@@ -18,6 +18,13 @@ own kernel boundaries), and at kernel level every tinygrad program's ops meet uo
 almost one for one (uopd.tinygrad.translate), with one uopd graph per kernel, which uopd's
 cache then keys by its structural digest. Not later either: from that SINK on, tinygrad's
 codegen optimizes (opts, BEAM, upcasts) and lowers for its renderer; uopd does both itself.
+Only what tinygrad's lowering does before it optimizes is done here (in-kernel UNSHARDs,
+movement ops folded into indices, its algebraic simplification): rewrites of the kernel's
+math, on which its numerics rely, not choices of its schedule.
+
+Multi-device: ``Tensor.shard`` over ``UOPD`` and ``UOPD:1`` runs, tinygrad's cross-device
+reduce being its own kernels and copies (through this client) between the two sessions;
+uopd's MULTI / ALLREDUCE are tensor-level ops, which a kernel-level handover never sends.
 
 Tested with the tinygrad snapshot at commit a9069c17 (2026-08-22).
 """

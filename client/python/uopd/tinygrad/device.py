@@ -13,6 +13,10 @@ whose kernels run on uopd (uopd.tinygrad's docstring says how tinygrad finds it)
   the uopd buffer is made when a kernel first binds it, with the dtype and size that kernel
   reads it as (bytes copied in before stay here until then), and remade if a later kernel
   reads the same bytes as another dtype.
+  A view (a shrink of a realized buffer, a bitcast) is a byte range of its base: copied in
+  and out by range, bound to a kernel as a copy written back when the kernel stores to it.
+  UOPD's buffers stay out of tinygrad's memory planner (which would make every
+  intermediate such a view).
 
 Device names: ``UOPD`` (``UOPD:0``) is uopd's ``CPU:0``, ``UOPD:n`` its ``CPU:n``; each has a
 session of its own on one connection to ``$UOPD_ADDRESS`` (else uopd's default address).
