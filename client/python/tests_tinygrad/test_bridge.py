@@ -60,6 +60,19 @@ def test_views_of_a_realized_buffer_are_read_and_written(uopd_device):
     np.testing.assert_array_equal(t.bitcast("int32").numpy(), want.view(np.int32))
 
 
+def test_tinyjit_replays_its_captured_kernels_on_new_inputs(uopd_device):
+    from tinygrad import Tensor, TinyJit
+
+    @TinyJit
+    def f(a, b):
+        return (a @ b + 1).relu().realize()
+
+    for i in range(4):  # the first runs capture, the later ones replay
+        a_np, b_np = rng(10 + i).standard_normal((8, 8)).astype(np.float32), rng(20 + i).standard_normal((8, 8)).astype(np.float32)
+        out = f(Tensor(a_np, device="UOPD"), Tensor(b_np, device="UOPD"))
+        np.testing.assert_allclose(out.numpy(), np.maximum(a_np @ b_np + 1, 0), rtol=1e-5, atol=1e-5)
+
+
 def test_kernels_travel_as_uopd_graphs(uopd_device):
     from tinygrad import Tensor
     from uopd._stubs import ir
