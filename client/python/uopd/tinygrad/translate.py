@@ -112,8 +112,8 @@ class _Graph:
             return self.consts[key]
         if scalar == S.BOOL:
             cv = ir.ConstValue(b=bool(value))
-        elif scalar in (S.UINT8, S.UINT16, S.UINT32, S.UINT64):
-            bits = {S.UINT8: 8, S.UINT16: 16, S.UINT32: 32, S.UINT64: 64}[scalar]
+        elif scalar in _UNSIGNED_BITS:
+            bits = _UNSIGNED_BITS[scalar]
             cv = ir.ConstValue(u=int(value) & ((1 << bits) - 1))  # tinygrad's values wrap as C's do
         elif scalar in (S.FLOAT16, S.BFLOAT16, S.FLOAT32, S.FLOAT64):
             cv = ir.ConstValue(f=_round_float(float(value), scalar))
@@ -122,7 +122,6 @@ class _Graph:
             if isinstance(v, float):
                 if not math.isfinite(v) or v != int(v):
                     raise _refuse(f"constant {v!r} of an integer dtype", self.kernel)
-                v = int(v)
             v = int(v)
             if scalar in _SIGNED_BITS:  # wrapped to the dtype's two's complement, as C's conversion does
                 bits = _SIGNED_BITS[scalar]
@@ -133,6 +132,7 @@ class _Graph:
 
 
 _SIGNED_BITS = {S.INT8: 8, S.INT16: 16, S.INT32: 32, S.INT64: 64}
+_UNSIGNED_BITS = {S.UINT8: 8, S.UINT16: 16, S.UINT32: 32, S.UINT64: 64}
 
 
 def _round_float(v: float, scalar: int) -> float:
