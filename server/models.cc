@@ -46,6 +46,8 @@ absl::StatusOr<ImportedModelGraph> import_model_graph(std::string_view bytes,
   // Twice the decode limit: the import's graph also holds the nodes that shape arithmetic
   // and hash consing leave unreachable from the outputs.
   opts.max_graph_nodes = 2 * static_cast<size_t>(limits.max_nodes);
+  // A model makes at import no more data than it could have sent as its bytes.
+  opts.max_data_bytes = limits.max_bytes;
   ASSIGN_OR_RETURN(onnx_import::ImportedModel m, onnx_import::import_model(bytes, placeholders, opts));
 
   ImportedModelGraph out;

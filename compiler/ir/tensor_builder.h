@@ -21,6 +21,11 @@ class TensorBuilder {
 
   Graph& graph() { return g_; }
   const std::vector<int64_t>& shape(const UOp* x) const { return shapes_.at(x); }
+  // Null for a node the builder did not make.
+  const std::vector<int64_t>* shape_if(const UOp* x) const {
+    auto it = shapes_.find(x);
+    return it == shapes_.end() ? nullptr : &it->second;
+  }
   int64_t numel(const UOp* x) const;
 
   // A new input BUFFER of `numel(shape)` elements (UNIQUE ids count up from 0), viewed as

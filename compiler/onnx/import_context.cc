@@ -3,6 +3,9 @@
 // broadcasting for model operands.
 #include "compiler/onnx/import_context.h"
 
+#include <optional>
+#include <span>
+
 #include "compiler/onnx/tensor_proto_internal.h"
 #include "compiler/interp/interp.h"
 
@@ -13,6 +16,19 @@ namespace {
 // Import-time evaluation is for shape arithmetic; a subgraph reading more than this is
 // computing data, which belongs in the compiled graph.
 constexpr int64_t kMaxEvaluatedElements = int64_t{1} << 20;
+// The elements of every node the interpreter computes for one evaluation (it makes each
+// node's whole tensor): shape arithmetic over small inputs stays far below this, an Expand
+// of a known scalar to a huge shape does not.
+constexpr int64_t kMaxEvaluatedWork = int64_t{1} << 24;
+
+// numel * element bytes; nullopt when the shape is not a valid size or the bytes overflow.
+std::optional<uint64_t> byte_size(Scalar dtype, std::span<const int64_t> shape) {
+  std::optional<int64_t> n = checked_numel(shape);
+  uint64_t bytes = 0;
+  if (!n || __builtin_mul_overflow(static_cast<uint64_t>(*n), static_cast<uint64_t>(scalar_bytes(dtype)), &bytes))
+    return std::nullopt;
+  return bytes;
+}
 
 }  // namespace
 
@@ -43,8 +59,13 @@ const UOp* ImportState::node_of(Value& v) {
 absl::StatusOr<HostTensor> ImportState::evaluate(Value& v, const std::string& what) {
   if (v.constant) return *v.constant;
   absl::flat_hash_map<const UOp*, HostTensor> inputs;
-  int64_t elements = 0;
-  for (const UOp* u : toposort(v.node)) {
+  int64_t elements = 0, work = 0;
+  const std::vector<const UOp*> nodes = toposort(v.node);
+  for (const UOp* u : nodes) {
+    if (const std::vector<int64_t>* s = tb_.shape_if(u)) {
+      std::optional<int64_t> n = checked_numel(*s);
+      work = n && *n <= kMaxEvaluatedWork - work ? work + *n : kMaxEvaluatedWork + 1;
+    }
     if (u->op() != Op::BUFFER) continue;
     auto it = known_.find(u);
     if (it == known_.end())
@@ -58,10 +79,24 @@ absl::StatusOr<HostTensor> ImportState::evaluate(Value& v, const std::string& wh
   if (elements > kMaxEvaluatedElements)
     return absl::UnimplementedError(cat(what, " depends on ", elements,
                                         " elements of data; only small shape computations are evaluated at import"));
+  if (work > kMaxEvaluatedWork)
+    return absl::UnimplementedError(cat(what, " computes more than ", kMaxEvaluatedWork,
+                                        " elements; only small shape computations are evaluated at import"));
+  std::optional<uint64_t> result = byte_size(v.dtype, v.shape);
+  if (!result) return absl::InvalidArgumentError(cat(what, ": shape ", shape_str(v.shape), " is not a valid size"));
+  if (absl::Status s = spend(*result, what); !s.ok()) return s;
   auto r = interpret(graph(), v.node, inputs);
   if (!r.ok()) return absl::InternalError(cat("evaluating ", what, " at import: ", r.status().message()));
   v.constant = std::move((*r)[0]);
   return *v.constant;
+}
+
+absl::Status ImportState::spend(uint64_t bytes, const std::string& what) {
+  if (max_data_bytes_ > 0 && bytes > max_data_bytes_ - data_bytes_)
+    return absl::ResourceExhaustedError(cat(what, " would make ", bytes, " bytes of data at import, which with the ",
+                                            data_bytes_, " already made is over the limit of ", max_data_bytes_));
+  data_bytes_ += bytes;
+  return absl::OkStatus();
 }
 
 // --- NodeContext
@@ -171,13 +206,21 @@ void NodeContext::out_constant(int i, HostTensor t) {
   st_.set(node_.output(i), std::move(v));
 }
 
+absl::StatusOr<HostTensor> NodeContext::zeros(Scalar dtype, const Dims& shape) {
+  std::optional<uint64_t> bytes = byte_size(dtype, shape);
+  if (!bytes) return invalid(cat("shape ", shape_str(shape), " is not a valid size"));
+  ONNX_TRY(st_.spend(*bytes, who()));
+  return HostTensor::zeros(dtype, shape);
+}
+
+std::string NodeContext::who() const { return node_.name().empty() ? op() : cat(op(), " '", node_.name(), "'"); }
+
 absl::Status NodeContext::unsupported(const std::string& why) const {
   return absl::UnimplementedError(cat(op(), ": ", why));
 }
 
 absl::Status NodeContext::invalid(const std::string& why) const {
-  std::string who = node_.name().empty() ? op() : cat(op(), " '", node_.name(), "'");
-  return absl::InvalidArgumentError(cat(who, ": ", why));
+  return absl::InvalidArgumentError(cat(who(), ": ", why));
 }
 
 absl::StatusOr<Dims> NodeContext::broadcast(const std::vector<Dims>& shapes) const {

@@ -51,7 +51,7 @@ struct Value {
 // The state of one import, shared by every node's context.
 class ImportState {
  public:
-  explicit ImportState(Graph& g) : tb_(g) {}
+  ImportState(Graph& g, uint64_t max_data_bytes) : tb_(g), max_data_bytes_(max_data_bytes) {}
 
   TensorBuilder& tb() { return tb_; }
   Graph& graph() { return tb_.graph(); }
@@ -70,6 +70,15 @@ class ImportState {
   // below its node when every BUFFER there has known data (initializers, Constants, graph
   // inputs). `what` names it in the message when that is not possible.
   absl::StatusOr<HostTensor> evaluate(Value& v, const std::string& what);
+  // Counts `bytes` of data the import is about to make against ImportOptions::
+  // max_data_bytes; RESOURCE_EXHAUSTED naming `what` past it (nothing is counted then).
+  absl::Status spend(uint64_t bytes, const std::string& what);
+  // A refusal found where a handler cannot return it (a helper that returns a node): the
+  // first one is kept, and the import stops with it once the node's handler returns.
+  void fail(absl::Status s) {
+    if (failure_.ok()) failure_ = std::move(s);
+  }
+  const absl::Status& failure() const { return failure_; }
 
   // Every BUFFER made so far with its data (graph inputs included), and their names.
   const absl::flat_hash_map<const UOp*, HostTensor>& known() const { return known_; }
@@ -81,6 +90,9 @@ class ImportState {
   absl::flat_hash_map<const UOp*, HostTensor> known_;
   absl::flat_hash_map<const UOp*, std::string> buffer_names_;
   absl::flat_hash_set<const UOp*> placeholders_;  // BUFFERs made not `known`
+  uint64_t max_data_bytes_;                        // 0: no bound
+  uint64_t data_bytes_ = 0;                        // spent so far
+  absl::Status failure_;                           // fail()'s first
 };
 
 class NodeContext {
@@ -122,6 +134,9 @@ class NodeContext {
   bool wants(int i) const { return i < node_.output_size() && !node_.output(i).empty(); }
   void out(int i, const UOp* node);
   void out_constant(int i, HostTensor t);
+  // A zero tensor for the handler to fill in: data the import makes, counted (ImportState::
+  // spend) before it is allocated. INVALID_ARGUMENT for a shape whose size overflows.
+  absl::StatusOr<HostTensor> zeros(Scalar dtype, const Dims& shape);
 
   // --- messages: "Op: why" (UNIMPLEMENTED: a gap of the importer) and invalid models.
   absl::Status unsupported(const std::string& why) const;
@@ -138,6 +153,7 @@ class NodeContext {
   absl::StatusOr<std::vector<int64_t>> axes(std::vector<int64_t> a, int64_t rank) const;
 
  private:
+  std::string who() const;  // "Op" or "Op 'name'", for messages
   ImportState& st_;
   const onnx::NodeProto& node_;
   int opset_;

@@ -104,7 +104,7 @@ absl::StatusOr<ImportedModel> import_model(std::string_view model_bytes,
 
   ImportedModel out;
   out.graph = std::make_unique<Graph>();
-  ImportState st(*out.graph);
+  ImportState st(*out.graph, options.max_data_bytes);
 
   std::set<std::string> inits;
   for (const auto& t : g.initializer()) {
@@ -153,6 +153,7 @@ absl::StatusOr<ImportedModel> import_model(std::string_view model_bytes,
         return nc.unsupported(cat("attribute '", a.name(), "' is not supported"));
     }
     ONNX_TRY(def.fn(nc));
+    ONNX_TRY(st.failure());
     if (options.max_graph_nodes > 0 && out.graph->size() > options.max_graph_nodes)
       return absl::ResourceExhaustedError(cat("the model's graph has ", out.graph->size(), " nodes after node '",
                                               node.name().substr(0, 64), "' (", registry_key(node), "), over the limit of ",

@@ -49,6 +49,12 @@ struct ImportOptions {
   // it, RESOURCE_EXHAUSTED naming the node. For a server, whose decode limits would refuse
   // such a graph anyway, so that the refusal comes before the memory is spent.
   size_t max_graph_nodes = 0;
+  // Bytes of data the import makes itself (EyeLike, Range, Trilu and attention masks,
+  // Resize weights, index tables, the results of shape arithmetic), all of it together;
+  // 0: no bound. Their sizes come from the model's shapes, so a small model can ask for
+  // any amount: past the bound, RESOURCE_EXHAUSTED naming the node, before the memory is
+  // spent.
+  uint64_t max_data_bytes = uint64_t{1} << 30;
 };
 
 // `inputs` gives every graph input that is not also an initializer (an initializer given

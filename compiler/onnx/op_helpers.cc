@@ -33,7 +33,14 @@ const UOp* host_constant(NodeContext& c, HostTensor t) {
 }
 
 const UOp* iota(NodeContext& c, int64_t n, Scalar dtype, std::vector<int64_t> shape) {
-  HostTensor t = HostTensor::zeros(dtype, {n});
+  auto made = c.zeros(dtype, {n});
+  if (!made.ok()) {
+    // Refused: the import fails after this node (ImportState::fail); a lazy stand-in of the
+    // right shape lets the handler finish building without spending the memory.
+    c.state().fail(made.status());
+    return c.tb().full(dtype, 0.0, std::move(shape));
+  }
+  HostTensor t = std::move(*made);
   for (int64_t i = 0; i < n; ++i) t.set(i, ConstValue::Int(i));
   t.shape = std::move(shape);
   return host_constant(c, std::move(t));

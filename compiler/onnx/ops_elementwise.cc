@@ -271,7 +271,7 @@ absl::Status window(NodeContext& c, const std::vector<double>& a) {
   if (!dt) return c.unsupported("output_datatype");
   const bool periodic = c.attr_int("periodic", 1) != 0;
   const double N = periodic ? static_cast<double>(n) : static_cast<double>(n - 1);
-  HostTensor t = HostTensor::zeros(*dt, {n});
+  ONNX_ASSIGN(HostTensor t, c.zeros(*dt, {n}));
   for (int64_t i = 0; i < n; ++i) {
     double v = 0;
     for (size_t k = 0; k < a.size(); ++k)

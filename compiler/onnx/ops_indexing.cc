@@ -197,7 +197,7 @@ absl::Status compress(NodeContext& c) {
   for (int64_t i = 0; i < cond.numel(); ++i)
     if (cond.get(i).to_double() != 0) keep.push_back(i);
   if (keep.empty()) return c.unsupported("nothing kept (empty tensors are not supported)");
-  HostTensor idx = HostTensor::zeros(Scalar::Int64, {static_cast<int64_t>(keep.size())});
+  ONNX_ASSIGN(HostTensor idx, c.zeros(Scalar::Int64, {static_cast<int64_t>(keep.size())}));
   for (size_t i = 0; i < keep.size(); ++i) idx.set(static_cast<int64_t>(i), ConstValue::Int(keep[i]));
   ONNX_ASSIGN(const UOp* y, gather(c, x, host_constant(c, std::move(idx)), axis));
   c.out(0, y);
@@ -495,7 +495,7 @@ absl::Status reverse_sequence(NodeContext& c) {
   for (int64_t b = 0; b < B; ++b) {
     const int64_t L = lens[b];
     if (L < 0 || L > T) return c.invalid(cat("sequence length ", L, " is outside [0, ", T, "]"));
-    HostTensor idx = HostTensor::zeros(Scalar::Int64, {T});
+    ONNX_ASSIGN(HostTensor idx, c.zeros(Scalar::Int64, {T}));
     for (int64_t t = 0; t < T; ++t) idx.set(t, ConstValue::Int(t < L ? L - 1 - t : t));
     const UOp* xb = slice_axis(tb, x, ba, b, b + 1, 1);
     ONNX_ASSIGN(const UOp* g, gather(c, xb, host_constant(c, std::move(idx)), ta));
@@ -516,7 +516,7 @@ absl::Status non_zero(NodeContext& c) {
     if (x.get(i).to_double() != 0) hits.push_back(i);
   if (hits.empty()) return c.unsupported("no non-zero element (empty tensors are not supported)");
   const int64_t n = static_cast<int64_t>(hits.size());
-  HostTensor t = HostTensor::zeros(Scalar::Int64, {r, n});
+  ONNX_ASSIGN(HostTensor t, c.zeros(Scalar::Int64, {r, n}));
   for (int64_t j = 0; j < n; ++j) {
     int64_t rem = hits[j];
     for (int64_t a = static_cast<int64_t>(xs.size()) - 1; a >= 0; --a) {
@@ -559,8 +559,9 @@ absl::Status unique(NodeContext& c) {
   std::vector<int64_t> pos(order.size());
   for (size_t p = 0; p < order.size(); ++p) pos[order[p]] = static_cast<int64_t>(p);
   const int64_t u = static_cast<int64_t>(order.size());
-  HostTensor idx = HostTensor::zeros(Scalar::Int64, {u}), counts = HostTensor::zeros(Scalar::Int64, {u}),
-             inv = HostTensor::zeros(Scalar::Int64, {n});
+  ONNX_ASSIGN(HostTensor idx, c.zeros(Scalar::Int64, {u}));
+  ONNX_ASSIGN(HostTensor counts, c.zeros(Scalar::Int64, {u}));
+  ONNX_ASSIGN(HostTensor inv, c.zeros(Scalar::Int64, {n}));
   for (int64_t p = 0; p < u; ++p) idx.set(p, ConstValue::Int(first[order[p]]));
   for (int64_t k = 0; k < n; ++k) {
     inv.set(k, ConstValue::Int(pos[group[k]]));

@@ -310,7 +310,7 @@ absl::Status conv_transpose(NodeContext& c) {
         r.insert(r.begin() + a + 1, 1);
         Dims e = r;
         e[a + 1] = strides[i];
-        HostTensor first = HostTensor::zeros(Scalar::Bool, {strides[i]});
+        ONNX_ASSIGN(HostTensor first, c.zeros(Scalar::Bool, {strides[i]}));
         first.set(0, ConstValue::Bool(true));
         Dims fr(r.size(), 1);
         fr[a + 1] = strides[i];

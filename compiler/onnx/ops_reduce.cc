@@ -132,7 +132,7 @@ absl::Status cumsum(NodeContext& c) {
   bool excl = c.attr_int("exclusive", 0) != 0, rev = c.attr_int("reverse", 0) != 0;
   const int64_t n = s[axis];
   // out[i] = sum over j of x[j] where mask[j, i]: j <= i (j < i exclusive; >= / > reversed).
-  HostTensor mask = HostTensor::zeros(Scalar::Bool, {n, n});
+  ONNX_ASSIGN(HostTensor mask, c.zeros(Scalar::Bool, {n, n}));
   for (int64_t j = 0; j < n; ++j)
     for (int64_t i = 0; i < n; ++i) {
       bool in = rev ? (excl ? j > i : j >= i) : (excl ? j < i : j <= i);

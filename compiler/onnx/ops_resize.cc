@@ -126,7 +126,7 @@ absl::StatusOr<const UOp*> apply_resample(NodeContext& c, const UOp* x, int64_t 
   const Dims xs = c.shape_of(x);
   const int64_t in_w = xs[axis];
   if (r.one_hot) {
-    HostTensor idx = HostTensor::zeros(Scalar::Int64, {out_w});
+    ONNX_ASSIGN(HostTensor idx, c.zeros(Scalar::Int64, {out_w}));
     for (int64_t o = 0; o < out_w; ++o)
       for (int64_t i = 0; i < in_w; ++i)
         if (r.m[o * in_w + i] != 0) idx.set(o, ConstValue::Int(i));
@@ -135,7 +135,7 @@ absl::StatusOr<const UOp*> apply_resample(NodeContext& c, const UOp* x, int64_t 
   Scalar dt = x->dtype().scalar;
   if (!scalar_is_float(dt)) return c.unsupported(cat("mode '", c.attr_string("mode", "nearest"), "' on ", scalar_name(dt)));
   const Scalar wide = Math::at_least_f32(dt);
-  HostTensor w = HostTensor::zeros(wide, {out_w, in_w});
+  ONNX_ASSIGN(HostTensor w, c.zeros(wide, {out_w, in_w}));
   for (int64_t k = 0; k < out_w * in_w; ++k) w.set(k, ConstValue::Float(r.m[k]));
   Dims pre(xs.begin(), xs.begin() + axis), post(xs.begin() + axis + 1, xs.end());
   Dims xr = pre, wr(pre.size(), 1), out = pre;
@@ -166,7 +166,7 @@ absl::StatusOr<const UOp*> resample(NodeContext& c, const UOp* x, const ResizeAt
     if (ar.identity) continue;
     ONNX_ASSIGN(y, apply_resample(c, y, static_cast<int64_t>(i), ar, out_shape[i]));
     bool any = false;
-    HostTensor mask = HostTensor::zeros(Scalar::Bool, {out_shape[i]});
+    ONNX_ASSIGN(HostTensor mask, c.zeros(Scalar::Bool, {out_shape[i]}));
     for (int64_t o = 0; o < out_shape[i]; ++o)
       if (ar.outside[o]) mask.set(o, ConstValue::Bool(true)), any = true;
     if (!any) continue;

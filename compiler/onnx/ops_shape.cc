@@ -388,9 +388,11 @@ absl::Status range(NodeContext& c) {
   Scalar dt = start.dtype;
   double s = start.get(0).to_double(), l = limit.get(0).to_double(), d = delta.get(0).to_double();
   if (d == 0) return c.invalid("delta 0");
-  int64_t n = std::max<int64_t>(static_cast<int64_t>(std::ceil((l - s) / d)), 0);
+  const double steps = std::ceil((l - s) / d);
+  if (!(steps < 0x1p62 && steps > -0x1p62)) return c.invalid(cat("start ", s, ", limit ", l, " and delta ", d, " make no valid length"));
+  int64_t n = std::max<int64_t>(static_cast<int64_t>(steps), 0);
   if (n == 0) return c.unsupported("an empty range (empty tensors are not supported)");
-  HostTensor t = HostTensor::zeros(dt, {n});
+  ONNX_ASSIGN(HostTensor t, c.zeros(dt, {n}));
   for (int64_t i = 0; i < n; ++i) {
     if (scalar_is_float(dt)) t.set(i, ConstValue::Float(s + static_cast<double>(i) * d));
     else t.set(i, ConstValue::Int(start.get(0).to_int() + i * delta.get(0).to_int()));
@@ -410,7 +412,7 @@ absl::Status trilu(NodeContext& c) {
   }
   bool upper = c.attr_int("upper", 1) != 0;
   int64_t n = s[s.size() - 2], m = s.back();
-  HostTensor mask = HostTensor::zeros(Scalar::Bool, {n, m});
+  ONNX_ASSIGN(HostTensor mask, c.zeros(Scalar::Bool, {n, m}));
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < m; ++j) mask.set(i * m + j, ConstValue::Bool(upper ? j - i >= k : j - i <= k));
   Math mm(c.tb());
@@ -430,7 +432,7 @@ absl::Status eye_like(NodeContext& c) {
     dt = *d;
   }
   int64_t k = c.attr_int("k", 0);
-  HostTensor t = HostTensor::zeros(dt, s);
+  ONNX_ASSIGN(HostTensor t, c.zeros(dt, s));
   for (int64_t i = 0; i < s[0]; ++i)
     if (i + k >= 0 && i + k < s[1]) t.set(i * s[1] + i + k, ConstValue::Int(1));
   c.out_constant(0, std::move(t));

@@ -4,7 +4,9 @@
 #include "compiler/onnx/importer.h"
 
 #include <functional>
+#include <limits>
 #include <map>
+#include <tuple>
 
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
@@ -335,6 +337,105 @@ TEST(OnnxImporter, LongSequencesAndLargeGraphsAreRefusedBeforeTheyAreBuilt) {
   Refusal big = import_one("Relu", {{2}}, [](onnx::NodeProto*) {}, 1, ImportOptions{.max_graph_nodes = 1});
   EXPECT_EQ(big.code, absl::StatusCode::kResourceExhausted);
   EXPECT_NE(big.says.find("over the limit of 1"), std::string::npos) << big.says;
+}
+
+// Data the import makes itself is sized by the model's shapes and values, not by its bytes:
+// a few hundred bytes of model could ask for terabytes. Each such request is counted before
+// its memory is spent, and refused by name.
+onnx::TensorProto* int64_init(onnx::GraphProto* g, const std::string& name, std::vector<int64_t> dims,
+                              std::vector<int64_t> values) {
+  auto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(onnx::TensorProto::INT64);
+  for (int64_t d : dims) t->add_dims(d);
+  for (int64_t v : values) t->add_int64_data(v);
+  return t;
+}
+
+TEST(OnnxImporter, DataTheImportMakesIsBoundedBeforeItIsAllocated) {
+  // EyeLike of a declared 65536 x 65536 input: 16 GiB of float32 from a placeholder.
+  {
+    onnx::ModelProto m;
+    auto* g = m.mutable_graph();
+    add_input(g, "x", onnx::TensorProto::FLOAT, {65536, 65536});
+    add_node(g, "EyeLike", {"x"}, {"y"})->set_name("eye");
+    g->add_output()->set_name("y");
+    HostTensor placeholder = HostTensor::zeros(Scalar::Float32, {1});
+    placeholder.shape = {65536, 65536};  // never read: only its shape decides the graph
+    ImportOptions opts;
+    opts.inputs_known = false;
+    auto r = import_model(serialize(m), {{"x", placeholder}}, opts);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+    EXPECT_NE(std::string(r.status().message()).find("EyeLike 'eye' would make 17179869184 bytes"), std::string::npos)
+        << r.status();
+  }
+  // Range(0, 2^40, 1) from initializers: 4 TiB of float32; an infinite one has no length.
+  for (auto [limit, code, says] :
+       {std::tuple{0x1p40f, absl::StatusCode::kResourceExhausted, "over the limit of 1073741824"},
+        std::tuple{std::numeric_limits<float>::infinity(), absl::StatusCode::kInvalidArgument, "make no valid length"}}) {
+    onnx::ModelProto m;
+    auto* g = m.mutable_graph();
+    for (auto [name, value] : {std::pair{"start", 0.0f}, std::pair{"limit", limit}, std::pair{"delta", 1.0f}}) {
+      auto* t = g->add_initializer();
+      t->set_name(name);
+      t->set_data_type(onnx::TensorProto::FLOAT);
+      t->add_float_data(value);
+    }
+    add_node(g, "Range", {"start", "limit", "delta"}, {"y"});
+    g->add_output()->set_name("y");
+    auto r = import_model(serialize(m, 13), {});
+    EXPECT_EQ(r.status().code(), code) << r.status();
+    EXPECT_NE(std::string(r.status().message()).find(says), std::string::npos) << r.status();
+  }
+  // OneHot's depth 2^40 builds an iota inside a helper that returns a node: the refusal
+  // still stops the import at that node.
+  {
+    onnx::ModelProto m;
+    auto* g = m.mutable_graph();
+    add_input(g, "i", onnx::TensorProto::INT64, {3});
+    int64_init(g, "depth", {}, {int64_t{1} << 40});
+    auto* v = g->add_initializer();
+    v->set_name("values");
+    v->set_data_type(onnx::TensorProto::FLOAT);
+    v->add_dims(2);
+    v->add_float_data(0);
+    v->add_float_data(1);
+    add_node(g, "OneHot", {"i", "depth", "values"}, {"y"});
+    g->add_output()->set_name("y");
+    auto r = import_model(serialize(m, 13), {{"i", HostTensor::of(Scalar::Int64, {3}, {0, 1, 2})}});
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+    EXPECT_NE(std::string(r.status().message()).find("OneHot would make"), std::string::npos) << r.status();
+  }
+  // Shape arithmetic that expands a known value to 2^26 elements is refused as data work,
+  // before the interpreter computes it.
+  {
+    onnx::ModelProto m;
+    auto* g = m.mutable_graph();
+    add_input(g, "x", onnx::TensorProto::FLOAT, {2});
+    int64_init(g, "two", {1}, {2});
+    int64_init(g, "big", {1}, {int64_t{1} << 26});
+    add_node(g, "Expand", {"two", "big"}, {"e"});
+    add_node(g, "Reshape", {"x", "e"}, {"y"});
+    g->add_output()->set_name("y");
+    auto r = import_model(serialize(m, 13), {{"x", f32({2}, {1, 2})}});
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented) << r.status();
+    EXPECT_NE(std::string(r.status().message()).find("computes more than"), std::string::npos) << r.status();
+  }
+  // The bound is a total over the import, and a model under it imports and runs.
+  {
+    Refusal small = import_one("EyeLike", {{4, 4}}, [](onnx::NodeProto*) {}, 1, ImportOptions{.max_data_bytes = 63});
+    EXPECT_EQ(small.code, absl::StatusCode::kResourceExhausted) << small.says;
+    onnx::ModelProto m;
+    auto* g = m.mutable_graph();
+    add_input(g, "x", onnx::TensorProto::FLOAT, {2, 2});
+    add_node(g, "EyeLike", {"x"}, {"y"});
+    g->add_output()->set_name("y");
+    auto imported = import_model(serialize(m), {{"x", f32({2, 2}, {5, 6, 7, 8})}}, ImportOptions{.max_data_bytes = 16});
+    ASSERT_TRUE(imported.ok()) << imported.status();
+    auto got = run_interpreted(*imported);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(compare(f32({2, 2}, {1, 0, 0, 1}), (*got)[0]));
+  }
 }
 
 TEST(OnnxTensorProto, RawAndTypedData) {
