@@ -309,21 +309,30 @@ class _Translator:
             return g.add(ALU[op], s, [self.value(u.src[0], s), self.value(u.src[1], s)])
         return g.add(ALU[op], s, [self.value(x, s) for x in u.src])
 
+    def _store(self, u: UOp, ranges: List[int]) -> int:
+        if len(u.src) != 2 or u.src[0].op is not Ops.INDEX:
+            raise _refuse(f"STORE with sources {[s.op.name for s in u.src]}", self.kernel)
+        s = _scalar_of(u.src[0].dtype, self.kernel)
+        _, index, _ = self._index(u.src[0], s)
+        return self.out.add(ir.STORE, S.VOID, [index, self.value(u.src[1], s)] + ranges)
+
     def effect(self, u: UOp) -> int:
         g = self.out
         key = (u, None)
         if key in g.memo:
             return g.memo[key]
         if u.op is Ops.STORE:
-            if len(u.src) != 2 or u.src[0].op is not Ops.INDEX:
-                raise _refuse(f"STORE with sources {[s.op.name for s in u.src]}", self.kernel)
-            s = _scalar_of(u.src[0].dtype, self.kernel)
-            _, index, _ = self._index(u.src[0], s)
-            i = g.add(ir.STORE, S.VOID, [index, self.value(u.src[1], s)])
+            i = self._store(u, [])
         elif u.op is Ops.END:
             if any(r.op is not Ops.RANGE for r in u.src[1:]):
                 raise _refuse("END of something other than RANGEs", self.kernel)
-            i = g.add(ir.END, S.VOID, [self.effect(u.src[0])] + [self.node(r, None) for r in u.src[1:]])
+            ranges = [self.node(r, None) for r in u.src[1:]]
+            if u.src[0].op is Ops.STORE and (u.src[0], None) not in g.memo:
+                # END(STORE, ranges) is uopd's STORE(index, value, ranges): the form its
+                # optimizer schedules (a kernel of one such STORE gets tiled and vectorized).
+                i = g.memo[(u.src[0], None)] = self._store(u.src[0], ranges)
+            else:
+                i = g.add(ir.END, S.VOID, [self.effect(u.src[0])] + ranges)
         elif u.op is Ops.GROUP:
             i = g.add(ir.GROUP, S.VOID, [self.effect(s) for s in u.src])
         elif u.op is Ops.SINK:
