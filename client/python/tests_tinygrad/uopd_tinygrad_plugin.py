@@ -16,6 +16,7 @@ device: tinygrad's test_ops.py runs with ``--noconftest``, so this is a plugin, 
 """
 import importlib.util
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -55,8 +56,9 @@ def pytest_configure(config):
     global _server
     require_tinygrad()
     if not os.environ.get("UOPD_ADDRESS"):
-        cache = tempfile.mkdtemp(prefix="uopd-tinygrad-cache-")
-        _server = uopd.EmbeddedServer(os.environ.get("UOPD_BINARY") or None, ["--workers=2", f"--cache-dir={cache}"])
+        config._uopd_cache = tempfile.mkdtemp(prefix="uopd-tinygrad-cache-")
+        _server = uopd.EmbeddedServer(os.environ.get("UOPD_BINARY") or None,
+                                      ["--workers=2", f"--cache-dir={config._uopd_cache}"])
         os.environ["UOPD_ADDRESS"] = _server.address
     config._uopd_outcomes = {}
 
@@ -66,6 +68,7 @@ def pytest_unconfigure(config):
     if _server is not None:
         _server.stop()
         _server = None
+        shutil.rmtree(config._uopd_cache, ignore_errors=True)
 
 
 def _key(nodeid: str) -> str:
