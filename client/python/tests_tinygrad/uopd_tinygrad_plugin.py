@@ -138,7 +138,7 @@ def pytest_sessionfinish(session, exitstatus):
     counts = {k: sum(1 for v in got.values() if v == k) for k in ("pass", "fail", "skip")}
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
     if tr is not None:
-        tr.ensure_newline()
+        tr.write("\n")  # after the progress line
         tr.write_line(f"uopd: on UOPD {counts['pass']} pass, {counts['fail']} fail, {counts['skip']} skip; "
                       f"{len(wrong)} not as {os.path.basename(path)} says")
         for w in wrong:
