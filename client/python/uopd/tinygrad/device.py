@@ -76,7 +76,9 @@ def program_of(ast: UOp, renderer: UopdRenderer) -> UOp:
     for u in topo:
         if u.op is Ops.INDEX and (b := u.src[0].buf_uop).op is Ops.PARAM:
             (outs if any(s.op is Ops.STORE and s.src[0] is u for s in topo) else ins).add(b.arg.slot)
-    info = ProgramInfo(ast.arg.name, (1, 1, 1), None, (), tuple(b.arg.slot for b in buffers), tuple(sorted(outs)),
+    variables = tuple(sorted({u for u in topo if u.op is Ops.PARAM and u.arg.addrspace == AddrSpace.ALU},
+                             key=lambda u: u.arg.name))
+    info = ProgramInfo(ast.arg.name, (1, 1, 1), None, variables, tuple(b.arg.slot for b in buffers), tuple(sorted(outs)),
                        tuple(sorted(ins)), renderer.target)
     desc = f"uopd graph of kernel {ast.arg.name}: {len(graph.nodes)} nodes, params {sorted(params)}"
     # The PROGRAM's sink is the AST tagged: tinygrad substitutes the AST by the PROGRAM in its
@@ -237,12 +239,13 @@ class UopdProgram(Program["UopdDevice"]):
                 if b.op == ir.PARAM:
                     self.outs.add(b.param.slot)
         self.encoded = uopd.Graph(self.graph)  # encoded once: each call sends these bytes
+        # The variables (symbolic shapes), in tinygrad's order of `vals`: their DEFINE_VAR nodes.
+        self.variables = sorted({n.define_var.name for n in self.graph.nodes if n.op == ir.DEFINE_VAR})
+        self.by_vals: Dict[Tuple[int, ...], uopd.Graph] = {}
         self.last: Optional[uopd.RunResult] = None
 
     def __call__(self, *bufs: UopdBuffer, global_size: Tuple[int, ...] = (1, 1, 1), local_size: Any = None,
                  vals: Tuple[int, ...] = (), wait: bool = False, **kw: Any) -> Optional[float]:
-        if vals:
-            raise NotImplementedError(f"UOPD: kernel {self.name} takes variables (symbolic shapes), which the bridge does not bind")
         if len(bufs) != len(self.slots):
             raise RuntimeError(f"UOPD: kernel {self.name} takes {len(self.slots)} buffers, got {len(bufs)}")
         inputs, views = {}, []
@@ -254,9 +257,10 @@ class UopdProgram(Program["UopdDevice"]):
                 views.append((slot, b, tmp))
                 b = tmp
             inputs[wire] = b.bound(scalar, elements)
+        graph = self._bound(tuple(vals)) if self.variables else self.encoded
         try:
             t0 = time.perf_counter()
-            self.last = self.dev.session.execute(self.encoded, inputs, keep_outputs=True)
+            self.last = self.dev.session.execute(graph, inputs, keep_outputs=True)
             elapsed = time.perf_counter() - t0
             for slot, view, tmp in views:
                 if slot in self.outs:
@@ -265,6 +269,31 @@ class UopdProgram(Program["UopdDevice"]):
             for _, _, tmp in views:
                 tmp.free()
         return elapsed if wait else None
+
+
+    def _bound(self, vals: Tuple[int, ...]) -> uopd.Graph:
+        """The graph with each variable's DEFINE_VAR replaced by the CONST of its value."""
+        if len(vals) != len(self.variables) or any(v is None for v in vals):
+            raise NotImplementedError(f"UOPD: kernel {self.name} takes variables {self.variables}, got values {vals}")
+        if (g := self.by_vals.get(vals)) is None:
+            value = dict(zip(self.variables, vals))
+            m = ir.Graph()
+            m.CopyFrom(self.graph)
+            for n in m.nodes:
+                if n.op == ir.DEFINE_VAR:
+                    v = value[n.define_var.name]
+                    if not n.define_var.min <= v <= n.define_var.max:
+                        raise RuntimeError(f"UOPD: variable {n.define_var.name}={v} outside [{n.define_var.min}, {n.define_var.max}]")
+                    n.ClearField("define_var")
+                    n.op = ir.CONST
+                    if udt.name(n.dtype.scalar).startswith("uint"):
+                        n.const_value.u = v
+                    else:
+                        n.const_value.i = v
+            if len(self.by_vals) >= 64:  # a bounded memo: one graph per value seen recently
+                self.by_vals.pop(next(iter(self.by_vals)))
+            g = self.by_vals[vals] = uopd.Graph(m)
+        return g
 
 
 class UopdDevice(Compiled):

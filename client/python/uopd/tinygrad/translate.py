@@ -17,6 +17,9 @@ kernel level (compiler/ir/README.md, "Kernel level") nearly one for one; what di
   THREEFRY, which uopd has not, are first decomposed by tinygrad's own decomposition rules
   (tinygrad.codegen.decomp.op) into ops it has: a rewrite of the AST's math, not an
   optimization of its schedule.
+* A variable (PARAM in the ALU address space: a symbolic shape) is a DEFINE_VAR, which
+  each run replaces by the CONST of its value (uopd's Run binds buffers, not variables).
+* END(STORE, ranges) is uopd's STORE(index, value, ranges), the form uopd schedules.
 * RANGE axis types: REDUCE stays REDUCE, every other kind (WEAK, LOOP, GLOBAL, ...) is LOOP;
   uopd's optimize stage chooses how each loop runs.
 
@@ -252,9 +255,16 @@ class _Translator:
             if isinstance(v, ConstFloat):
                 v = float(v)
             return g.const(v, _scalar_of(u.dtype, self.kernel, want))
+        if op is Ops.PARAM and u.arg.addrspace == AddrSpace.ALU and u.arg.name:
+            # A variable (symbolic shape): a DEFINE_VAR here, which the run replaces by the
+            # CONST of its value (uopd.tinygrad.device.UopdProgram): uopd's Run binds buffers,
+            # not variables, so each value is a graph (and a kernel in uopd's cache) of its own.
+            lo, hi = u.arg.vmin_vmax
+            return g.add(ir.DEFINE_VAR, _scalar_of(u.dtype, self.kernel, want),
+                         define_var=ir.DefineVarArg(name=u.arg.name, min=int(lo), max=int(hi)))
         if op is Ops.PARAM:
             if u.arg.addrspace != AddrSpace.GLOBAL:
-                raise _refuse(f"PARAM in {u.arg.addrspace} (a variable: symbolic shapes)", self.kernel)
+                raise _refuse(f"PARAM in {u.arg.addrspace}", self.kernel)
             size = math.prod(self._param_shape(u))
             s = _scalar_of(u.dtype, self.kernel)
             i = g.add(ir.PARAM, s, ptr_size=size, param=ir.ParamArg(slot=u.arg.slot, size=size))
