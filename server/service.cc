@@ -636,12 +636,25 @@ absl::Status UopdService::run_graph(grpc::ServerContextBase* ctx, Tenant& tenant
   // Outputs come back inline up to --max-inline-output-bytes, in order; the others stay
   // in the session as buffers (the client downloads and frees them), so the answer, held
   // here until it is sent, stays bounded whatever the graph computes.
+  // A kernel-level output bound to a session buffer is that buffer, written in place:
+  // kept, it is answered by the buffer's own id, never by a second id for the same memory
+  // (freeing which would free the first); not kept, it comes back inline or the Run is
+  // refused, since the client's download-and-free of an output kept past the limit would
+  // free the caller's buffer.
+  auto bound = [&](size_t i) -> const BufferInfo* {
+    if (!p.kernel_level) return nullptr;
+    auto it = in.inputs.find(p.outputs[i].buffer);
+    return it != in.inputs.end() ? it->second.session_buffer : nullptr;
+  };
   std::vector<bool> keep(p.outputs.size(), req->keep_outputs());
   uint64_t inline_out = 0;
   for (size_t i = 0; i < p.outputs.size() && !req->keep_outputs(); ++i) {
     const uint64_t bytes = bytes_of(p.buffers[p.outputs[i].buffer].elements, p.outputs[i].dtype);
-    if (bytes > d_.limits.max_inline_output_bytes - inline_out) keep[i] = true;
-    else inline_out += bytes;
+    if (bytes <= d_.limits.max_inline_output_bytes - inline_out) inline_out += bytes;
+    else if (const BufferInfo* b = bound(i))
+      return absl::ResourceExhaustedError(cat("Run: output ", i, " is bound buffer ", b->id, " and past the ", d_.limits.max_inline_output_bytes,
+                                              " bytes of inline outputs (--max-inline-output-bytes); ask for keep_outputs"));
+    else keep[i] = true;
   }
   RETURN_IF_ERROR(held.grow(inline_out, "Run: its inline outputs"));
   // A copy between devices passes through the scheduler, one at a time.
@@ -724,12 +737,14 @@ absl::Status UopdService::run_graph(grpc::ServerContextBase* ctx, Tenant& tenant
     o->set_name(run_output_name(p, *g, out_nodes, i));
     o->set_dtype(static_cast<::uop::v1::DType::Scalar>(p.outputs[i].dtype));
     for (int64_t d : p.outputs[i].shape) o->add_shape(d);
-    if (keep[i]) {
+    if (keep[i] && bound(i)) {
+      o->set_buffer_id(bound(i)->id);
+    } else if (keep[i]) {
       auto id = d_.sessions->add_buffer(req->session_id(), outcome->kept[i], who, &reserved);
       if (!id.ok()) {
         std::vector<BufferInfo> rest;
         for (size_t j = i; j < p.outputs.size(); ++j)
-          if (keep[j]) rest.push_back(outcome->kept[j]);
+          if (keep[j] && !bound(j)) rest.push_back(outcome->kept[j]);
         free_buffers(rest);
         return id.status();
       }

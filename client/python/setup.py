@@ -44,7 +44,7 @@ setup(
     name="uopd",
     version="0.1.0",
     description="Python client of uopd, the UOp graph compile-and-run service",
-    packages=["uopd"],
+    packages=["uopd", "uopd.tinygrad"],  # uopd.tinygrad imports tinygrad only when its device opens
     package_data={"uopd": ["py.typed"]},  # PEP 561: the package's annotations are for type checkers
     python_requires=">=3.9",
     install_requires=["grpcio", "protobuf", "numpy"],

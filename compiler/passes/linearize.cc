@@ -1,5 +1,6 @@
 #include "compiler/passes/linearize.h"
 
+#include <algorithm>
 #include <queue>
 
 #include "absl/container/flat_hash_map.h"
@@ -33,18 +34,28 @@ class Linearizer {
     }
     for (const UOp* r : loops)
       if (!end_of_.contains(r)) return bad(r, "a range that is never closed");
-    // Parents: a loop's END depends on exactly its ancestors, so order loops by that count.
-    std::sort(loops.begin(), loops.end(), [&](const UOp* a, const UOp* b) {
-      return sets_.of(end_of_[a]).size() < sets_.of(end_of_[b]).size();
-    });
+    // Parents: a loop sits inside the innermost of the loops its END depends on, so it is
+    // placed once all of those are. Not in the order of how many it depends on: a
+    // reduction loop that varies with an inner loop only (out[a][b][c] = sum_k x[k][c])
+    // depends on fewer loops than that inner loop does.
     chain_[nullptr] = {};
-    for (const UOp* r : loops) {
-      auto parent = innermost(sets_.of(end_of_[r]));
-      if (!parent.ok()) return bad(r, "its loop would sit inside sibling loops");
-      std::vector<const UOp*> c = chain_.at(*parent);
-      c.push_back(r);
-      chain_[r] = std::move(c);
-      parent_[r] = *parent;
+    for (std::vector<const UOp*> todo = loops; !todo.empty();) {
+      std::vector<const UOp*> later;
+      for (const UOp* r : todo) {
+        const auto& deps = sets_.of(end_of_[r]);
+        if (!std::all_of(deps.begin(), deps.end(), [&](const UOp* d) { return chain_.contains(d); })) {
+          later.push_back(r);
+          continue;
+        }
+        auto parent = innermost(deps);
+        if (!parent.ok()) return bad(r, "its loop would sit inside sibling loops");
+        std::vector<const UOp*> c = chain_.at(*parent);
+        c.push_back(r);
+        chain_[r] = std::move(c);
+        parent_[r] = *parent;
+      }
+      if (later.size() == todo.size()) return bad(later.front(), "its loop would sit inside sibling loops");
+      todo = std::move(later);
     }
     for (const UOp* u : order_) {
       if (u == order_.back() && u->op() == Op::SINK) continue;

@@ -89,6 +89,16 @@ def test_write_and_empty(session):
     np.testing.assert_array_equal(buf.numpy(), np.arange(6).reshape(2, 3))
 
 
+def test_byte_ranges(session):
+    buf = session.put(np.arange(8, dtype=np.int32))
+    np.testing.assert_array_equal(buf.read_bytes(8, 12).view(np.int32), [2, 3, 4])
+    buf.write_bytes(np.array([-1, -2], np.int32), offset=20)
+    np.testing.assert_array_equal(buf.numpy(), [0, 1, 2, 3, 4, -1, -2, 7])
+    assert buf.read_bytes(28).view(np.int32).tolist() == [7]
+    with pytest.raises(uopd.Error):
+        buf.write_bytes(b"12345678", offset=28)  # past its end
+
+
 def test_freed_buffer_is_not_found(session):
     buf = session.put(np.zeros(4, np.float32))
     buf.free()

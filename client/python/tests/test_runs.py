@@ -150,3 +150,22 @@ def test_json_graph_format_is_protobuf_json(examples):
     msg = graphs.read_file(examples / "matmul.json")
     assert '"op": "BUFFER"' in graphs.to_json(msg).replace("\n", "")
     assert graphs.from_bytes(graphs.to_json(msg).encode()) == msg
+
+
+def test_a_kept_output_bound_to_a_session_buffer_is_that_buffer(session, examples):
+    """A kernel-level graph writes its output PARAM in place: kept, the output is answered
+    as the bound buffer itself, not a second id for the same memory (whose free would free
+    the caller's buffer); the tinygrad bridge relies on this."""
+    x = rng_array((16,), seed=7)
+    out, inp = session.empty("float32", (16,)), session.put(x)
+    got = session.execute(examples / "kernel_sink.json", {0: out, 1: inp}, keep_outputs=True)
+    kept = got.outputs["out"]
+    assert isinstance(kept, uopd.Buffer) and kept.id == out.id
+    assert got.outputs["in"].id == inp.id  # every PARAM is a bound buffer: none gets a second id
+    np.testing.assert_allclose(out.numpy(), (x + 1) ** 2, rtol=1e-6)
+    again = session.execute(examples / "kernel_sink.json", {0: out, 1: session.put(x * 2)}, keep_outputs=True)
+    assert again.outputs["out"].id == out.id
+    np.testing.assert_allclose(out.numpy(), (x * 2 + 1) ** 2, rtol=1e-6)
+    out.free()
+    with pytest.raises(uopd.NotFound):
+        kept.numpy()

@@ -92,7 +92,8 @@ def test_strided_input_runs_like_its_copy(session, examples):
 def test_pip_installs_it_offline_with_the_builds_stubs(server, examples, tmp_path):
     """`pip install --no-build-isolation` of a copy of client/python into a fresh venv (with
     Debian's packages), the stubs taken from this build ($UOPD_PROTO_DIR), no index: the
-    installed package runs a graph, imported from the venv, not from this checkout."""
+    installed package runs a graph, imported from the venv, not from this checkout, and has
+    uopd.tinygrad (which imports no tinygrad until its device opens)."""
     import shutil
     import uopd._proto
 
@@ -106,7 +107,8 @@ def test_pip_installs_it_offline_with_the_builds_stubs(server, examples, tmp_pat
                         str(src)], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     env["UOPD_ADDRESS"] = server.address
-    code = ("import numpy as np, uopd; print(uopd.__file__); "
+    code = ("import sys, numpy as np, uopd, uopd.tinygrad; assert uopd.tinygrad.__file__.startswith(sys.prefix); "
+            "print(uopd.__file__); "
             f"print(uopd.connect().session().run({str(examples / 'reduction.json')!r}, x=np.ones(32, np.float32))['sumsq'].sum())")
     r = subprocess.run([str(venv / "bin/python"), "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
                        timeout=120)

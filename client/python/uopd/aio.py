@@ -32,6 +32,12 @@ class Buffer(_session.Buffer):
     async def write(self, array: Any, progress: transfers.ProgressArg = None) -> None:  # type: ignore[override]
         await super().write(array, progress)
 
+    async def read_bytes(self, offset: int = 0, nbytes: Optional[int] = None) -> np.ndarray:  # type: ignore[override]
+        return await super().read_bytes(offset, nbytes)
+
+    async def write_bytes(self, data: Any, offset: int = 0) -> None:  # type: ignore[override]
+        await super().write_bytes(data, offset)
+
     async def free(self) -> None:  # type: ignore[override]
         await super().free()
 

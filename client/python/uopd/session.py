@@ -49,6 +49,17 @@ class Buffer(calls.BufferRef):
         arr, scalar = dtypes.host_array(array, self.dtype)
         return s._drive(calls.upload(s.id, self.id, transfers.byte_view(arr), s._chunk_bytes, progress))
 
+    def read_bytes(self, offset: int = 0, nbytes: Optional[int] = None) -> np.ndarray:
+        """`nbytes` of its bytes from byte `offset` (default: to the end), as uint8."""
+        s = self.session
+        n = self.nbytes - offset if nbytes is None else nbytes
+        return s._drive(calls.download(s.id, self.id, n, s._chunk_bytes, None, offset))
+
+    def write_bytes(self, data: Any, offset: int = 0) -> None:
+        """Overwrites its bytes from byte `offset` with `data` (bytes or any array's bytes)."""
+        s = self.session
+        return s._drive(calls.upload(s.id, self.id, transfers.byte_view(data), s._chunk_bytes, None, offset))
+
     def free(self) -> None:
         """Frees it on the server; using it afterwards is NotFound."""
         return self.session._drive(calls.free_buffer(self.session.id, self.id))

@@ -148,6 +148,27 @@ TEST(Linearize, AReductionsAccumulatorIsReadAfterItsLoop) {
   testing::expect_cpu_matches_interpreter(kernel, *linear, {{Scalar::Float32, 4}, {Scalar::Float32, 24}});
 }
 
+// out[a, b, c] = sum over k of in[k, c] (2 x 3 x 4, k < 5): the reduction varies with the
+// innermost loop c only, so its loop depends on fewer loops than c's does; it still nests
+// inside c (recomputed for each a and b), and the sums match the interpreter's.
+TEST(Linearize, AReductionInvariantInOuterLoopsNestsInsideTheLoopItVariesWith) {
+  KernelBuilder k;
+  const UOp* out = k.param(0, dtypes::float32, 24);
+  const UOp* in = k.param(1, dtypes::float32, 20);
+  const UOp* a = k.range(2);
+  const UOp* b = k.range(3);
+  const UOp* c = k.range(4);
+  const UOp* r = k.range(5, AxisType::Reduce);
+  const UOp* sum = k.reduce(ReduceOp::Add, k.load(in, k.alu(Op::ADD, k.alu(Op::MUL, r, k.ix(4)), c)), {r});
+  const UOp* at = k.alu(Op::ADD, k.alu(Op::ADD, k.alu(Op::MUL, a, k.ix(12)), k.alu(Op::MUL, b, k.ix(4))), c);
+  const UOp* kernel = k.sink({k.store(out, at, sum, {a, b, c})});
+  auto linear = lower_and_linearize(k.g, kernel);
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  EXPECT_LT(position_of(*linear, c), position_of(*linear, r));
+  EXPECT_LT(end_of(*linear, r), end_of(*linear, c));
+  testing::expect_cpu_matches_interpreter(kernel, *linear, {{Scalar::Float32, 24}, {Scalar::Float32, 20}});
+}
+
 // A kernel that was not lowered (its STORE closes its ranges itself; no END does) has loops
 // linearize cannot place: refused, naming the rule, not a LINEAR that drops the loop.
 TEST(Linearize, RangesNoEndClosesAreRefused) {
