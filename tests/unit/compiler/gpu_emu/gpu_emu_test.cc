@@ -25,6 +25,8 @@
 #include "compiler/backends/cuda/cuda_backend.h"
 #include "absl/container/flat_hash_set.h"
 #include "compiler/interp/interp.h"
+#include "compiler/passes/loop_schedule.h"
+#include "compiler/pipeline.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/ir/printer.h"
 #include "tests/gpu/cuda_corpus.h"
@@ -158,10 +160,16 @@ const UOp* plus_one(KernelBuilder& k, const std::vector<int64_t>& dims) {
 
 // The kernel lowered by `backend` and emulated against the interpreter on the kernel
 // itself, from the same params; the LINEAR comes back for the caller's checks.
+// With `schedule`, the kernel is lowered with that loop schedule, and `applied` (when not
+// null) gets the text of the one the optimize stage applied.
 const UOp* expect_emulator_agrees(KernelBuilder& k, const UOp* kernel, const CudaBackend& backend,
                                   const testing::Slots& slots, Tolerance tol,
-                                  const absl::flat_hash_map<std::string, int64_t>& vars = {}) {
-  auto linear = backend.lower(k.g, kernel, {}, "probe");
+                                  const absl::flat_hash_map<std::string, int64_t>& vars = {},
+                                  std::string_view schedule = {}, std::string* applied = nullptr) {
+  PipelineOptions opts;
+  opts.schedule = std::string(schedule);
+  opts.applied_schedule = applied;
+  auto linear = backend.lower(k.g, kernel, opts, "probe");
   EXPECT_TRUE(linear.ok()) << linear.status();
   if (!linear.ok()) return nullptr;
   std::vector<HostTensor> want = testing::params_for(slots), got = want;
@@ -301,6 +309,184 @@ TEST(GpuEmuOptimize, OtherBlockSizesAndARunTimeExtent) {
                                      Tolerance::exact(), {{"n", n}}),
               nullptr);
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// The GPU's schedule steps (loop_schedule.h: split into local / group_reduce / upcast,
+// grid, tc, tile), each alone and in combination, given as a schedule and emulated.
+
+int void_barriers(const UOp* linear) {
+  return count_ops(linear, [](const UOp* u) { return u->is(Op::BARRIER) && u->dtype().is_void(); });
+}
+
+// C[m, n] = sum over k of A * B, float32, A read at (m, k) or (k, m) (`a_k_major`: A is
+// stored K x M, so its staging walks m), with `batch` batches and, with `relu`, the
+// epilogue max(sum, 0) (f of the matmul's STORE).
+struct Mm {
+  int64_t batch = 1, M = 0, N = 0, K = 0;
+  bool a_k_major = false, relu = false;
+};
+const UOp* float_matmul(KernelBuilder& k, const Mm& s) {
+  const UOp* c = k.param(0, dtypes::float32, s.batch * s.M * s.N);
+  const UOp* a = k.param(1, dtypes::float32, s.batch * s.M * s.K);
+  const UOp* b = k.param(2, dtypes::float32, s.batch * s.K * s.N);
+  const UOp* bt = s.batch > 1 ? k.range(s.batch) : nullptr;
+  const UOp* m = k.range(s.M);
+  const UOp* n = k.range(s.N);
+  const UOp* r = k.range(s.K, AxisType::Reduce);
+  auto plus = [&](const UOp* x, const UOp* y) { return k.alu(Op::ADD, x, y); };
+  auto times = [&](const UOp* x, int64_t c) { return k.alu(Op::MUL, x, k.ix(c)); };
+  const UOp* ai = s.a_k_major ? plus(times(r, s.M), m) : plus(times(m, s.K), r);
+  const UOp* bi = plus(times(r, s.N), n);
+  const UOp* ci = plus(times(m, s.N), n);
+  if (bt) {
+    ai = plus(times(bt, s.M * s.K), ai);
+    bi = plus(times(bt, s.K * s.N), bi);
+    ci = plus(times(bt, s.M * s.N), ci);
+  }
+  const UOp* sum = k.reduce(ReduceOp::Add, k.alu(Op::MUL, k.load(a, ai), k.load(b, bi)), {r});
+  if (s.relu) sum = k.alu(Op::MAX, sum, k.f32(0));
+  std::vector<const UOp*> outs;
+  if (bt) outs.push_back(bt);
+  outs.push_back(m);
+  outs.push_back(n);
+  return k.sink({k.store(c, ci, sum, outs)});
+}
+testing::Slots mm_slots(const Mm& s) {
+  return {{Scalar::Float32, s.batch * s.M * s.N}, {Scalar::Float32, s.batch * s.M * s.K}, {Scalar::Float32, s.batch * s.K * s.N}};
+}
+
+TEST(GpuEmuSchedule, TiledMatmulsStageThroughSharedMemoryAndMatchTheInterpreter) {
+  const CudaBackend cuda(target("sm_90"));
+  struct C { Mm mm; std::string schedule, want; };
+  for (const C& c : {C{{1, 64, 64, 32}, "", "tile(32,32,8,4,4)"},
+                     C{{1, 64, 64, 32}, "tile(16,16,4,2,2)", ""},
+                     C{{1, 32, 64, 16}, "tile(32,64,8,4,8)", ""},
+                     C{{1, 96, 64, 24}, "tile(32,32,8,4,4)", ""},
+                     C{{1, 128, 128, 16}, "tile(128,128,8,8,8)", ""},
+                     C{{1, 64, 32, 16, true}, "", "tile(32,32,8,4,4)"},
+                     C{{3, 32, 32, 16, false, true}, "", "tile(32,32,8,4,4)"},
+                     C{{2, 64, 32, 8, true, true}, "tile(32,16,8,2,2)", ""}}) {
+    SCOPED_TRACE(cat(c.mm.batch, " x ", c.mm.M, " x ", c.mm.N, " x ", c.mm.K, " ", c.schedule));
+    KernelBuilder k;
+    std::string applied;
+    const UOp* linear = expect_emulator_agrees(k, float_matmul(k, c.mm), cuda, mm_slots(c.mm),
+                                               difftest::add_reduction(Scalar::Float32, c.mm.K, 2.0 * c.mm.K), {},
+                                               c.schedule, &applied);
+    ASSERT_NE(linear, nullptr);
+    EXPECT_EQ(applied, c.schedule.empty() ? c.want : c.schedule);
+    EXPECT_EQ(count_op(linear, Op::DEFINE_LOCAL), 2) << "A's and B's tiles";
+    EXPECT_EQ(void_barriers(linear), 1) << "double-buffered: one barrier per k step";
+    EXPECT_EQ(specials(linear, "threadIdx.y"), 1);
+    EXPECT_EQ(specials(linear, "blockIdx.z"), c.mm.batch > 1 ? 1 : 0) << "the batch loop";
+    EXPECT_EQ(count_op(linear, Op::WMMA), 0);
+  }
+  // A half matmul where there are no tensor cores (sm_75) is tiled on its widened values.
+  const CudaBackend sm75(target("sm_75"));
+  KernelBuilder k;
+  std::string applied;
+  const UOp* linear = expect_emulator_agrees(k, testing::matmul(k, dtypes::float16, 64, 32, 16), sm75,
+                                             {{Scalar::Float32, 64 * 32}, {Scalar::Float16, 64 * 16}, {Scalar::Float16, 16 * 32}},
+                                             difftest::add_reduction(Scalar::Float32, 16, 64.0), {}, "", &applied);
+  ASSERT_NE(linear, nullptr);
+  EXPECT_EQ(applied, "tile(32,32,8,4,4)");
+  EXPECT_EQ(count_op(linear, Op::DEFINE_LOCAL), 2);
+}
+
+TEST(GpuEmuSchedule, EveryStepAloneAndCombinedMatchesTheInterpreter) {
+  const CudaBackend cuda(target("sm_80"));
+  auto check = [&](KernelBuilder& k, const UOp* kernel, const testing::Slots& slots, Tolerance tol,
+                   const std::string& schedule) {
+    SCOPED_TRACE(schedule);
+    std::string applied;
+    const UOp* linear = expect_emulator_agrees(k, kernel, cuda, slots, tol, {}, schedule, &applied);
+    EXPECT_EQ(applied, schedule);
+    return linear;
+  };
+  const int64_t n = 4096;
+  const testing::Slots three = {{Scalar::Float32, n}, {Scalar::Float32, n}, {Scalar::Float32, n}};
+  for (const char* s : {"grid(0)", "split(0,4,upcast);grid(0)", "split(0,128,local);grid(0)",
+                        "split(0,4,upcast);split(0,64,local);grid(0)", "split(0,100,local);grid(0)", "split(0,64,local)"}) {
+    KernelBuilder k;
+    const UOp* linear = check(k, axpy(k, n), three, Tolerance::exact(), s);
+    ASSERT_NE(linear, nullptr);
+    const std::string text(s);
+    EXPECT_EQ(specials(linear, "blockIdx.x") > 0, text.find("grid") != std::string::npos);
+    EXPECT_EQ(vector_accesses(linear) > 0, text.find("upcast") != std::string::npos);
+  }
+  for (const char* s : {"split(1,128,group_reduce);grid(0)", "split(1,96,group_reduce);grid(0)",
+                        "split(1,250,reduce);split(1,2,group_reduce);grid(0)", "split(0,3,local);split(1,64,group_reduce)"}) {
+    KernelBuilder k;
+    const UOp* linear = check(k, testing::row_reduce(k, ReduceOp::Add, 3, 1000),
+                              {{Scalar::Float32, 3}, {Scalar::Float32, 3000}},
+                              difftest::add_reduction(Scalar::Float32, 1000, 2000.0), s);
+    ASSERT_NE(linear, nullptr);
+    EXPECT_EQ(count_op(linear, Op::DEFINE_LOCAL), 1);
+  }
+  for (const char* s : {"grid(3,2,1)", "grid(3)", "grid(2,3)", "split(3,2,local);grid(3,1)"}) {
+    KernelBuilder k;
+    ASSERT_NE(check(k, plus_one(k, {3, 4, 5, 6}), {{Scalar::Float32, 360}, {Scalar::Float32, 360}}, Tolerance::exact(), s),
+              nullptr);
+  }
+  for (const char* s : {"tc(1)", "tc(2)", "tc(4)"}) {
+    KernelBuilder k;
+    const UOp* linear = check(k, testing::matmul(k, dtypes::float16, 32, 32, 32),
+                              {{Scalar::Float32, 1024}, {Scalar::Float16, 1024}, {Scalar::Float16, 1024}},
+                              difftest::add_reduction(Scalar::Float32, 32, 128.0), s);
+    ASSERT_NE(linear, nullptr);
+    EXPECT_EQ(count_op(linear, Op::WMMA), 1);
+  }
+}
+
+// What a schedule may not say on the GPU, each refused naming the step; the text forms
+// print back as they were given.
+TEST(GpuEmuSchedule, StepsTheKernelOrTheTargetCannotTakeAreRefused) {
+  for (const char* text : {"grid(0)", "grid(2,0,1)", "tc(4)", "tile(128,128,8,8,8)", "split(0,64,local);grid(0)",
+                           "split(1,256,group_reduce)"}) {
+    auto s = parse_loop_schedule(text);
+    ASSERT_TRUE(s.ok()) << text << ": " << s.status();
+    EXPECT_EQ(s->str(), text);
+  }
+  for (const char* text : {"grid()", "grid(0,1,2,3)", "tc()", "tc(1,2)", "tile(1,2,3,4)", "tile(01,2,3,4,5)"})
+    EXPECT_FALSE(parse_loop_schedule(text).ok()) << text;
+  const CudaBackend cuda(target("sm_90")), sm75(target("sm_75"));
+  struct Bad { const UOp* (*make)(KernelBuilder&); const CudaBackend* backend; const char* schedule; const char* says; };
+  auto mm = [](KernelBuilder& k) { return float_matmul(k, {1, 64, 64, 32}); };
+  auto half = [](KernelBuilder& k) { return testing::matmul(k, dtypes::float16, 32, 32, 32); };
+  auto ax = [](KernelBuilder& k) { return axpy(k, 4096); };
+  auto rows = [](KernelBuilder& k) { return testing::row_reduce(k, ReduceOp::Add, 3, 1000); };
+  auto dims = [](KernelBuilder& k) { return plus_one(k, {3, 70000}); };
+  for (const Bad& b : {Bad{mm, &cuda, "tile(48,32,8,4,4)", "does not divide"},
+                       Bad{mm, &cuda, "tile(32,32,8,1,1)", "1024 threads"},
+                       Bad{mm, &cuda, "tile(32,32,2,2,2)", "whole loads"},
+                       Bad{mm, &cuda, "tile(32,32,8,4,4);grid(0)", "last"},
+                       Bad{ax, &cuda, "tile(32,32,8,4,4)", "no float matmul"},
+                       Bad{half, &cuda, "tc(3)", "warps"},
+                       Bad{half, &sm75, "tc(1)", "sm_75"},
+                       Bad{mm, &cuda, "tc(1)", "float16"},
+                       Bad{ax, &cuda, "thread(0)", "thread pool"},
+                       Bad{ax, &cuda, "grid(0);grid(0)", "one grid step"},
+                       Bad{ax, &cuda, "split(0,2048,local)", "1024 threads"},
+                       Bad{rows, &cuda, "grid(1)", "reduce axis"},
+                       Bad{rows, &cuda, "split(0,3,group_reduce)", "an output axis splits into"},
+                       Bad{dims, &cuda, "grid(0,1)", "65535"},
+                       Bad{dims, &cuda, "grid(1,1)", "named twice"}}) {
+    SCOPED_TRACE(b.schedule);
+    KernelBuilder k;
+    PipelineOptions opts;
+    opts.schedule = b.schedule;
+    auto linear = b.backend->lower(k.g, b.make(k), opts, "probe");
+    ASSERT_FALSE(linear.ok());
+    EXPECT_EQ(linear.status().code(), absl::StatusCode::kInvalidArgument) << linear.status();
+    EXPECT_NE(linear.status().message().find(b.says), std::string::npos) << linear.status();
+  }
+  // The CPU has no GPU steps.
+  auto cpu = parse_loop_schedule("grid(0)");
+  ASSERT_TRUE(cpu.ok());
+  KernelBuilder k;
+  auto st = apply_schedule(k.g, axpy(k, 64), *cpu);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("no GPU"), std::string::npos) << st.status();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -552,6 +738,27 @@ TEST(GpuEmuSeeded, AGroupReductionWithABarrierLeftOutRaces) {
         << msg;
     EXPECT_NE(msg.find("of shared memory node"), std::string::npos) << msg;
   }
+}
+
+// The tiled GEMM with its one barrier left out: a thread reads a tile element another
+// thread has not yet stored (or stored unpublished).
+TEST(GpuEmuSeeded, ATiledMatmulWithoutItsBarrierRaces) {
+  KernelBuilder k;
+  const Mm mm{1, 32, 32, 16};
+  PipelineOptions opts;
+  opts.schedule = "tile(32,32,8,4,4)";
+  auto linear = CudaBackend(target("sm_90")).lower(k.g, float_matmul(k, mm), opts, "probe");
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  ASSERT_EQ(void_barriers(*linear), 1);
+  std::vector<HostTensor> params = testing::params_for(mm_slots(mm));
+  ASSERT_TRUE(emulate_gpu(*linear, testing::pointers(params), {}).ok());
+  const UOp* bad = without_barrier(k.g, *linear, 0);
+  ASSERT_TRUE(verify_linear(bad).ok()) << verify_linear(bad);
+  auto st = emulate_gpu(bad, testing::pointers(params), {});
+  ASSERT_FALSE(st.ok()) << "no race without the barrier";
+  const std::string msg(st.status().message());
+  EXPECT_TRUE(msg.find("[emu.race]") != std::string::npos || msg.find("[emu.uninit]") != std::string::npos) << msg;
+  EXPECT_NE(msg.find("of shared memory node"), std::string::npos) << msg;
 }
 
 TEST(GpuEmuSeeded, TheLaunchIsCheckedAsTheWorkerChecksIt) {
