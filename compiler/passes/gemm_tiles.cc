@@ -125,13 +125,16 @@ absl::StatusOr<const UOp*> tile_gemm(Graph& g, const UOp* kernel, const GemmTile
     const UOp* i = add(add(mul(buf, t.bk * width), mul(kk, width)), at);
     return g.make(Op::LOAD, dt, {smem, g.make(Op::INDEX, dt, {g.make(Op::AFTER, smem->dtype(), {smem, bar}), i})});
   };
-  std::vector<const UOp*> av, bv, prods;
+  std::vector<const UOp*> av, bv, rows, cols;
   for (int64_t i = 0; i < t.tm; ++i) av.push_back(read(as, t.bm, add(ty, g.idx(i * TY))));
   for (int64_t j = 0; j < t.tn; ++j) bv.push_back(read(bs, t.bn, add(tx, g.idx(j * TX))));
   for (int64_t i = 0; i < t.tm; ++i)
-    for (int64_t j = 0; j < t.tn; ++j) prods.push_back(g.alu(Op::MUL, {av[i], bv[j]}));
+    for (int64_t j = 0; j < t.tn; ++j) rows.push_back(av[i]), cols.push_back(bv[j]);
+  // One vector product, lane i TN + j = a_i * b_j: lower_reduce accumulates a product
+  // with a fused multiply-add (MULACC), one per lane.
   const DType vt = dt.vec(static_cast<uint32_t>(t.tm * t.tn));
-  const UOp* acc = g.make(Op::REDUCE, vt, {g.make(Op::VECTORIZE, vt, prods), kt, kk}, ReduceOpArg{ReduceOp::Add});
+  const UOp* prod = g.alu(Op::MUL, {g.make(Op::VECTORIZE, vt, rows), g.make(Op::VECTORIZE, vt, cols)});
+  const UOp* acc = g.make(Op::REDUCE, vt, {prod, kt, kk}, ReduceOpArg{ReduceOp::Add});
 
   std::vector<const UOp*> stores;
   for (int64_t i = 0; i < t.tm; ++i)

@@ -12,7 +12,8 @@
 //       walks memory along k, m fastest when it walks along m (coalesced global reads);
 //     likewise BK * BN / T elements of b's tile into Bs[buf][k][n]; BARRIER
 //     for kk < BK: acc[i][j] += As[buf][kk][ty + i TY] * Bs[buf][kk][tx + j TX]
-//                  (TM x TN float lanes of one vector accumulator per thread)
+//                  (TM x TN float lanes of one vector accumulator per thread, each a
+//                  fused multiply-add: lower_reduce makes a MULACC of the product)
 //   C[gm BM + ty + i TY, gn BN + tx + j TX] = f(acc[i][j])
 //
 // Rows and columns of a thread are interleaved (ty + i TY, tx + j TX) so that neighbouring
