@@ -16,6 +16,13 @@
 //                  fused multiply-add: lower_reduce makes a MULACC of the product)
 //   C[gm BM + ty + i TY, gn BN + tx + j TX] = f(acc[i][j])
 //
+// tc_tile(BM,BN,BK,WM,WN) is the same staging for a float16 / bfloat16 matmul (the narrow
+// values staged, BK a multiple of 16) computed on the tensor cores: threadIdx.x is the
+// lane, threadIdx.y the warp; warp w computes the WM x WN tile at rows (w / (BN / WN)) WM,
+// columns (w % (BN / WN)) WN of the block's, as (WM / 16) x (WN / 8) mma.sync m16n8k16
+// tiles per 16-deep k step, their fragments read from shared memory in PTX's layout
+// (tensor_cores.h), float32 accumulators (4 lanes per mma tile per lane).
+//
 // Rows and columns of a thread are interleaved (ty + i TY, tx + j TX) so that neighbouring
 // threads read neighbouring shared-memory words (no bank conflicts) and store neighbouring
 // elements of C. One barrier per k step is enough with two buffers: a thread writes buffer
@@ -35,8 +42,14 @@ namespace uop {
 
 struct GemmTile {
   int64_t bm = 0, bn = 0, bk = 0;  // the block's tile of C and the k step staged per barrier
-  int64_t tm = 0, tn = 0;          // each thread's block of C (register blocking)
-  int64_t threads() const { return tm > 0 && tn > 0 ? (bm / tm) * (bn / tn) : 0; }
+  int64_t tm = 0, tn = 0;          // each thread's block of C (register blocking); a warp's
+                                   // with tensor_cores
+  bool tensor_cores = false;       // tc_tile: warps of mma.sync m16n8k16 (sm_80+)
+  int64_t threads() const {
+    if (tm < 1 || tn < 1) return 0;
+    return (bm / tm) * (bn / tn) * (tensor_cores ? 32 : 1);
+  }
+  std::string str() const;  // the schedule step: tile(...) / tc_tile(...)
 };
 
 // Why `tile` does not fit `kernel` ("" when it does): the kernel is no float matmul (in

@@ -68,8 +68,8 @@ absl::StatusOr<LoopStep> parse_step(std::string_view text, size_t index) {
   };
   size_t open = text.find('(');
   if (open == std::string_view::npos || text.back() != ')')
-    return bad("a step is NAME(ARGS): split(A,F,TYPE), reorder(A,B,...), thread(A), grid(X,Y,Z), tc(W) or "
-               "tile(BM,BN,BK,TM,TN)");
+    return bad("a step is NAME(ARGS): split(A,F,TYPE), reorder(A,B,...), thread(A), grid(X,Y,Z), tc(W), "
+               "tile(BM,BN,BK,TM,TN) or tc_tile(BM,BN,BK,WM,WN)");
   std::string_view name = text.substr(0, open);
   std::vector<std::string_view> args = split_on(text.substr(open + 1, text.size() - open - 2), ',');
   auto number = [&](std::string_view what, std::string_view s, int64_t* v) -> absl::Status {
@@ -100,12 +100,13 @@ absl::StatusOr<LoopStep> parse_step(std::string_view text, size_t index) {
     st.kind = LoopStep::Kind::Thread;
     if (args.size() != 1) return bad(cat("thread takes 1 argument (axis), not ", args.size()));
     RETURN_IF_ERROR(number("axis", args[0], &st.axis));
-  } else if (name == "grid" || name == "tile") {
+  } else if (name == "grid" || name == "tile" || name == "tc_tile") {
     const bool grid = name == "grid";
-    st.kind = grid ? LoopStep::Kind::Grid : LoopStep::Kind::Tile;
+    st.kind = grid ? LoopStep::Kind::Grid : name == "tile" ? LoopStep::Kind::Tile : LoopStep::Kind::TensorCoreTile;
     if (grid ? args.empty() || args.size() > 3 : args.size() != 5)
       return bad(grid ? cat("grid takes 1 to 3 axes (x, y, z), not ", args.size())
-                      : cat("tile takes 5 arguments (BM, BN, BK, TM, TN), not ", args.size()));
+                      : cat(name, " takes 5 arguments (BM, BN, BK, ", name == "tile" ? "TM, TN" : "WM, WN", "), not ",
+                            args.size()));
     for (std::string_view a : args) {
       int64_t v = 0;
       RETURN_IF_ERROR(number(grid ? "axis" : "extent", a, &v));
@@ -116,7 +117,7 @@ absl::StatusOr<LoopStep> parse_step(std::string_view text, size_t index) {
     if (args.size() != 1) return bad(cat("tc takes 1 argument (warps per block), not ", args.size()));
     RETURN_IF_ERROR(number("warps", args[0], &st.factor));
   } else {
-    return bad(cat("unknown step \"", name, "\" (split, reorder, thread, grid, tc, tile)"));
+    return bad(cat("unknown step \"", name, "\" (split, reorder, thread, grid, tc, tile, tc_tile)"));
   }
   return st;
 }
@@ -262,6 +263,7 @@ std::string LoopStep::str() const {
     case Kind::Grid: return cat("grid(", join(order, ","), ")");
     case Kind::TensorCores: return cat("tc(", factor, ")");
     case Kind::Tile: return cat("tile(", join(order, ","), ")");
+    case Kind::TensorCoreTile: return cat("tc_tile(", join(order, ","), ")");
   }
   return "";
 }
@@ -333,12 +335,13 @@ absl::StatusOr<const UOp*> apply_schedule(Graph& g, const UOp* kernel, const Loo
       if (a < 0 || static_cast<size_t>(a) >= axes.size()) return bad(cat("the kernel has no axis ", a, " (it has ", axes.size(), ")"));
       return static_cast<size_t>(a);
     };
-    if (i > 0 && (schedule.steps[i - 1].kind == LoopStep::Kind::TensorCores ||
-                  schedule.steps[i - 1].kind == LoopStep::Kind::Tile))
+    auto rebuilds = [](LoopStep::Kind k) {
+      return k == LoopStep::Kind::TensorCores || k == LoopStep::Kind::Tile || k == LoopStep::Kind::TensorCoreTile;
+    };
+    if (i > 0 && rebuilds(schedule.steps[i - 1].kind))
       return bad(cat("step ", i - 1, " (", schedule.steps[i - 1].str(), ") rebuilt the kernel: it is the schedule's last"));
-    if ((st.kind == LoopStep::Kind::Grid || st.kind == LoopStep::Kind::TensorCores || st.kind == LoopStep::Kind::Tile) &&
-        !limits.gpu)
-      return bad("this target has no GPU: grid, tc and tile are GPU steps");
+    if ((st.kind == LoopStep::Kind::Grid || rebuilds(st.kind)) && !limits.gpu)
+      return bad("this target has no GPU: grid, tc, tile and tc_tile are GPU steps");
     const UOp* store = k->src(0);
     switch (st.kind) {
       case LoopStep::Kind::Split: {
@@ -459,8 +462,12 @@ absl::StatusOr<const UOp*> apply_schedule(Graph& g, const UOp* kernel, const Loo
         k = *tc;
         break;
       }
-      case LoopStep::Kind::Tile: {
-        GemmTile t{.bm = st.order[0], .bn = st.order[1], .bk = st.order[2], .tm = st.order[3], .tn = st.order[4]};
+      case LoopStep::Kind::Tile:
+      case LoopStep::Kind::TensorCoreTile: {
+        GemmTile t{.bm = st.order[0], .bn = st.order[1], .bk = st.order[2], .tm = st.order[3], .tn = st.order[4],
+                   .tensor_cores = st.kind == LoopStep::Kind::TensorCoreTile};
+        if (t.tensor_cores && limits.sm < 80)
+          return bad(cat("sm_", limits.sm, " has no mma.sync m16n8k16 (sm_80 and later)"));
         auto tiled = tile_gemm(g, k, t);
         if (!tiled.ok()) return bad(std::string(tiled.status().message()));
         k = *tiled;

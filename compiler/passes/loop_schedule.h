@@ -42,7 +42,12 @@
 //                     a block computes a BM x BN tile of C from BM x BK and BK x BN tiles
 //                     of A and B staged through shared memory (double-buffered), each
 //                     thread a TM x TN block of outputs in registers.
-//                     tc and tile rebuild the whole kernel: each is a schedule's last step.
+//   tc_tile(BM,BN,BK,WM,WN)
+//                     the kernel, a float16 / bfloat16 matmul, as tile's block tiles staged
+//                     through shared memory, computed by warps of WM x WN on the tensor
+//                     cores (sm_80+; gemm_tiles.h).
+//                     tc, tile and tc_tile rebuild the whole kernel: each is a schedule's
+//                     last step.
 // The parser refuses what it does not know. Every text form older schedules used (split,
 // reorder, thread) means what it meant.
 //
@@ -62,12 +67,12 @@
 namespace uop {
 
 struct LoopStep {
-  enum class Kind { Split, Reorder, Thread, Grid, TensorCores, Tile };
+  enum class Kind { Split, Reorder, Thread, Grid, TensorCores, Tile, TensorCoreTile };
   Kind kind = Kind::Split;
   int64_t axis = 0;             // Split, Thread
   int64_t factor = 0;           // Split; TensorCores: warps per block
   AxisType type = AxisType::Loop;  // Split: the inner range's type
-  std::vector<int64_t> order;   // Reorder; Grid: the x, y, z axes; Tile: BM, BN, BK, TM, TN
+  std::vector<int64_t> order;   // Reorder; Grid: the x, y, z axes; Tile, TensorCoreTile: its 5 extents
   std::string str() const;
   bool operator==(const LoopStep&) const = default;
 };
@@ -97,8 +102,8 @@ struct ScheduleLimits {
   std::vector<AxisType> output_types{AxisType::Loop, AxisType::Upcast};
   std::vector<AxisType> reduce_types{AxisType::Reduce, AxisType::Upcast};
   bool thread = true;      // thread(A) is allowed
-  bool gpu = false;        // grid, tc and tile are allowed
-  int sm = 0;              // the GPU's compute capability (tc needs 80 or more)
+  bool gpu = false;        // grid, tc, tile and tc_tile are allowed
+  int sm = 0;              // the GPU's compute capability (tc, tc_tile need 80 or more)
   // The product of every Upcast range's trip count: the lanes one value may have.
   int64_t max_lanes = 128;
 };

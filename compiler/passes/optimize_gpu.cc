@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <span>
 #include <string_view>
 
 #include "compiler/ir/value_range.h"
@@ -36,13 +37,15 @@ struct Plan {
 
 // The block tiles tried, largest first: the first that fits and leaves enough blocks to
 // fill a GPU (256), else the fitting one with the most blocks.
-std::optional<GemmTile> pick_tile(const UOp* kernel, const GpuOptimizeOptions& o) {
+std::optional<GemmTile> pick_tile(const UOp* kernel, const GpuOptimizeOptions& o, bool tensor_cores) {
   static constexpr GemmTile kTiles[] = {{128, 128, 8, 8, 8}, {64, 64, 8, 4, 4}, {32, 32, 8, 4, 4}};
+  static constexpr GemmTile kWarpTiles[] = {
+      {128, 128, 32, 64, 32, true}, {64, 64, 32, 32, 32, true}, {32, 32, 16, 16, 16, true}};
   std::optional<GemmTile> best;
   int64_t best_blocks = 0;
   auto mt = match_matmul(kernel, [](const MatmulMatch&) { return true; });
   if (!mt) return std::nullopt;
-  for (const GemmTile& t : kTiles) {
+  for (const GemmTile& t : tensor_cores ? std::span<const GemmTile>(kWarpTiles) : std::span<const GemmTile>(kTiles)) {
     if (t.threads() > o.max_threads || !gemm_tile_misfit(kernel, t).empty()) continue;
     // Either orientation may be the one that fits: count blocks on the extents' product.
     const int64_t blocks = const_end(mt->m) * const_end(mt->n) / (t.bm * t.bn);
@@ -50,6 +53,11 @@ std::optional<GemmTile> pick_tile(const UOp* kernel, const GpuOptimizeOptions& o
     if (blocks > best_blocks) best = t, best_blocks = blocks;
   }
   return best;
+}
+
+LoopSchedule tile_schedule(const GemmTile& t) {
+  return LoopSchedule{{LoopStep{.kind = t.tensor_cores ? LoopStep::Kind::TensorCoreTile : LoopStep::Kind::Tile,
+                                .order = {t.bm, t.bn, t.bk, t.tm, t.tn}}}};
 }
 
 // --- group_reduce ----------------------------------------------------------------------
@@ -147,11 +155,14 @@ LoopSchedule gpu_heuristic_schedule(const UOp* kernel, const GpuOptimizeOptions&
   p.store = kernel->src(0);
   if (p.store->src(0)->op() != Op::INDEX || p.store->src(0)->num_src() < 2) return {};
   p.idx = p.store->src(0)->src(1);
-  if (opts.tensor_cores && opts.sm >= 80 && fits_tensor_cores(kernel))
-    return LoopSchedule{{LoopStep{.kind = LoopStep::Kind::TensorCores, .factor = tensor_core_warps(kernel)}}};
+  if (opts.tensor_cores && opts.sm >= 80) {
+    if (opts.smem_tiles)
+      if (auto t = pick_tile(kernel, opts, true)) return tile_schedule(*t);
+    if (fits_tensor_cores(kernel))
+      return LoopSchedule{{LoopStep{.kind = LoopStep::Kind::TensorCores, .factor = tensor_core_warps(kernel)}}};
+  }
   if (opts.smem_tiles)
-    if (auto t = pick_tile(kernel, opts))
-      return LoopSchedule{{LoopStep{.kind = LoopStep::Kind::Tile, .order = {t->bm, t->bn, t->bk, t->tm, t->tn}}}};
+    if (auto t = pick_tile(kernel, opts, false)) return tile_schedule(*t);
   p.outputs = closed_ranges(p.store).size();
   for (size_t i = 0; i < p.outputs; ++i) p.contiguous.push_back(affine_coeff(p.idx, p.axes[i]) == 1);
   for (const UOp* u : toposort(kernel)) {

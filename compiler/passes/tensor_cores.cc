@@ -25,13 +25,26 @@ bool has_range(const UOp* x) {
 
 bool narrow(DType d) { return d == dtypes::float16 || d == dtypes::bfloat16; }
 
-// The float16 / bfloat16 value a matmul operand is: itself, or what an exact widening
-// CAST to `acc` (float32) reads.
-const UOp* narrow_operand(const UOp* x, DType acc) {
+}  // namespace
+
+const UOp* tensor_core_operand(const UOp* x, DType acc) {
   if (narrow(x->dtype()) && x->dtype() == acc) return x;
   if (acc == dtypes::float32 && x->op() == Op::CAST && narrow(x->src(0)->dtype())) return x->src(0);
   return nullptr;
 }
+
+WmmaArg tensor_core_wmma(Scalar in) {
+  WmmaArg wa;
+  wa.name = in == Scalar::Float16 ? kWmmaF16 : kWmmaBF16;
+  wa.n = 8, wa.m = 16, wa.k = 16;
+  wa.dtype_in = in;
+  wa.dtype_out = Scalar::Float32;
+  wa.device = "CUDA";
+  wa.threads = 32;
+  return wa;
+}
+
+namespace {
 
 }  // namespace
 
@@ -92,14 +105,14 @@ std::optional<MatmulMatch> match(const UOp* kernel) {
   auto mt = match_matmul(kernel, [](const MatmulMatch& m) {
     const DType acc = m.reduce->dtype();
     if (acc != dtypes::float32 && !narrow(acc)) return false;
-    const UOp* a = narrow_operand(m.a, acc);
-    const UOp* b = narrow_operand(m.b, acc);
+    const UOp* a = tensor_core_operand(m.a, acc);
+    const UOp* b = tensor_core_operand(m.b, acc);
     const int64_t M = const_end(m.m), N = const_end(m.n), K = const_end(m.k);
     return a && b && a->dtype() == b->dtype() && M % 16 == 0 && N % 8 == 0 && K % 16 == 0 && M / 16 <= 65535;
   });
   if (!mt) return std::nullopt;
-  mt->a = narrow_operand(mt->a, mt->reduce->dtype());
-  mt->b = narrow_operand(mt->b, mt->reduce->dtype());
+  mt->a = tensor_core_operand(mt->a, mt->reduce->dtype());
+  mt->b = tensor_core_operand(mt->b, mt->reduce->dtype());
   return mt;
 }
 
@@ -149,13 +162,7 @@ absl::StatusOr<const UOp*> use_tensor_cores(Graph& g, const UOp* kernel, int64_t
   for (int64_t i = 0; i < 4; ++i)
     b.push_back(substitute(g, mt->b, {{mt->k, add(k0, g.idx((i & 1) + 8 * (i >> 1)))}, {mt->n, add(n0, grp)}}));
   const Scalar in = mt->a->dtype().scalar;
-  WmmaArg wa;
-  wa.name = in == Scalar::Float16 ? kWmmaF16 : kWmmaBF16;
-  wa.n = 8, wa.m = 16, wa.k = 16;
-  wa.dtype_in = in;
-  wa.dtype_out = Scalar::Float32;
-  wa.device = "CUDA";
-  wa.threads = 32;
+  WmmaArg wa = tensor_core_wmma(in);
   wa.upcast_a = {{id + 5, 8}};
   wa.upcast_b = {{id + 5, 4}};
   wa.upcast_c = {{id + 10, 4}};

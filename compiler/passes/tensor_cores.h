@@ -48,6 +48,12 @@ struct MatmulMatch {
 // first orientation tried is the product's own order); nullopt when it is none.
 std::optional<MatmulMatch> match_matmul(const UOp* kernel, const std::function<bool(const MatmulMatch&)>& fits);
 
+// The float16 / bfloat16 value a matmul operand is: itself, or what an exact widening CAST
+// to `acc` (float32) reads; nullptr when it is neither.
+const UOp* tensor_core_operand(const UOp* x, DType acc);
+// The WMMA of m16n8k16 on `in` (Float16 or BFloat16) inputs with float32 accumulators.
+WmmaArg tensor_core_wmma(Scalar in);
+
 // Whether the rule applies to `kernel`, and the warps per block it picks (0: none).
 bool fits_tensor_cores(const UOp* kernel);
 int64_t tensor_core_warps(const UOp* kernel);
