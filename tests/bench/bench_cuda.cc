@@ -5,9 +5,10 @@
 // ratio_vs_memcpy. Our kernels go the way the service runs them: plan_graph,
 // the CUDA backend's lowering, NVRTC for the device's arch, loaded through CudaDevice::load_program
 // (launch dims from the ABI) and launched by CudaDevice::run (one launch, then a wait).
-// The peers are timed the same way (call, then a stream synchronize). The fp32 GEMM is
-// also run with each shared-memory tile given as a schedule (BM_MatmulF32/tile(...)); the
-// label names the schedule each kernel was lowered with.
+// The peers are timed the same way (call, then a stream synchronize). The GEMMs also run
+// with each shared-memory tile given as a schedule (BM_MatmulF32/tile(...),
+// BM_MatmulF16/tc_tile(...), and tc(4) without shared memory); the label names the
+// schedule each kernel was lowered with.
 //
 // cuBLAS is loaded with dlopen (libcublas.so.13, libcublas.so, /usr/local/cuda/lib64/...):
 // no build dependency. Without a GPU, a driver, NVRTC or cuBLAS, each benchmark skips
@@ -414,6 +415,12 @@ int main(int argc, char** argv) {
   // starting points), on the large fp32 case.
   for (const char* tile : {"tile(128,128,8,8,8)", "tile(64,64,8,4,4)", "tile(128,64,8,8,4)", "tile(64,128,16,4,8)"})
     benchmark::RegisterBenchmark(uop::cat("BM_MatmulF32/", tile).c_str(), uop::BM_Matmul, Scalar::Float32,
+                                 std::string(tile))
+        ->Args({4096, 4096, 4096})->UseManualTime()->Unit(benchmark::kMillisecond);
+  // The tensor cores fed from shared memory (the heuristic's and a smaller block) and
+  // without (one warp per 16 x 8 tile, fragments read from global memory).
+  for (const char* tile : {"tc_tile(128,128,32,64,32)", "tc_tile(64,64,32,32,32)", "tc(4)"})
+    benchmark::RegisterBenchmark(uop::cat("BM_MatmulF16/", tile).c_str(), uop::BM_Matmul, Scalar::Float16,
                                  std::string(tile))
         ->Args({4096, 4096, 4096})->UseManualTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("BM_Elementwise", uop::BM_Elementwise)
