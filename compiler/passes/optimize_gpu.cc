@@ -75,25 +75,46 @@ const UOp* group_loop(const Plan& p, bool* contiguous) {
   return const_end(pick) > 0 ? pick : nullptr;
 }
 
-std::optional<LoopStep> group_reduce_step(const Plan& p, const GpuOptimizeOptions& o) {
+// The steps that spread the reduction over a block's threads; none when it stays per
+// thread.
+std::vector<LoopStep> group_reduce_steps(const Plan& p, const GpuOptimizeOptions& o) {
   bool contiguous = false;
   const UOp* rk = group_loop(p, &contiguous);
-  if (!rk || !can_mask(p.kernel, rk)) return std::nullopt;
+  if (!rk || !can_mask(p.kernel, rk)) return {};
   ValueRange vr;
   __int128 outputs = 1;
   for (size_t i = 0; i < p.outputs; ++i)
     outputs = std::min<__int128>(outputs * std::max<int64_t>(vr.vmax(p.axes[i]->src(0)), 1), __int128{1} << 62);
   const int64_t K = const_end(rk);
-  if (!((outputs <= o.max_group_outputs && K >= o.min_group_reduce) || (contiguous && K >= 256))) return std::nullopt;
-  // rk = ro * L + T: thread T of the block takes every L-th value, so neighbouring
-  // threads read neighbouring elements. No L divides K: ceil(K / L) x L, the tail masked
-  // to the identity (split_range).
+  const bool few = outputs <= o.max_group_outputs && K >= o.min_group_reduce;
+  // Many short contiguous rows: a warp per row, several rows per block.
+  const bool rows = !few && contiguous && K >= 32 && K < 256 && o.max_threads >= 64;
+  if (!few && !(contiguous && K >= 256) && !rows) return {};
+  std::vector<LoopStep> steps;
+  const int64_t r = p.axis_of(rk);
+  if (rows) {
+    // The innermost output loop (the row) split into rows of threads (Local, threadIdx.y).
+    const int64_t P = o.max_threads / 32;
+    for (size_t i = p.outputs; i-- > 0;) {
+      const int64_t n = const_end(p.axes[i]);
+      if (n >= P && (n % P == 0 || can_mask(p.kernel, p.axes[i]))) {
+        steps.push_back(split_step(static_cast<int64_t>(i), P, AxisType::Local));
+        break;
+      }
+    }
+    steps.push_back(split_step(r, 32, AxisType::GroupReduce));
+    return steps;
+  }
+  // r = ro * L + T: thread T of the block takes every L-th value, so neighbouring
+  // threads read neighbouring elements. No L divides K: ceil(K / L) x L, the
+  // tail masked to the identity (split_range).
   int64_t L = 0;
   for (int64_t c = o.max_threads; c >= 32 && !L; c /= 2)
     if (c <= K && K % c == 0) L = c;
   if (!L)
     for (L = 32; L * 2 <= std::min<int64_t>(K, o.max_threads); L *= 2) {}
-  return split_step(p.axis_of(rk), L, AxisType::GroupReduce);
+  steps.push_back(split_step(r, L, AxisType::GroupReduce));
+  return steps;
 }
 
 // --- upcast ----------------------------------------------------------------------------
@@ -171,8 +192,11 @@ LoopSchedule gpu_heuristic_schedule(const UOp* kernel, const GpuOptimizeOptions&
   }
   // The shaping rules: the first that applies wins; then the grid.
   LoopSchedule s;
-  if (auto st = group_reduce_step(p, opts)) {
-    s.steps.push_back(*st);
+  if (std::vector<LoopStep> group = group_reduce_steps(p, opts); !group.empty()) {
+    for (const LoopStep& st : group) {
+      s.steps.push_back(st);
+      if (st.axis < static_cast<int64_t>(p.outputs)) p.contiguous[st.axis] = false;  // rows of threads
+    }
   } else if (auto up = upcast_step(p, opts)) {
     s.steps.push_back(*up);
     p.contiguous[up->axis] = false;  // its outer part strides by the lanes

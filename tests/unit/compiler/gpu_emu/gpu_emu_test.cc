@@ -9,11 +9,18 @@
 //     blockIdx.x with a clamped tail, other block sizes, a run-time extent) on a few
 //     shapes, odd ones included, lowered by the CUDA backend and emulated, agrees with the
 //     interpreter on the kernel before lowering, and the choice is seen in the LINEAR;
+//   * the GPU's schedule steps (loop_schedule.h) given as schedules, each alone and in
+//     combination: splits into local / group_reduce / upcast, grid, tc, the shared-memory
+//     GEMM tiles (tile: float32, batched, either operand layout, an epilogue; tc_tile:
+//     float16 / bfloat16 on the tensor cores, a float16 result), emulated against the
+//     interpreter with the staging (two shared arrays, one barrier per k step) seen in the
+//     LINEAR; and what a schedule may not say, refused naming the step;
 //   * seeded bugs in hand-built LINEARs (a write-write race in shared memory, a read
 //     before the barrier that publishes it, a barrier some threads skip, out-of-bounds
 //     shared and global indices, a read of unwritten shared memory, a race between
 //     blocks, a WMMA in a partial warp) each fail naming the node and the threads, and
-//     so does the backend's own group reduction with any one of its barriers left out.
+//     so does the backend's own group reduction with any one of its barriers left out,
+//     and its tiled GEMM without its barrier.
 #include "compiler/gpu_emu/gpu_emu.h"
 
 #include <gtest/gtest.h>
@@ -230,6 +237,21 @@ TEST(GpuEmuOptimize, GroupReductionsWithAndWithoutAMaskedTail) {
     ASSERT_NE(linear, nullptr);
     EXPECT_EQ(count_op(linear, Op::DEFINE_LOCAL), 1) << "group reduce: one shared array";
     EXPECT_GT(count_op(linear, Op::BARRIER), 1);
+  }
+  // Many short contiguous rows (softmax's row max and sum): a warp per row, eight rows per
+  // block (threadIdx.y), each row's own shared array; rows and K that 8 and 32 do not
+  // divide are masked.
+  for (auto [rows, K] : {std::pair<int64_t, int64_t>{4096, 64}, {2051, 40}, {2300, 255}}) {
+    SCOPED_TRACE(cat(rows, " short rows of ", K));
+    KernelBuilder k;
+    std::string applied;
+    const UOp* linear = expect_emulator_agrees(k, testing::row_reduce(k, ReduceOp::Max, rows, K), cuda,
+                                               {{Scalar::Float32, rows}, {Scalar::Float32, rows * K}}, Tolerance::exact(),
+                                               {}, "", &applied);
+    ASSERT_NE(linear, nullptr);
+    EXPECT_EQ(applied, "split(0,8,local);split(1,32,group_reduce);grid(0)");
+    EXPECT_EQ(count_op(linear, Op::DEFINE_LOCAL), 1);
+    EXPECT_EQ(specials(linear, "threadIdx.y"), 1);
   }
   // Many outputs with a short reduction: per-thread accumulators, no shared memory.
   KernelBuilder k;

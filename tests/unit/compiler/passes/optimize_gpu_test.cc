@@ -97,6 +97,7 @@ TEST(OptimizeGpu, AReduceLoopNoBlockDividesHasItsTailMasked) {
 
 // No GroupReduce: too few values per output (16 < 64), or too many outputs (4096 > 2048)
 // with a reduce loop no load walks contiguously (column sums). The output loops are Global.
+// Many contiguous rows of 32 .. 255 take a warp each, eight rows to a block.
 TEST(OptimizeGpu, ShortOrStridedReductionsStayPerThread) {
   {
     KernelBuilder k;
@@ -120,6 +121,16 @@ TEST(OptimizeGpu, ShortOrStridedReductionsStayPerThread) {
     ASSERT_TRUE(after.ok()) << after.status();
     EXPECT_TRUE(testing::trips_of(*after, AxisType::GroupReduce).empty());
     EXPECT_EQ(testing::trips_of(*after, AxisType::Reduce), std::vector<int64_t>{K});
+  }
+  {
+    KernelBuilder k;
+    const UOp* before = row_sums(k, 4096, 64);
+    auto after = optimize_gpu(k.g, before, {});
+    ASSERT_TRUE(after.ok()) << after.status();
+    EXPECT_EQ(testing::trips_of(*after, AxisType::GroupReduce), std::vector<int64_t>{32});
+    EXPECT_EQ(testing::trips_of(*after, AxisType::Local), std::vector<int64_t>{8});
+    EXPECT_EQ(testing::trips_of(*after, AxisType::Reduce), std::vector<int64_t>{2});
+    testing::expect_interpreter_agrees(before, *after, {{Scalar::Float32, 4096}, {Scalar::Float32, 4096 * 64}});
   }
 }
 
