@@ -476,11 +476,19 @@ absl::StatusOr<const UOp*> apply_schedule(Graph& g, const UOp* kernel, const Loo
     }
   }
   // What a block may hold: at most three thread ranges of at most 1024 threads in all.
+  // Upcast lanes beside a GroupReduce range are not lowered (group_reduce folds one scalar
+  // per thread; expand does not finish on its shared array's accesses).
   if (limits.gpu) {
     int64_t threads = 1, ranges = 0;
+    bool upcast = false, grouped = false;
     for (const UOp* u : toposort(k))
       if (u->op() == Op::RANGE) {
         AxisType t = u->arg_as<RangeArg>().type;
+        upcast |= t == AxisType::Upcast;
+        grouped |= t == AxisType::GroupReduce;
+        if (upcast && grouped)
+          return absl::InvalidArgumentError(
+              "schedule: upcast lanes and a group_reduce range in one kernel are not supported on the GPU");
         if (t != AxisType::Local && t != AxisType::GroupReduce) continue;
         ++ranges;
         threads *= std::max<int64_t>(const_end(u), 1);

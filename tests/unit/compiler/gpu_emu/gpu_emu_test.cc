@@ -33,6 +33,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "compiler/interp/interp.h"
 #include "compiler/passes/loop_schedule.h"
+#include "compiler/passes/gemm_tiles.h"
+#include "compiler/passes/optimize.h"
 #include "compiler/pipeline.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/ir/printer.h"
@@ -136,6 +138,109 @@ TEST(GpuEmuRandom, GraphsMatchTheInterpreter) {
   }
   std::cout << kCount << " random graphs: " << emu.launches() << " launches, " << emu.totals().barriers
             << " barriers\n";
+}
+
+// A GPU schedule drawn at random from the steps that fit `kernel`: for a matmul, a GEMM
+// tile that fits it half the time; else up to three splits (output axes into local, upcast
+// or loop ranges, reduce axes into one group_reduce or reduce range; a gated axis only
+// into upcast lanes by a divisor) within the block's 1024 threads, three thread ranges and
+// 256 lanes, then a grid of up to three plain output loops. The generator keeps what each
+// step does to the trip counts, so every schedule it makes applies (a refusal is a
+// failure). No upcast lanes beside a group_reduce range (apply_schedule refuses them).
+std::string random_gpu_schedule(const UOp* kernel, uint64_t seed) {
+  std::vector<const UOp*> axes = schedule_axes(kernel);
+  if (axes.empty()) return "";
+  randgraph::Rng rng(seed);
+  if (rng.chance(0.5))
+    for (GemmTile t : {GemmTile{16, 16, 4, 2, 2}, GemmTile{32, 32, 8, 4, 4}, GemmTile{32, 32, 16, 16, 16, true}})
+      if (gemm_tile_misfit(kernel, t).empty()) return t.str();
+  const size_t outputs = closed_ranges(kernel->src(0)).size();
+  std::vector<int64_t> trip;
+  std::vector<bool> output, plain, gated;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    trip.push_back(const_end(axes[i]));
+    output.push_back(i < outputs);
+    plain.push_back(axes[i]->arg_as<RangeArg>().type == AxisType::Loop);
+    bool nested = false;
+    for (const UOp* x : toposort(axes[i]->src(0))) nested |= x->op() == Op::RANGE;
+    if (nested) plain.back() = false;
+    gated.push_back(!can_mask(kernel, axes[i]));
+  }
+  int64_t threads = 1, thread_ranges = 0, lanes = 1;
+  bool grouped = false;
+  LoopSchedule s;
+  for (int64_t n = rng.range(0, 3); n > 0; --n) {
+    std::vector<int64_t> can;
+    for (size_t a = 0; a < trip.size(); ++a)
+      if (trip[a] >= 2) can.push_back(static_cast<int64_t>(a));
+    if (can.empty()) break;
+    const int64_t a = rng.pick(can);
+    int64_t f = rng.range(2, std::min<int64_t>(trip[a], 40));
+    while (gated[a] && trip[a] % f != 0) --f;
+    if (f < 2) continue;
+    AxisType t = output[a] ? (rng.chance(0.5) ? AxisType::Local : rng.chance(0.5) ? AxisType::Upcast : AxisType::Loop)
+                           : (rng.chance(0.6) && !grouped ? AxisType::GroupReduce : AxisType::Reduce);
+    if (gated[a]) t = AxisType::Upcast;
+    if (t == AxisType::Upcast && (lanes * f > 256 || !output[a] || grouped)) continue;
+    if (t == AxisType::GroupReduce && lanes > 1) t = AxisType::Reduce;
+    const bool thread = t == AxisType::Local || t == AxisType::GroupReduce;
+    if (thread && (threads * f > 1024 || thread_ranges == 3)) continue;
+    if (thread) threads *= f, ++thread_ranges;
+    if (t == AxisType::Upcast) lanes *= f;
+    grouped |= t == AxisType::GroupReduce;
+    s.steps.push_back(LoopStep{.kind = LoopStep::Kind::Split, .axis = a, .factor = f, .type = t});
+    trip[a] = (trip[a] + f - 1) / f;
+    trip.push_back(f);
+    output.push_back(output[a]);
+    plain.push_back(false);
+    gated.push_back(gated[a]);
+  }
+  if (rng.chance(0.8)) {
+    LoopStep grid{.kind = LoopStep::Kind::Grid};
+    for (size_t a = outputs; a-- > 0 && grid.order.size() < 3;)
+      if (plain[a] && (grid.order.empty() || (trip[a] >= 0 && trip[a] <= 65535)) && rng.chance(0.8))
+        grid.order.push_back(static_cast<int64_t>(a));
+    if (!grid.order.empty()) s.steps.push_back(grid);
+  }
+  return s.str();
+}
+
+// Random graphs under random GPU schedules, each kernel's drawn from the seed and its
+// digest, through the CUDA lowering on the emulator against the interpreter.
+TEST(GpuEmuRandom, GraphsUnderRandomSchedulesMatchTheInterpreter) {
+  constexpr uint64_t kBase = 0x6a5c0000, kCount = 300;
+  int failures = 0, kernels = 0;
+  std::string log;
+  for (uint64_t seed = kBase; seed < kBase + kCount && failures < 5; ++seed) {
+    gputest::EmuRunner emu(target("sm_80"));
+    log.clear();
+    emu.set_schedules([&](const UOp* kernel) {
+      uint64_t h = seed;
+      for (uint8_t b : kernel->digest().bytes) h = h * 1099511628211ULL + b;
+      std::string s = random_gpu_schedule(kernel, h);
+      log += cat("kernel ", kernel->digest().short_hex(), ": \"", s, "\"\n");
+      ++kernels;
+      return s;
+    });
+    Graph g;
+    TensorBuilder tb(g);
+    randgraph::RandomGraph rg = randgraph::generate(tb, seed);
+    difftest::Inputs in = difftest::random_inputs(tb, rg.inputs, seed * 1000);
+    auto want = interpret(g, rg.sink, in);
+    ASSERT_TRUE(want.ok()) << "seed " << seed << ": " << want.status();
+    auto got = emu.run(g, rg.sink, in);
+    std::string why = !got.ok() ? got.status().ToString() : "";
+    if (got.ok())
+      for (size_t i = 0; i < want->size(); ++i)
+        if (std::string w = difftest::compare_output((*want)[i], (*got)[i], rg.tolerances[i]); !w.empty())
+          why += cat("output ", i, " (", rg.notes[i], "): ", w, "\n");
+    if (!why.empty()) {
+      ++failures;
+      ADD_FAILURE() << "seed " << seed << ": " << why << log << print_tree(rg.sink);
+    }
+  }
+  EXPECT_GT(kernels, static_cast<int>(kCount));
+  std::cout << kCount << " random graphs under random GPU schedules: " << kernels << " kernels\n";
 }
 
 // ---------------------------------------------------------------------------------------
@@ -552,7 +657,9 @@ TEST(GpuEmuSchedule, StepsTheKernelOrTheTargetCannotTakeAreRefused) {
                        Bad{rows, &cuda, "grid(1)", "reduce axis"},
                        Bad{rows, &cuda, "split(0,3,group_reduce)", "an output axis splits into"},
                        Bad{dims, &cuda, "grid(0,1)", "65535"},
-                       Bad{dims, &cuda, "grid(1,1)", "named twice"}}) {
+                       Bad{dims, &cuda, "grid(1,1)", "named twice"},
+                       Bad{rows, &cuda, "split(0,3,upcast);split(1,64,group_reduce)", "not supported"},
+                       Bad{rows, &cuda, "split(1,4,upcast);split(1,64,group_reduce)", "not supported"}}) {
     SCOPED_TRACE(b.schedule);
     KernelBuilder k;
     PipelineOptions opts;
