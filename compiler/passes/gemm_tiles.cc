@@ -4,7 +4,6 @@
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
-#include "compiler/ir/value_range.h"
 #include "compiler/passes/expand.h"
 #include "compiler/passes/loop_schedule.h"
 #include "compiler/passes/tensor_cores.h"
@@ -215,19 +214,8 @@ absl::StatusOr<const UOp*> tile_gemm(Graph& g, const UOp* kernel, const GemmTile
                 add(add(add(mul(gn, t.bn), n0), mul(tig, 2)), g.idx(8 * j + (e & 1))));
         }
   }
-  // One batch loop becomes blockIdx.z; any others stay serial loops (outermost).
-  std::vector<const UOp*> closes;
   absl::flat_hash_map<const UOp*, const UOp*> batch_dims;
-  ValueRange vr;
-  for (const UOp* r : mt->batch) {
-    if (batch_dims.empty() && vr.vmax(r->src(0)) <= 65535) {
-      const UOp* z = g.make(Op::RANGE, r->dtype(), r->src(), RangeArg{id + 8, AxisType::Global, true});
-      batch_dims[r] = z;
-      closes.push_back(z);
-    } else {
-      closes.push_back(r);
-    }
-  }
+  std::vector<const UOp*> closes = matmul_batch_loops(g, *mt, id + 8, &batch_dims);
   for (const UOp* r : t.tensor_cores ? std::vector<const UOp*>{gm, gn, warp, lane} : std::vector<const UOp*>{gm, gn, ty, tx})
     closes.push_back(r);
   std::vector<const UOp*> end{g.make(Op::GROUP, dtypes::void_, stores)};

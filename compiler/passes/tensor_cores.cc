@@ -118,6 +118,22 @@ std::optional<MatmulMatch> match(const UOp* kernel) {
 
 }  // namespace
 
+std::vector<const UOp*> matmul_batch_loops(Graph& g, const MatmulMatch& mt, int64_t z_id,
+                                           absl::flat_hash_map<const UOp*, const UOp*>* batch_dims) {
+  std::vector<const UOp*> closes;
+  ValueRange vr;
+  for (const UOp* r : mt.batch) {
+    if (batch_dims->empty() && vr.vmax(r->src(0)) <= 65535) {
+      const UOp* z = g.make(Op::RANGE, r->dtype(), r->src(), RangeArg{z_id, AxisType::Global, true});
+      (*batch_dims)[r] = z;
+      closes.push_back(z);
+    } else {
+      closes.push_back(r);
+    }
+  }
+  return closes;
+}
+
 bool fits_tensor_cores(const UOp* kernel) { return match(kernel).has_value(); }
 
 int64_t tensor_core_warps(const UOp* kernel) {
@@ -183,19 +199,8 @@ absl::StatusOr<const UOp*> use_tensor_cores(Graph& g, const UOp* kernel, int64_t
                                                       {mt->n, add(add(n0, mul(tig, 2)), g.idx(i & 1))}};
     stores.push_back(g.make(Op::STORE, dtypes::void_, {substitute(g, mt->store->src(0), at), substitute(g, mt->store->src(1), at)}));
   }
-  // One batch loop becomes blockIdx.z; any others stay serial loops.
-  std::vector<const UOp*> closes;
   absl::flat_hash_map<const UOp*, const UOp*> batch_dims;
-  ValueRange vr;
-  for (const UOp* r : mt->batch) {
-    if (batch_dims.empty() && vr.vmax(r->src(0)) <= 65535) {
-      const UOp* z = g.make(Op::RANGE, r->dtype(), r->src(), RangeArg{id + 8, AxisType::Global, true});
-      batch_dims[r] = z;
-      closes.push_back(z);
-    } else {
-      closes.push_back(r);
-    }
-  }
+  std::vector<const UOp*> closes = matmul_batch_loops(g, *mt, id + 8, &batch_dims);
   for (const UOp* r : {gm, gn, w, lane}) closes.push_back(r);
   std::vector<const UOp*> end{g.make(Op::GROUP, dtypes::void_, stores)};
   end.insert(end.end(), closes.begin(), closes.end());

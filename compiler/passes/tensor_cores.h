@@ -24,6 +24,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "compiler/ir/uop.h"
 
@@ -53,6 +54,12 @@ std::optional<MatmulMatch> match_matmul(const UOp* kernel, const std::function<b
 const UOp* tensor_core_operand(const UOp* x, DType acc);
 // The WMMA of m16n8k16 on `in` (Float16 or BFloat16) inputs with float32 accumulators.
 WmmaArg tensor_core_wmma(Scalar in);
+
+// The loops that close a rebuilt matmul's stores, outermost first, before its own: the
+// first batch loop that fits becomes blockIdx.z (a Global range of axis id `z_id`, put in
+// `batch_dims` for the caller to substitute), any others stay serial loops.
+std::vector<const UOp*> matmul_batch_loops(Graph& g, const MatmulMatch& mt, int64_t z_id,
+                                           absl::flat_hash_map<const UOp*, const UOp*>* batch_dims);
 
 // Whether the rule applies to `kernel`, and the warps per block it picks (0: none).
 bool fits_tensor_cores(const UOp* kernel);
