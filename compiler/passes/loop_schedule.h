@@ -34,7 +34,9 @@
 //   grid(X[,Y[,Z]])   output axes X, Y, Z become Global: blockIdx.x, .y, .z in that order
 //                     (Y and Z at most 65535 iterations; none Upcast or already parallel).
 //                     A split into `local` / `group_reduce` makes threadIdx ranges, the
-//                     inner range of the latest such split threadIdx.x.
+//                     inner range of the latest such split threadIdx.x (at most three, of
+//                     1024 threads in all; upcast lanes and a group_reduce range do not go
+//                     together in one kernel).
 //   tc(W)             the kernel, a float16 / bfloat16 matmul, runs on the tensor cores
 //                     (tensor_cores.h), W warps per block (1, 2 or 4 dividing N / 8).
 //   tile(BM,BN,BK,TM,TN)

@@ -363,6 +363,31 @@ TEST(GpuEmuOptimize, GroupReductionsWithAndWithoutAMaskedTail) {
   EXPECT_EQ(count_op(linear, Op::BARRIER), 0);
 }
 
+// Softmax-shaped graphs (a row max, then exp of each element less it, a row sum, then
+// each element over its row's sum) from short rows to long: every row reduction folds in
+// shared memory (a warp per row for many short rows, a block per row for long ones), and
+// the outputs match the interpreter's.
+TEST(GpuEmuOptimize, SoftmaxRowsFromShortToLongReduceInSharedMemory) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{4096, 64}, {3000, 100}, {8, 4096}, {2, 65536}}) {
+    SCOPED_TRACE(cat(rows, " rows of ", cols));
+    gputest::EmuRunner emu(target("sm_90"));
+    Graph g;
+    TensorBuilder tb(g);
+    const UOp* x = tb.input(Scalar::Float32, {rows, cols});
+    const UOp* e = tb.alu(Op::EXP2, {tb.alu(Op::SUB, {x, tb.reduce(x, ReduceOp::Max, {1})})});
+    const UOp* sink = tb.sink({tb.alu(Op::FDIV, {e, tb.reduce(e, ReduceOp::Add, {1})})});
+    difftest::Inputs in = difftest::random_inputs(tb, {x}, 7);
+    auto want = interpret(g, sink, in);
+    ASSERT_TRUE(want.ok()) << want.status();
+    auto got = emu.run(g, sink, in);
+    ASSERT_TRUE(got.ok()) << got.status();
+    // exp2 within a few ULP, a sum of `cols` positive terms reassociated.
+    EXPECT_EQ(difftest::compare_output((*want)[0], (*got)[0], difftest::add_reduction(Scalar::Float32, cols, 8.0 * cols)), "");
+    // Every block (eight short rows, or one long row) passes barriers in each reduction.
+    EXPECT_GE(emu.totals().barriers, 2 * (rows > 2048 ? rows / 8 : rows)) << "the max and the sum fold across threads";
+  }
+}
+
 TEST(GpuEmuOptimize, UpcastAndTheSplitOfBlockIdxX) {
   const CudaBackend cuda(target("sm_80"));
   // 4096 and 1000: 4-lane vectors (16 bytes) with >= 64 threads left; 1001 and 37 cannot
