@@ -481,14 +481,20 @@ absl::StatusOr<const UOp*> apply_schedule(Graph& g, const UOp* kernel, const Loo
   if (limits.gpu) {
     int64_t threads = 1, ranges = 0;
     bool upcast = false, grouped = false;
+    absl::flat_hash_set<const UOp*> reduce_lanes;
+    for (const UOp* u : toposort(k))
+      if (u->op() == Op::REDUCE)
+        for (const UOp* r : closed_ranges(u)) reduce_lanes.insert(r);
     for (const UOp* u : toposort(k))
       if (u->op() == Op::RANGE) {
         AxisType t = u->arg_as<RangeArg>().type;
-        upcast |= t == AxisType::Upcast;
+        // Upcast lanes of a reduce loop fold into the thread's partial; an output's would
+        // make it a vector.
+        upcast |= t == AxisType::Upcast && !reduce_lanes.contains(u);
         grouped |= t == AxisType::GroupReduce;
         if (upcast && grouped)
           return absl::InvalidArgumentError(
-              "schedule: upcast lanes and a group_reduce range in one kernel are not supported on the GPU");
+              "schedule: upcast lanes of an output and a group_reduce range in one kernel are not supported on the GPU");
         if (t != AxisType::Local && t != AxisType::GroupReduce) continue;
         ++ranges;
         threads *= std::max<int64_t>(const_end(u), 1);

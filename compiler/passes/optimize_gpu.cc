@@ -105,14 +105,22 @@ std::vector<LoopStep> group_reduce_steps(const Plan& p, const GpuOptimizeOptions
     steps.push_back(split_step(r, 32, AxisType::GroupReduce));
     return steps;
   }
-  // r = ro * L + T: thread T of the block takes every L-th value, so neighbouring
-  // threads read neighbouring elements. No L divides K: ceil(K / L) x L, the
-  // tail masked to the identity (split_range).
+  // A long contiguous row: each thread loads 16-byte vectors (the reduce loop's lanes an
+  // Upcast, when the lanes and a warp divide it), neighbouring threads neighbouring ones.
+  int64_t n = K;
+  const int64_t w = std::min<int64_t>(8, o.vector_bytes / std::max(1, p.reduces[0]->dtype().itemsize()));
+  if (contiguous && w >= 2 && K % (32 * w) == 0 && !p.reduces[0]->dtype().is_vector()) {
+    steps.push_back(split_step(r, w, AxisType::Upcast));
+    n = K / w;
+  }
+  // r = ro * L + T: thread T of the block takes every L-th value (or vector), so
+  // neighbouring threads read neighbouring elements. No L divides it: ceil(n / L) x L,
+  // the tail masked to the identity (split_range).
   int64_t L = 0;
   for (int64_t c = o.max_threads; c >= 32 && !L; c /= 2)
-    if (c <= K && K % c == 0) L = c;
+    if (c <= n && n % c == 0) L = c;
   if (!L)
-    for (L = 32; L * 2 <= std::min<int64_t>(K, o.max_threads); L *= 2) {}
+    for (L = 32; L * 2 <= std::min<int64_t>(n, o.max_threads); L *= 2) {}
   steps.push_back(split_step(r, L, AxisType::GroupReduce));
   return steps;
 }

@@ -153,7 +153,8 @@ TEST(GpuEmuRandom, GraphsMatchTheInterpreter) {
 // into upcast lanes by a divisor) within the block's 1024 threads, three thread ranges and
 // 256 lanes, then a grid of up to three plain output loops. The generator keeps what each
 // step does to the trip counts, so every schedule it makes applies (a refusal is a
-// failure). No upcast lanes beside a group_reduce range (apply_schedule refuses them).
+// failure). No output's upcast lanes beside a group_reduce range (apply_schedule refuses
+// them); a reduce loop's may.
 std::string random_gpu_schedule(const UOp* kernel, uint64_t seed) {
   std::vector<const UOp*> axes = schedule_axes(kernel);
   if (axes.empty()) return "";
@@ -174,7 +175,7 @@ std::string random_gpu_schedule(const UOp* kernel, uint64_t seed) {
     gated.push_back(!can_mask(kernel, axes[i]));
   }
   int64_t threads = 1, thread_ranges = 0, lanes = 1;
-  bool grouped = false;
+  bool grouped = false, output_lanes = false;
   LoopSchedule s;
   for (int64_t n = rng.range(0, 3); n > 0; --n) {
     std::vector<int64_t> can;
@@ -188,12 +189,14 @@ std::string random_gpu_schedule(const UOp* kernel, uint64_t seed) {
     AxisType t = output[a] ? (rng.chance(0.5) ? AxisType::Local : rng.chance(0.5) ? AxisType::Upcast : AxisType::Loop)
                            : (rng.chance(0.6) && !grouped ? AxisType::GroupReduce : AxisType::Reduce);
     if (gated[a]) t = AxisType::Upcast;
-    if (t == AxisType::Upcast && (lanes * f > 256 || !output[a] || grouped)) continue;
-    if (t == AxisType::GroupReduce && lanes > 1) t = AxisType::Reduce;
+    if (!output[a] && rng.chance(0.3)) t = AxisType::Upcast;
+    if (t == AxisType::Upcast && (lanes * f > 256 || (output[a] && grouped))) continue;
+    if (t == AxisType::GroupReduce && output_lanes) t = AxisType::Reduce;
     const bool thread = t == AxisType::Local || t == AxisType::GroupReduce;
     if (thread && (threads * f > 1024 || thread_ranges == 3)) continue;
     if (thread) threads *= f, ++thread_ranges;
     if (t == AxisType::Upcast) lanes *= f;
+    output_lanes |= t == AxisType::Upcast && output[a];
     grouped |= t == AxisType::GroupReduce;
     s.steps.push_back(LoopStep{.kind = LoopStep::Kind::Split, .axis = a, .factor = f, .type = t});
     trip[a] = (trip[a] + f - 1) / f;
@@ -562,6 +565,7 @@ TEST(GpuEmuSchedule, EveryStepAloneAndCombinedMatchesTheInterpreter) {
     EXPECT_EQ(vector_accesses(linear) > 0, text.find("upcast") != std::string::npos);
   }
   for (const char* s : {"split(1,128,group_reduce);grid(0)", "split(1,96,group_reduce);grid(0)",
+                        "split(1,4,upcast);split(1,64,group_reduce);grid(0)", "split(1,8,upcast);split(1,32,group_reduce)",
                         "split(1,250,reduce);split(1,2,group_reduce);grid(0)", "split(0,3,local);split(1,64,group_reduce)"}) {
     KernelBuilder k;
     const UOp* linear = check(k, testing::row_reduce(k, ReduceOp::Add, 3, 1000),
@@ -569,6 +573,7 @@ TEST(GpuEmuSchedule, EveryStepAloneAndCombinedMatchesTheInterpreter) {
                               difftest::add_reduction(Scalar::Float32, 1000, 2000.0), s);
     ASSERT_NE(linear, nullptr);
     EXPECT_EQ(count_op(linear, Op::DEFINE_LOCAL), 1);
+    EXPECT_EQ(vector_accesses(linear) > 0, std::string(s).find("upcast") != std::string::npos) << "vector loads";
   }
   for (const char* s : {"grid(3,2,1)", "grid(3)", "grid(2,3)", "split(3,2,local);grid(3,1)"}) {
     KernelBuilder k;
@@ -679,7 +684,7 @@ TEST(GpuEmuSchedule, StepsTheKernelOrTheTargetCannotTakeAreRefused) {
                        Bad{dims, &cuda, "grid(0,1)", "65535"},
                        Bad{dims, &cuda, "grid(1,1)", "named twice"},
                        Bad{rows, &cuda, "split(0,3,upcast);split(1,64,group_reduce)", "not supported"},
-                       Bad{rows, &cuda, "split(1,4,upcast);split(1,64,group_reduce)", "not supported"}}) {
+                       Bad{rows, &cuda, "split(0,3,upcast);split(1,4,upcast);split(1,64,group_reduce)", "not supported"}}) {
     SCOPED_TRACE(b.schedule);
     KernelBuilder k;
     PipelineOptions opts;
@@ -922,12 +927,15 @@ const UOp* without_barrier(Graph& g, const UOp* linear, int k) {
   return g.make(Op::LINEAR, dtypes::void_, ops);
 }
 
-// The group reduction as the CUDA backend lowers it, then with each of its barriers left
-// out in turn: every one of them is needed, and the emulator says where the race is.
+// The group reduction as the CUDA backend lowers it (256 threads a row), then with each of
+// its barriers left out in turn: every one of them is needed, and the emulator says where
+// the race is.
 TEST(GpuEmuSeeded, AGroupReductionWithABarrierLeftOutRaces) {
   KernelBuilder k;
   const UOp* kernel = testing::row_reduce(k, ReduceOp::Add, 2, 256);
-  auto linear = CudaBackend(target("sm_90")).lower(k.g, kernel, {}, "probe");
+  PipelineOptions opts;
+  opts.schedule = "split(1,256,group_reduce);grid(0)";
+  auto linear = CudaBackend(target("sm_90")).lower(k.g, kernel, opts, "probe");
   ASSERT_TRUE(linear.ok()) << linear.status();
   const int barriers = count_ops(*linear, [](const UOp* u) { return u->is(Op::BARRIER) && u->dtype().is_void(); });
   ASSERT_GE(barriers, 8) << "the first store and one per step of the tree";
