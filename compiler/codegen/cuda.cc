@@ -21,7 +21,7 @@ namespace uop {
 namespace {
 
 // Bump on any change to the code this backend generates: it is in every cache key.
-constexpr int kBackendVersion = 1;
+constexpr int kBackendVersion = 2;  // 2: kernels as loop schedules, GEMM tiles in shared memory
 
 #if UOPD_CUDA
 // The NVRTC entry points this backend calls, resolved once per process.

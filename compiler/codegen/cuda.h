@@ -48,7 +48,7 @@ struct CudaTarget {
 
 // NVRTC's version as "13.0", or "none" when it cannot be loaded (or the build has no CUDA).
 std::string nvrtc_version();
-// Names this backend and the NVRTC it compiles with, e.g. "uopd-cuda/1 nvrtc-13.0". Part
+// Names this backend and the NVRTC it compiles with, e.g. "uopd-cuda/2 abi-5 nvrtc-13.0". Part
 // of every CUDA cache key, with CudaTarget::id(): a change in code generation bumps the
 // backend version, a different NVRTC gives different code.
 std::string cuda_build_id();

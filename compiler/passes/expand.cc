@@ -93,6 +93,15 @@ AxisFactorsArg factors(const Axes& a) {
   return f;
 }
 
+struct Address {
+  const UOp* buf;
+  const UOp* idx;
+  const UOp* gate;
+};
+Address address(const UOp* index) {
+  return {index->src(0), index->src(1), index->num_src() > 2 ? index->src(2) : nullptr};
+}
+
 struct Ctx {
   absl::flat_hash_map<const UOp*, Axis> upcast;    // upcast RANGE -> its axis
   absl::flat_hash_map<int64_t, Axis> by_id;
@@ -105,6 +114,14 @@ struct Ctx {
       if (auto it = upcast.find(u); it != upcast.end()) out = merge(out, {it->second});
       if (u->op() == Op::UNROLL) out = merge(out, axes_of(u));
     }
+    return out;
+  }
+  // The lanes of an access: its index's and gate's, not its buffer's (a shared array
+  // reached through AFTER(smem, BARRIER(STORE(smem[t], partial))) orders after what was
+  // stored, whose lanes are not the access's; expanding by those never ends).
+  Axes deps(const Address& at) {
+    Axes out = deps(at.idx);
+    if (at.gate) out = merge(out, deps(at.gate));
     return out;
   }
   Axes axes_of(const UOp* unroll) {
@@ -145,14 +162,6 @@ int64_t contiguous_lanes(const UOp* idx, const Axes& a) {
 }
 
 // The parts of INDEX(buf, idx [, gate]).
-struct Address {
-  const UOp* buf;
-  const UOp* idx;
-  const UOp* gate;
-};
-Address address(const UOp* index) {
-  return {index->src(0), index->src(1), index->num_src() > 2 ? index->src(2) : nullptr};
-}
 
 const UOp* make_index(Graph& g, const UOp* buf, const UOp* idx, const UOp* gate, DType dt) {
   std::vector<const UOp*> src{buf, idx};
@@ -170,7 +179,7 @@ const rw::RuleSet& memory_rules() {
       if (ld->src(1)->op() != Op::INDEX || ld->src(1)->num_src() < 2) return nullptr;
       Address at = address(ld->src(1));
       const UOp* alt = ld->num_src() > 2 ? ld->src(2) : nullptr;
-      Axes a = c.deps(ld->src(1));
+      Axes a = c.deps(at);
       if (alt) a = merge(a, c.deps(alt));
       if (a.empty()) return nullptr;
       DType t = ld->dtype();
@@ -200,7 +209,7 @@ const rw::RuleSet& memory_rules() {
       const UOp* st = m["st"];
       if (st->src(0)->op() != Op::INDEX || st->src(0)->num_src() < 2) return nullptr;
       Address at = address(st->src(0));
-      Axes a = c.deps(st->src(0));
+      Axes a = c.deps(at);
       std::vector<const UOp*> loops;
       for (const UOp* r : st->src().subspan(2)) {
         if (auto it = c.upcast.find(r); it != c.upcast.end()) a = merge(a, {it->second});

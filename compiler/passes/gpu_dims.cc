@@ -153,13 +153,29 @@ absl::StatusOr<const UOp*> map_gpu_dims(Graph& g, const UOp* kernel, int max_thr
       src[0] = g.make(Op::INDEX, idx->dtype(), isrc, idx->arg());
     }
     // acc + WMMA(a, b, 0) -> WMMA(a, b, acc): the tensor cores accumulate in place.
+    // acc + CAT(WMMA(a0, b0, 0), WMMA(a1, b1, 0), ...) -> CAT(WMMA(a0, b0, acc[0..3]), ...):
+    // a warp's several mma tiles in one accumulator (gemm_tiles.h).
     if (u->op() == Op::ADD && u->dtype().is_vector()) {
+      auto fresh = [](const UOp* m) { return m->op() == Op::WMMA && m->num_src() == 3 && is_zero(m->src(2)); };
       for (int w = 0; w < 2; ++w) {
         const UOp* m = src[w];
-        if (m->op() == Op::WMMA && m->num_src() == 3 && is_zero(m->src(2)) && m->dtype() == u->dtype()) {
+        if (fresh(m) && m->dtype() == u->dtype()) {
           done[u] = g.make(Op::WMMA, m->dtype(), {m->src(0), m->src(1), src[1 - w]}, m->arg());
           break;
         }
+        if (m->op() != Op::CAT || m->dtype() != u->dtype() ||
+            !std::all_of(m->src().begin(), m->src().end(), [&](const UOp* x) { return fresh(x); }))
+          continue;
+        std::vector<const UOp*> parts;
+        int64_t lane = 0;
+        for (const UOp* x : m->src()) {
+          std::vector<int64_t> lanes;
+          for (uint32_t l = 0; l < x->dtype().count; ++l) lanes.push_back(lane++);
+          const UOp* c = g.make(Op::GEP, x->dtype(), {src[1 - w]}, IntsArg{lanes});
+          parts.push_back(g.make(Op::WMMA, x->dtype(), {x->src(0), x->src(1), c}, x->arg()));
+        }
+        done[u] = g.make(Op::CAT, u->dtype(), parts);
+        break;
       }
       if (done.contains(u)) continue;
     }

@@ -13,7 +13,9 @@
 // nothing is written twice; the bounds proof checks what this makes. The ENDs that closed these ranges go; a launch
 // runs each value once instead (abi/kernel_abi.h: the grid is ceil(N / L) blocks, a launch with a
 // grid dim <= 0 is skipped). Also folds `acc + WMMA(a, b, 0)` into WMMA(a, b, acc), the
-// accumulation the tensor cores do in place (tensor_cores.h).
+// accumulation the tensor cores do in place (tensor_cores.h), and `acc + CAT(WMMA(a_i, b_i,
+// 0)...)` into CAT(WMMA(a_i, b_i, acc's lanes of tile i)...): a warp's several mma tiles
+// in one accumulator (gemm_tiles.h).
 #pragma once
 
 #include "absl/status/statusor.h"

@@ -11,6 +11,9 @@ namespace {
 
 struct Ctx {
   int64_t next_local = 0;
+  // The kernel's other thread ranges (Local): threads that differ in them fold
+  // different values, so each has its own row of the shared array.
+  std::vector<const UOp*> locals;
   absl::flat_hash_map<const UOp*, const UOp*> thread_of;  // a folded result -> its GroupReduce range
   absl::flat_hash_set<const UOp*> gated;                   // STOREs this pass made
   absl::Status error;
@@ -32,11 +35,22 @@ const UOp* fold_in_block(Graph& g, Ctx& c, const UOp* r, const UOp* t) {
   for (const UOp* s : r->src().subspan(1))
     if (s != t) others.push_back(s);
   const UOp* partial = others.size() == 1 ? r->src(0) : g.make(Op::REDUCE, dt, others, r->arg());
-  const UOp* smem = g.make(Op::DEFINE_LOCAL, dt.ptr_to(AddrSpace::Local, L), {}, IntArg{c.next_local++});
+  // row * L + t: the row of this thread's other thread ranges.
+  const UOp* row = nullptr;
+  int64_t rows = 1;
+  for (const UOp* l : c.locals) {
+    const int64_t e = l->src(0)->const_value()->to_int();
+    row = row ? g.alu(Op::ADD, {g.alu(Op::MUL, {row, g.idx(e)}), l}) : l;
+    rows *= e;
+  }
+  const UOp* base = row ? g.alu(Op::MUL, {row, g.idx(L)}) : nullptr;
+  auto slot = [&](const UOp* i) { return base ? g.alu(Op::ADD, {base, i}) : i; };
+  const UOp* smem = g.make(Op::DEFINE_LOCAL, dt.ptr_to(AddrSpace::Local, L * rows), {}, IntArg{c.next_local++});
   // Each access after a barrier goes through AFTER(smem, barrier): it orders the access
   // and keeps the INDEX nodes of different steps apart under hash consing.
   auto at = [&](const UOp* bar, const UOp* i, const UOp* gate = nullptr) {
     const UOp* buf = bar ? g.make(Op::AFTER, smem->dtype(), {smem, bar}) : smem;
+    i = slot(i);
     if (gate) return g.make(Op::INDEX, dt, {buf, i, gate});
     return g.make(Op::INDEX, dt, {buf, i});
   };
@@ -111,6 +125,13 @@ const rw::RuleSet& rules() {
 
 absl::StatusOr<const UOp*> group_reduce(Graph& g, const UOp* kernel) {
   Ctx c;
+  for (const UOp* u : toposort(kernel))
+    if (u->op() == Op::RANGE && u->arg_as<RangeArg>().type == AxisType::Local) {
+      const ConstValue* e = u->src(0)->const_value();
+      if (!e || e->to_int() < 1 || e->to_int() > 1024)
+        return absl::InternalError("group_reduce: a Local range needs a constant extent in 1 .. 1024");
+      c.locals.push_back(u);
+    }
   auto k = rw::graph_rewrite(g, kernel, rules(), &c);
   if (!k.ok()) return k.status();
   if (!c.error.ok()) return c.error;

@@ -7,7 +7,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "compiler/ir/eval.h"
+#include "compiler/ir/value_range.h"
+#include "compiler/passes/gemm_tiles.h"
 #include "compiler/passes/optimize.h"
+#include "compiler/passes/tensor_cores.h"
 #include "compiler/rewrite/graph_rewrite.h"
 #include "compiler/support/status_macros.h"
 #include "compiler/support/strings.h"
@@ -65,7 +68,8 @@ absl::StatusOr<LoopStep> parse_step(std::string_view text, size_t index) {
   };
   size_t open = text.find('(');
   if (open == std::string_view::npos || text.back() != ')')
-    return bad("a step is NAME(ARGS): split(A,F,TYPE), reorder(A,B,...) or thread(A)");
+    return bad("a step is NAME(ARGS): split(A,F,TYPE), reorder(A,B,...), thread(A), grid(X,Y,Z), tc(W), "
+               "tile(BM,BN,BK,TM,TN) or tc_tile(BM,BN,BK,WM,WN)");
   std::string_view name = text.substr(0, open);
   std::vector<std::string_view> args = split_on(text.substr(open + 1, text.size() - open - 2), ',');
   auto number = [&](std::string_view what, std::string_view s, int64_t* v) -> absl::Status {
@@ -96,8 +100,24 @@ absl::StatusOr<LoopStep> parse_step(std::string_view text, size_t index) {
     st.kind = LoopStep::Kind::Thread;
     if (args.size() != 1) return bad(cat("thread takes 1 argument (axis), not ", args.size()));
     RETURN_IF_ERROR(number("axis", args[0], &st.axis));
+  } else if (name == "grid" || name == "tile" || name == "tc_tile") {
+    const bool grid = name == "grid";
+    st.kind = grid ? LoopStep::Kind::Grid : name == "tile" ? LoopStep::Kind::Tile : LoopStep::Kind::TensorCoreTile;
+    if (grid ? args.empty() || args.size() > 3 : args.size() != 5)
+      return bad(grid ? cat("grid takes 1 to 3 axes (x, y, z), not ", args.size())
+                      : cat(name, " takes 5 arguments (BM, BN, BK, ", name == "tile" ? "TM, TN" : "WM, WN", "), not ",
+                            args.size()));
+    for (std::string_view a : args) {
+      int64_t v = 0;
+      RETURN_IF_ERROR(number(grid ? "axis" : "extent", a, &v));
+      st.order.push_back(v);
+    }
+  } else if (name == "tc") {
+    st.kind = LoopStep::Kind::TensorCores;
+    if (args.size() != 1) return bad(cat("tc takes 1 argument (warps per block), not ", args.size()));
+    RETURN_IF_ERROR(number("warps", args[0], &st.factor));
   } else {
-    return bad(cat("unknown step \"", name, "\" (split, reorder, thread)"));
+    return bad(cat("unknown step \"", name, "\" (split, reorder, thread, grid, tc, tile, tc_tile)"));
   }
   return st;
 }
@@ -240,6 +260,10 @@ std::string LoopStep::str() const {
     case Kind::Split: return cat("split(", axis, ",", factor, ",", axis_type_step_name(type), ")");
     case Kind::Reorder: return cat("reorder(", join(order, ","), ")");
     case Kind::Thread: return cat("thread(", axis, ")");
+    case Kind::Grid: return cat("grid(", join(order, ","), ")");
+    case Kind::TensorCores: return cat("tc(", factor, ")");
+    case Kind::Tile: return cat("tile(", join(order, ","), ")");
+    case Kind::TensorCoreTile: return cat("tc_tile(", join(order, ","), ")");
   }
   return "";
 }
@@ -374,6 +398,13 @@ absl::StatusOr<const UOp*> apply_schedule(Graph& g, const UOp* kernel, const Loo
       if (a < 0 || static_cast<size_t>(a) >= axes.size()) return bad(cat("the kernel has no axis ", a, " (it has ", axes.size(), ")"));
       return static_cast<size_t>(a);
     };
+    auto rebuilds = [](LoopStep::Kind k) {
+      return k == LoopStep::Kind::TensorCores || k == LoopStep::Kind::Tile || k == LoopStep::Kind::TensorCoreTile;
+    };
+    if (i > 0 && rebuilds(schedule.steps[i - 1].kind))
+      return bad(cat("step ", i - 1, " (", schedule.steps[i - 1].str(), ") rebuilt the kernel: it is the schedule's last"));
+    if ((st.kind == LoopStep::Kind::Grid || rebuilds(st.kind)) && !limits.gpu)
+      return bad("this target has no GPU: grid, tc, tile and tc_tile are GPU steps");
     const UOp* store = k->src(0);
     switch (st.kind) {
       case LoopStep::Kind::Split: {
@@ -450,7 +481,90 @@ absl::StatusOr<const UOp*> apply_schedule(Graph& g, const UOp* kernel, const Loo
         axes[a] = threaded;
         break;
       }
+      case LoopStep::Kind::Grid: {
+        ValueRange vr;
+        for (const UOp* r : axes)
+          if (r->arg_as<RangeArg>().type == AxisType::Global) return bad("the kernel has its grid already: one grid step");
+        std::vector<std::pair<const UOp*, const UOp*>> to;
+        int64_t id = 0;
+        for (const UOp* u : toposort(k))
+          if (u->op() == Op::RANGE) id = std::max(id, u->arg_as<RangeArg>().axis_id + 1);
+        id += 3;  // x gets the largest id: gpu_dims maps Global ranges in decreasing id
+        for (size_t d = 0; d < st.order.size(); ++d) {
+          ASSIGN_OR_RETURN(size_t a, axis_of(st.order[d]));
+          const UOp* r = axes[a];
+          const char* dim = d == 0 ? "x" : d == 1 ? "y" : "z";
+          if (!is_output[a]) return bad(cat("axis ", a, " is a reduce axis: only output loops make the grid"));
+          if (r->arg_as<RangeArg>().type != AxisType::Loop)
+            return bad(cat("axis ", a, " is ", axis_type_step_name(r->arg_as<RangeArg>().type), ", not a plain loop"));
+          for (const UOp* x : toposort(r->src(0)))
+            if (x->op() == Op::RANGE) return bad(cat("axis ", a, "'s trip count depends on another loop"));
+          for (size_t e = 0; e < d; ++e)
+            if (st.order[e] == st.order[d]) return bad(cat("axis ", a, " is named twice"));
+          if (d > 0 && vr.vmax(r->src(0)) > 65535)
+            return bad(cat("axis ", a, " has up to ", vr.vmax(r->src(0)), " iterations: blockIdx.", dim, " takes 65535"));
+          RangeArg arg = r->arg_as<RangeArg>();
+          arg.type = AxisType::Global;
+          arg.axis_id = id - static_cast<int64_t>(d);
+          to.push_back({r, g.make(Op::RANGE, r->dtype(), r->src(), arg)});
+        }
+        absl::flat_hash_map<const UOp*, const UOp*> repl;
+        for (auto& [from, into] : to) {
+          repl[from] = into;
+          *std::find(axes.begin(), axes.end(), from) = into;
+        }
+        k = substitute(g, k, repl);
+        break;
+      }
+      case LoopStep::Kind::TensorCores: {
+        if (limits.sm < 80) return bad(cat("sm_", limits.sm, " has no mma.sync m16n8k16 (sm_80 and later)"));
+        if (!fits_tensor_cores(k))
+          return bad("the kernel is no float16 / bfloat16 matmul with M % 16, N % 8 and K % 16 == 0 (tensor_cores.h)");
+        auto tc = use_tensor_cores(g, k, st.factor);
+        if (!tc.ok()) return bad(std::string(tc.status().message()));
+        k = *tc;
+        break;
+      }
+      case LoopStep::Kind::Tile:
+      case LoopStep::Kind::TensorCoreTile: {
+        GemmTile t{.bm = st.order[0], .bn = st.order[1], .bk = st.order[2], .tm = st.order[3], .tn = st.order[4],
+                   .tensor_cores = st.kind == LoopStep::Kind::TensorCoreTile};
+        if (t.tensor_cores && limits.sm < 80)
+          return bad(cat("sm_", limits.sm, " has no mma.sync m16n8k16 (sm_80 and later)"));
+        auto tiled = tile_gemm(g, k, t);
+        if (!tiled.ok()) return bad(std::string(tiled.status().message()));
+        k = *tiled;
+        break;
+      }
     }
+  }
+  // What a block may hold: at most three thread ranges of at most 1024 threads in all.
+  // Upcast lanes beside a GroupReduce range are not lowered (group_reduce folds one scalar
+  // per thread; expand does not finish on its shared array's accesses).
+  if (limits.gpu) {
+    int64_t threads = 1, ranges = 0;
+    bool upcast = false, grouped = false;
+    absl::flat_hash_set<const UOp*> reduce_lanes;
+    for (const UOp* u : toposort(k))
+      if (u->op() == Op::REDUCE)
+        for (const UOp* r : closed_ranges(u)) reduce_lanes.insert(r);
+    for (const UOp* u : toposort(k))
+      if (u->op() == Op::RANGE) {
+        AxisType t = u->arg_as<RangeArg>().type;
+        // Upcast lanes of a reduce loop fold into the thread's partial; an output's would
+        // make it a vector.
+        upcast |= t == AxisType::Upcast && !reduce_lanes.contains(u);
+        grouped |= t == AxisType::GroupReduce;
+        if (upcast && grouped)
+          return absl::InvalidArgumentError(
+              "schedule: upcast lanes of an output and a group_reduce range in one kernel are not supported on the GPU");
+        if (t != AxisType::Local && t != AxisType::GroupReduce) continue;
+        ++ranges;
+        threads *= std::max<int64_t>(const_end(u), 1);
+        if (const_end(u) < 1 || threads > 1024 || ranges > 3)
+          return absl::InvalidArgumentError(cat("schedule: the block would have more than 1024 threads or 3 thread ranges (",
+                                                ranges, " ranges, ", threads, " threads so far)"));
+      }
   }
   return k;
 }

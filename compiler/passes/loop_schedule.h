@@ -30,8 +30,28 @@
 //                     exactly those axes (outer loops first for locality).
 //   thread(A)         axis A runs on the thread pool: it must be an output axis, the
 //                     outermost loop of the STORE at that point, and not Upcast.
-// A GPU step (the tensor-core tile, the grid) is another Kind with its own text; the
-// parser refuses what it does not know.
+// The GPU's steps (a target that has no GPU refuses them, ScheduleLimits::gpu):
+//   grid(X[,Y[,Z]])   output axes X, Y, Z become Global: blockIdx.x, .y, .z in that order
+//                     (Y and Z at most 65535 iterations; none Upcast or already parallel).
+//                     A split into `local` / `group_reduce` makes threadIdx ranges, the
+//                     inner range of the latest such split threadIdx.x (at most three, of
+//                     1024 threads in all; upcast lanes and a group_reduce range do not go
+//                     together in one kernel).
+//   tc(W)             the kernel, a float16 / bfloat16 matmul, runs on the tensor cores
+//                     (tensor_cores.h), W warps per block (1, 2 or 4 dividing N / 8).
+//   tile(BM,BN,BK,TM,TN)
+//                     the kernel, a float matmul, runs as a tiled GEMM (gemm_tiles.h):
+//                     a block computes a BM x BN tile of C from BM x BK and BK x BN tiles
+//                     of A and B staged through shared memory (double-buffered), each
+//                     thread a TM x TN block of outputs in registers.
+//   tc_tile(BM,BN,BK,WM,WN)
+//                     the kernel, a float16 / bfloat16 matmul, as tile's block tiles staged
+//                     through shared memory, computed by warps of WM x WN on the tensor
+//                     cores (sm_80+; gemm_tiles.h).
+//                     tc, tile and tc_tile rebuild the whole kernel: each is a schedule's
+//                     last step.
+// The parser refuses what it does not know. Every text form older schedules used (split,
+// reorder, thread) means what it meant.
 //
 // Text is parsed strictly: names in lower case, integers in decimal without signs or
 // leading zeros, nothing else; str() prints the same text back, so parse(s)->str() == s
@@ -49,12 +69,12 @@
 namespace uop {
 
 struct LoopStep {
-  enum class Kind { Split, Reorder, Thread };
+  enum class Kind { Split, Reorder, Thread, Grid, TensorCores, Tile, TensorCoreTile };
   Kind kind = Kind::Split;
   int64_t axis = 0;             // Split, Thread
-  int64_t factor = 0;           // Split
+  int64_t factor = 0;           // Split; TensorCores: warps per block
   AxisType type = AxisType::Loop;  // Split: the inner range's type
-  std::vector<int64_t> order;   // Reorder
+  std::vector<int64_t> order;   // Reorder; Grid: the x, y, z axes; Tile, TensorCoreTile: its 5 extents
   std::string str() const;
   bool operator==(const LoopStep&) const = default;
 };
@@ -84,6 +104,8 @@ struct ScheduleLimits {
   std::vector<AxisType> output_types{AxisType::Loop, AxisType::Upcast};
   std::vector<AxisType> reduce_types{AxisType::Reduce, AxisType::Upcast};
   bool thread = true;      // thread(A) is allowed
+  bool gpu = false;        // grid, tc, tile and tc_tile are allowed
+  int sm = 0;              // the GPU's compute capability (tc, tc_tile need 80 or more)
   // The product of every Upcast range's trip count: the lanes one value may have.
   int64_t max_lanes = 128;
 };

@@ -20,13 +20,55 @@
 // gpu_dims.h folds `acc + WMMA(A, B, 0)` into WMMA(A, B, acc) once the accumulator exists.
 #pragma once
 
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "compiler/ir/uop.h"
 
 namespace uop {
 
-// The kernel for the tensor cores, or `kernel` itself when the rule does not apply.
-absl::StatusOr<const UOp*> use_tensor_cores(Graph& g, const UOp* kernel);
+// A matmul-shaped kernel: STORE(C[...], f(REDUCE(Add, a * b, k)), outputs...) of a float
+// scalar REDUCE over one constant loop k, a depending on output loop m and not n, b on n
+// and not m; the other output loops (constant, batch) in `batch`. The tensor cores and
+// the shared-memory GEMM tiles (gemm_tiles.h) both start from it.
+struct MatmulMatch {
+  const UOp* store = nullptr;
+  const UOp* reduce = nullptr;
+  const UOp* k = nullptr;     // the reduce loop
+  const UOp* a = nullptr;     // the operand that moves with m
+  const UOp* b = nullptr;     // the operand that moves with n
+  const UOp* m = nullptr;
+  const UOp* n = nullptr;
+  std::vector<const UOp*> batch;  // the other output loops, outermost first
+};
+
+// The kernel as a matmul whose orientation `fits` accepts (either operand may be a, the
+// first orientation tried is the product's own order); nullopt when it is none.
+std::optional<MatmulMatch> match_matmul(const UOp* kernel, const std::function<bool(const MatmulMatch&)>& fits);
+
+// The float16 / bfloat16 value a matmul operand is: itself, or what an exact widening CAST
+// to `acc` (float32) reads; nullptr when it is neither.
+const UOp* tensor_core_operand(const UOp* x, DType acc);
+// The WMMA of m16n8k16 on `in` (Float16 or BFloat16) inputs with float32 accumulators.
+WmmaArg tensor_core_wmma(Scalar in);
+
+// The loops that close a rebuilt matmul's stores, outermost first, before its own: the
+// first batch loop that fits becomes blockIdx.z (a Global range of axis id `z_id`, put in
+// `batch_dims` for the caller to substitute), any others stay serial loops.
+std::vector<const UOp*> matmul_batch_loops(Graph& g, const MatmulMatch& mt, int64_t z_id,
+                                           absl::flat_hash_map<const UOp*, const UOp*>* batch_dims);
+
+// Whether the rule applies to `kernel`, and the warps per block it picks (0: none).
+bool fits_tensor_cores(const UOp* kernel);
+int64_t tensor_core_warps(const UOp* kernel);
+
+// The kernel for the tensor cores with `warps` warps per block (0: the rule's pick), or
+// `kernel` itself when the rule does not apply; INVALID_ARGUMENT for warps that are not
+// 1, 2 or 4 dividing N / 8.
+absl::StatusOr<const UOp*> use_tensor_cores(Graph& g, const UOp* kernel, int64_t warps = 0);
 
 // The WMMA instruction names this backend knows (WmmaArg::name).
 inline constexpr const char* kWmmaF16 = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32";

@@ -5,7 +5,10 @@
 // ratio_vs_memcpy. Our kernels go the way the service runs them: plan_graph,
 // the CUDA backend's lowering, NVRTC for the device's arch, loaded through CudaDevice::load_program
 // (launch dims from the ABI) and launched by CudaDevice::run (one launch, then a wait).
-// The peers are timed the same way (call, then a stream synchronize).
+// The peers are timed the same way (call, then a stream synchronize). The GEMMs also run
+// with each shared-memory tile given as a schedule (BM_MatmulF32/tile(...),
+// BM_MatmulF16/tc_tile(...), and tc(4) without shared memory); the label names the
+// schedule each kernel was lowered with.
 //
 // cuBLAS is loaded with dlopen (libcublas.so.13, libcublas.so, /usr/local/cuda/lib64/...):
 // no build dependency. Without a GPU, a driver, NVRTC or cuBLAS, each benchmark skips
@@ -179,7 +182,10 @@ std::string random_bytes(Scalar dtype, int64_t n, uint64_t seed) {
   return out;
 }
 
-std::unique_ptr<Compiled> compile_graph(const std::function<const UOp*(TensorBuilder&)>& build) {
+// `schedule`: the loop schedule every kernel is lowered with ("" the heuristic's); the
+// label (dims) names the one each kernel got.
+std::unique_ptr<Compiled> compile_graph(const std::function<const UOp*(TensorBuilder&)>& build,
+                                        std::string_view schedule = {}) {
   auto c = std::make_unique<Compiled>();
   Gpu& G = gpu();
   TensorBuilder tb(c->g);
@@ -198,7 +204,11 @@ std::unique_ptr<Compiled> compile_graph(const std::function<const UOp*(TensorBui
       return c;
     }
     const KernelPlan& k = plan->kernels[st.index];
-    auto linear = CudaBackend(G.target).lower(c->g, k.kernel, {}, k.name);
+    PipelineOptions opts;
+    opts.schedule = std::string(schedule);
+    std::string applied;
+    opts.applied_schedule = &applied;
+    auto linear = CudaBackend(G.target).lower(c->g, k.kernel, opts, k.name);
     if (!linear.ok()) {
       c->status = linear.status();
       return c;
@@ -240,7 +250,8 @@ std::unique_ptr<Compiled> compile_graph(const std::function<const UOp*(TensorBui
     auto shape = gpu_launch_shape(art->abi);
     auto dims = shape.ok() ? eval_launch_dims(*shape, art->abi.vars, vars, G.dev->limits())
                            : absl::StatusOr<LaunchDims>(shape.status());
-    c->dims += cat(c->dims.empty() ? "" : "; ", dims.ok() ? dims->str() : std::string(dims.status().message()));
+    c->dims += cat(c->dims.empty() ? "" : "; ", dims.ok() ? dims->str() : std::string(dims.status().message()),
+                   applied.empty() ? "" : cat(" ", applied));
     c->programs.push_back(*prog);
     c->args.push_back(std::move(bufs));
     c->vars.push_back(std::move(vars));
@@ -271,15 +282,19 @@ absl::Status sync_default_stream() {
 
 // --- matmul vs cuBLAS ----------------------------------------------------------------------
 
-void BM_Matmul(benchmark::State& state, Scalar dtype) {
+// `schedule`: the matmul kernel's loop schedule ("" the heuristic's: tensor cores for
+// float16 on sm_80+, shared-memory GEMM tiles for float32), so one run compares tiles.
+void BM_Matmul(benchmark::State& state, Scalar dtype, std::string schedule) {
   Gpu& G = gpu();
   if (!G.status.ok()) return skip(state, G.status);
   const int64_t n = state.range(0), k = state.range(1), m = state.range(2);
-  auto c = compile_graph([&](TensorBuilder& tb) {
-    const UOp* a = tb.input(dtype, {n, k});
-    const UOp* b = tb.input(dtype, {k, m});
-    return tb.sink({tb.matmul(a, b)});
-  });
+  auto c = compile_graph(
+      [&](TensorBuilder& tb) {
+        const UOp* a = tb.input(dtype, {n, k});
+        const UOp* b = tb.input(dtype, {k, m});
+        return tb.sink({tb.matmul(a, b)});
+      },
+      schedule);
   if (!c->status.ok()) return skip(state, c->status);
   // Ours, timed by the framework: best-case per-iteration time feeds the counters too.
   double ours_best = 1e30;
@@ -391,11 +406,23 @@ void BM_Sum(benchmark::State& state) {
 int main(int argc, char** argv) {
   using uop::Scalar;
   for (int64_t s : {1024, 4096}) {
-    benchmark::RegisterBenchmark("BM_MatmulF16", uop::BM_Matmul, Scalar::Float16)
+    benchmark::RegisterBenchmark("BM_MatmulF16", uop::BM_Matmul, Scalar::Float16, std::string())
         ->Args({s, s, s})->UseManualTime()->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark("BM_MatmulF32", uop::BM_Matmul, Scalar::Float32)
+    benchmark::RegisterBenchmark("BM_MatmulF32", uop::BM_Matmul, Scalar::Float32, std::string())
         ->Args({s, s, s})->UseManualTime()->Unit(benchmark::kMillisecond);
   }
+  // The GEMM tiles the heuristic chooses among, each given as a schedule (a search's
+  // starting points), on the large fp32 case.
+  for (const char* tile : {"tile(128,128,8,8,8)", "tile(64,64,8,4,4)", "tile(128,64,8,8,4)", "tile(64,128,16,4,8)"})
+    benchmark::RegisterBenchmark(uop::cat("BM_MatmulF32/", tile).c_str(), uop::BM_Matmul, Scalar::Float32,
+                                 std::string(tile))
+        ->Args({4096, 4096, 4096})->UseManualTime()->Unit(benchmark::kMillisecond);
+  // The tensor cores fed from shared memory (the heuristic's and a smaller block) and
+  // without (one warp per 16 x 8 tile, fragments read from global memory).
+  for (const char* tile : {"tc_tile(128,128,32,64,32)", "tc_tile(64,64,32,32,32)", "tc(4)"})
+    benchmark::RegisterBenchmark(uop::cat("BM_MatmulF16/", tile).c_str(), uop::BM_Matmul, Scalar::Float16,
+                                 std::string(tile))
+        ->Args({4096, 4096, 4096})->UseManualTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("BM_Elementwise", uop::BM_Elementwise)
       ->Arg(int64_t{1} << 24)->Arg(int64_t{1} << 26)->UseManualTime()->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("BM_Sum", uop::BM_Sum)

@@ -4,6 +4,7 @@
 // for gpu_emu_test and cuda_gpu_test (the emulator against the GPU).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,10 @@ class EmuRunner {
     linears_.clear();  // they live in the graph of the run that made them
     return run_plan(*this, g, sink, inputs);
   }
+
+  // The loop schedule each kernel is lowered with ("" or unset: the heuristic's), and the
+  // error of a lowering, which names the kernel and its schedule.
+  void set_schedules(std::function<std::string(const UOp* kernel)> f) { schedule_of_ = std::move(f); }
 
   // What the launches did, summed over every run.
   const GpuEmuStats& totals() const { return totals_; }
@@ -69,14 +74,18 @@ class EmuRunner {
   // The LINEAR of one normalized kernel, lowered once per digest and run.
   absl::StatusOr<const UOp*> linear_of(Graph& g, const KernelPlan& k) {
     if (auto it = linears_.find(k.kernel->digest()); it != linears_.end()) return it->second;
-    auto linear = backend_.lower(g, k.kernel, {}, k.name);
-    if (!linear.ok()) return linear.status();
+    PipelineOptions opts;
+    if (schedule_of_) opts.schedule = schedule_of_(k.kernel);
+    auto linear = backend_.lower(g, k.kernel, opts, k.name);
+    if (!linear.ok())
+      return absl::Status(linear.status().code(), cat(k.name, " with schedule \"", opts.schedule, "\": ", linear.status().message()));
     linears_.emplace(k.kernel->digest(), *linear);
     return *linear;
   }
 
  private:
   CudaBackend backend_;
+  std::function<std::string(const UOp* kernel)> schedule_of_;
   absl::flat_hash_map<Digest, const UOp*> linears_;
   GpuEmuStats totals_;
   int64_t launches_ = 0;

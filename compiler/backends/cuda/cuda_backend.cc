@@ -14,8 +14,12 @@ CudaBackend::CudaBackend(CudaTarget target, bool tensor_cores, int max_threads) 
   oo.tensor_cores = tensor_cores;
   oo.max_threads = max_threads;
   schedule_ = {
-      {"optimize", "per kernel: axis types for the target (tensor cores, group reduce, upcast, grid on a GPU)",
-       [oo](Graph& g, const UOp* k) { return optimize_gpu(g, k, oo); }},
+      {"optimize", "per kernel: a loop schedule (the heuristic's or the one given): tensor cores, shared-memory GEMM "
+       "tiles, group reduce, upcast, grid",
+       [oo](Graph& g, const UOp* k) { return optimize_gpu(g, k, oo); },
+       [oo](Graph& g, const UOp* k, std::string_view schedule, std::string* applied) {
+         return optimize_gpu(g, k, oo, schedule, applied);
+       }},
       {"group_reduce", "per kernel, GPU: reductions split across a block's threads through shared memory", group_reduce},
       expand_stage(),
       lower_reduce_stage(),

@@ -11,6 +11,8 @@
 #include "compiler/codegen/cuda.h"
 #include "compiler/ir/printer.h"
 #include "compiler/backends/cuda/cuda_backend.h"
+#include "compiler/ir/tensor_builder.h"
+#include "compiler/passes/loop_schedule.h"
 #include "compiler/pipeline.h"
 #include "tests/gpu/cuda_corpus.h"
 
@@ -239,6 +241,54 @@ TEST_F(CudaCorpus, TheGridOfARuntimeBatchIsALaunchExprOverItsVariable) {
   EXPECT_LT(small, large);
   std::vector<int64_t> v0 = {0};
   EXPECT_TRUE(abi.eval_gpu(v0).empty());
+}
+
+// The GEMMs bench_cuda runs (4096^3): the heuristic's tile and each tile it gives as a
+// schedule lower (the bounds proof included) and compile for sm_80 and sm_90; the PTX
+// stages through shared memory, synchronizes once per k step and accumulates with fused
+// multiply-adds (float32) or mma.sync (float16); the launch is one block per tile of C.
+TEST(CudaGemmTiles, TheBenchmarkedTilesCompileForSm80AndSm90) {
+  struct C { Scalar dtype; const char* schedule; };
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    for (const C& c : {C{Scalar::Float32, ""}, C{Scalar::Float32, "tile(128,128,8,8,8)"}, C{Scalar::Float32, "tile(64,64,8,4,4)"},
+                       C{Scalar::Float32, "tile(128,64,8,8,4)"}, C{Scalar::Float32, "tile(64,128,16,4,8)"},
+                       C{Scalar::Float16, ""}, C{Scalar::Float16, "tc_tile(64,64,32,32,32)"}, C{Scalar::Float16, "tc(4)"}}) {
+      const char* schedule = c.schedule;
+      const bool half = c.dtype == Scalar::Float16;
+      SCOPED_TRACE(cat(arch, " ", schedule, half ? " f16" : " f32"));
+      Graph g;
+      TensorBuilder tb(g);
+      const UOp* sink = tb.sink({tb.matmul(tb.input(c.dtype, {4096, 4096}), tb.input(c.dtype, {4096, 4096}))});
+      auto plan = plan_graph(g, sink);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      ASSERT_EQ(plan->kernels.size(), 1u);
+      auto target = CudaTarget::parse(arch);
+      ASSERT_TRUE(target.ok());
+      PipelineOptions opts;
+      opts.schedule = schedule;
+      std::string applied;
+      opts.applied_schedule = &applied;
+      auto linear = CudaBackend(*target).lower(g, plan->kernels[0].kernel, opts, "gemm");
+      ASSERT_TRUE(linear.ok()) << linear.status();
+      if (*schedule) EXPECT_EQ(applied, schedule);
+      else EXPECT_EQ(applied, half ? "tc_tile(128,128,32,64,32)" : "tile(128,128,8,8,8)") << "4096^3 takes the largest tile";
+      auto art = compile_cuda(*linear, *target);
+      ASSERT_TRUE(art.ok()) << art.status();
+      if (applied.starts_with("tc(")) {
+        EXPECT_NE(art->ptx.find("mma.sync.aligned.m16n8k16"), std::string::npos);
+        continue;
+      }
+      EXPECT_NE(art->ptx.find(".shared"), std::string::npos);
+      EXPECT_NE(art->ptx.find("bar.sync"), std::string::npos);
+      EXPECT_NE(art->ptx.find(half ? "mma.sync.aligned.m16n8k16" : "fma.rn.f32"), std::string::npos);
+      auto tile = parse_loop_schedule(applied);
+      ASSERT_TRUE(tile.ok());
+      const std::vector<int64_t>& t = tile->steps.at(0).order;
+      GpuDims d = art->abi.eval_gpu({});
+      EXPECT_EQ(d.grid[0] * d.grid[1], (4096 / t[0]) * (4096 / t[1]));
+      EXPECT_EQ(d.block[0] * d.block[1], (t[0] / t[3]) * (t[1] / t[4]) * (half ? 32 : 1));
+    }
+  }
 }
 
 }  // namespace

@@ -9,11 +9,18 @@
 //     blockIdx.x with a clamped tail, other block sizes, a run-time extent) on a few
 //     shapes, odd ones included, lowered by the CUDA backend and emulated, agrees with the
 //     interpreter on the kernel before lowering, and the choice is seen in the LINEAR;
+//   * the GPU's schedule steps (loop_schedule.h) given as schedules, each alone and in
+//     combination: splits into local / group_reduce / upcast, grid, tc, the shared-memory
+//     GEMM tiles (tile: float32, batched, either operand layout, an epilogue; tc_tile:
+//     float16 / bfloat16 on the tensor cores, a float16 result), emulated against the
+//     interpreter with the staging (two shared arrays, one barrier per k step) seen in the
+//     LINEAR; and what a schedule may not say, refused naming the step;
 //   * seeded bugs in hand-built LINEARs (a write-write race in shared memory, a read
 //     before the barrier that publishes it, a barrier some threads skip, out-of-bounds
 //     shared and global indices, a read of unwritten shared memory, a race between
 //     blocks, a WMMA in a partial warp) each fail naming the node and the threads, and
-//     so does the backend's own group reduction with any one of its barriers left out.
+//     so does the backend's own group reduction with any one of its barriers left out,
+//     and its tiled GEMM without its barrier.
 #include "compiler/gpu_emu/gpu_emu.h"
 
 #include <gtest/gtest.h>
@@ -25,6 +32,10 @@
 #include "compiler/backends/cuda/cuda_backend.h"
 #include "absl/container/flat_hash_set.h"
 #include "compiler/interp/interp.h"
+#include "compiler/passes/loop_schedule.h"
+#include "compiler/passes/gemm_tiles.h"
+#include "compiler/passes/optimize.h"
+#include "compiler/pipeline.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/ir/printer.h"
 #include "tests/gpu/cuda_corpus.h"
@@ -95,6 +106,30 @@ TEST_P(GpuEmuCorpus, EveryCaseMatchesTheInterpreter) {
 
 INSTANTIATE_TEST_SUITE_P(Arches, GpuEmuCorpus, ::testing::Values("sm_80", "sm_90"));
 
+// The random graph of `seed` (its wide inputs given edge values) on `emu` against the
+// interpreter: "" when every output is within the generator's tolerance, else why not and
+// the graph.
+std::string check_random_graph(gputest::EmuRunner& emu, uint64_t seed) {
+  Graph g;
+  TensorBuilder tb(g);
+  randgraph::RandomGraph rg = randgraph::generate(tb, seed);
+  difftest::Inputs in = difftest::random_inputs(tb, rg.inputs, seed * 1000);
+  for (size_t i = 0; i < rg.inputs.size(); ++i)
+    if (rg.wide[i]) {
+      HostTensor& t = in.at(tb.buffer_of(rg.inputs[i]));
+      t = difftest::edge_tensor(t.dtype, t.shape, seed * 1000 + i);
+    }
+  auto want = interpret(g, rg.sink, in);
+  if (!want.ok()) return cat("the interpreter: ", want.status().ToString());
+  auto got = emu.run(g, rg.sink, in);
+  std::string why = !got.ok() ? got.status().ToString() : "";
+  if (got.ok())
+    for (size_t i = 0; i < want->size(); ++i)
+      if (std::string w = difftest::compare_output((*want)[i], (*got)[i], rg.tolerances[i]); !w.empty())
+        why += cat("output ", i, " (", rg.notes[i], "): ", w, "\n");
+  return why.empty() ? why : cat(why, print_tree(rg.sink));
+}
+
 // Random graphs (random_graph.h: every dtype, broadcasts, movement ops, reductions feeding
 // reductions) through the CUDA lowering on the emulator, under the tolerance the generator
 // derives for each output (its reassociation bounds hold for the group reductions too).
@@ -103,30 +138,107 @@ TEST(GpuEmuRandom, GraphsMatchTheInterpreter) {
   constexpr uint64_t kBase = 0x9e0e0000, kCount = 800;
   int failures = 0;
   for (uint64_t seed = kBase; seed < kBase + kCount && failures < 5; ++seed) {
-    Graph g;
-    TensorBuilder tb(g);
-    randgraph::RandomGraph rg = randgraph::generate(tb, seed);
-    difftest::Inputs in = difftest::random_inputs(tb, rg.inputs, seed * 1000);
-    for (size_t i = 0; i < rg.inputs.size(); ++i)
-      if (rg.wide[i]) {
-        HostTensor& t = in.at(tb.buffer_of(rg.inputs[i]));
-        t = difftest::edge_tensor(t.dtype, t.shape, seed * 1000 + i);
-      }
-    auto want = interpret(g, rg.sink, in);
-    ASSERT_TRUE(want.ok()) << "seed " << seed << ": " << want.status();
-    auto got = emu.run(g, rg.sink, in);
-    std::string why = !got.ok() ? got.status().ToString() : "";
-    if (got.ok())
-      for (size_t i = 0; i < want->size(); ++i)
-        if (std::string w = difftest::compare_output((*want)[i], (*got)[i], rg.tolerances[i]); !w.empty())
-          why += cat("output ", i, " (", rg.notes[i], "): ", w, "\n");
-    if (!why.empty()) {
+    if (std::string why = check_random_graph(emu, seed); !why.empty()) {
       ++failures;
-      ADD_FAILURE() << "seed " << seed << ": " << why << print_tree(rg.sink);
+      ADD_FAILURE() << "seed " << seed << ": " << why;
     }
   }
   std::cout << kCount << " random graphs: " << emu.launches() << " launches, " << emu.totals().barriers
             << " barriers\n";
+}
+
+// A GPU schedule drawn at random from the steps that fit `kernel`: for a matmul, a GEMM
+// tile that fits it half the time; else up to three splits (output axes into local, upcast
+// or loop ranges, reduce axes into one group_reduce or reduce range; a gated axis only
+// into upcast lanes by a divisor) within the block's 1024 threads, three thread ranges and
+// 256 lanes, then a grid of up to three plain output loops. The generator keeps what each
+// step does to the trip counts, so every schedule it makes applies (a refusal is a
+// failure). No output's upcast lanes beside a group_reduce range (apply_schedule refuses
+// them); a reduce loop's may.
+std::string random_gpu_schedule(const UOp* kernel, uint64_t seed) {
+  std::vector<const UOp*> axes = schedule_axes(kernel);
+  if (axes.empty()) return "";
+  randgraph::Rng rng(seed);
+  if (rng.chance(0.5))
+    for (GemmTile t : {GemmTile{16, 16, 4, 2, 2}, GemmTile{32, 32, 8, 4, 4}, GemmTile{32, 32, 16, 16, 16, true}})
+      if (gemm_tile_misfit(kernel, t).empty()) return t.str();
+  const size_t outputs = closed_ranges(kernel->src(0)).size();
+  std::vector<int64_t> trip;
+  std::vector<bool> output, plain, gated;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    trip.push_back(const_end(axes[i]));
+    output.push_back(i < outputs);
+    plain.push_back(axes[i]->arg_as<RangeArg>().type == AxisType::Loop);
+    bool nested = false;
+    for (const UOp* x : toposort(axes[i]->src(0))) nested |= x->op() == Op::RANGE;
+    if (nested) plain.back() = false;
+    gated.push_back(!can_mask(kernel, axes[i]));
+  }
+  int64_t threads = 1, thread_ranges = 0, lanes = 1;
+  bool grouped = false, output_lanes = false;
+  LoopSchedule s;
+  for (int64_t n = rng.range(0, 3); n > 0; --n) {
+    std::vector<int64_t> can;
+    for (size_t a = 0; a < trip.size(); ++a)
+      if (trip[a] >= 2) can.push_back(static_cast<int64_t>(a));
+    if (can.empty()) break;
+    const int64_t a = rng.pick(can);
+    int64_t f = rng.range(2, std::min<int64_t>(trip[a], 40));
+    while (gated[a] && trip[a] % f != 0) --f;
+    if (f < 2) continue;
+    AxisType t = output[a] ? (rng.chance(0.5) ? AxisType::Local : rng.chance(0.5) ? AxisType::Upcast : AxisType::Loop)
+                           : (rng.chance(0.6) && !grouped ? AxisType::GroupReduce : AxisType::Reduce);
+    if (gated[a]) t = AxisType::Upcast;
+    if (!output[a] && rng.chance(0.3)) t = AxisType::Upcast;
+    if (t == AxisType::Upcast && (lanes * f > 256 || (output[a] && grouped))) continue;
+    if (t == AxisType::GroupReduce && output_lanes) t = AxisType::Reduce;
+    const bool thread = t == AxisType::Local || t == AxisType::GroupReduce;
+    if (thread && (threads * f > 1024 || thread_ranges == 3)) continue;
+    if (thread) threads *= f, ++thread_ranges;
+    if (t == AxisType::Upcast) lanes *= f;
+    output_lanes |= t == AxisType::Upcast && output[a];
+    grouped |= t == AxisType::GroupReduce;
+    s.steps.push_back(LoopStep{.kind = LoopStep::Kind::Split, .axis = a, .factor = f, .type = t});
+    trip[a] = (trip[a] + f - 1) / f;
+    trip.push_back(f);
+    output.push_back(output[a]);
+    plain.push_back(false);
+    gated.push_back(gated[a]);
+  }
+  if (rng.chance(0.8)) {
+    LoopStep grid{.kind = LoopStep::Kind::Grid};
+    for (size_t a = outputs; a-- > 0 && grid.order.size() < 3;)
+      if (plain[a] && (grid.order.empty() || (trip[a] >= 0 && trip[a] <= 65535)) && rng.chance(0.8))
+        grid.order.push_back(static_cast<int64_t>(a));
+    if (!grid.order.empty()) s.steps.push_back(grid);
+  }
+  return s.str();
+}
+
+// Random graphs under random GPU schedules, each kernel's drawn from the seed and its
+// digest, through the CUDA lowering on the emulator against the interpreter.
+TEST(GpuEmuRandom, GraphsUnderRandomSchedulesMatchTheInterpreter) {
+  constexpr uint64_t kBase = 0x6a5c0000, kCount = 300;
+  int failures = 0, kernels = 0;
+  std::string log;
+  for (uint64_t seed = kBase; seed < kBase + kCount && failures < 5; ++seed) {
+    gputest::EmuRunner emu(target("sm_80"));
+    log.clear();
+    emu.set_schedules([&](const UOp* kernel) {
+      uint64_t h = seed;
+      for (uint8_t b : kernel->digest().bytes) h = h * 1099511628211ULL + b;
+      std::string s = random_gpu_schedule(kernel, h);
+      log += cat("kernel ", kernel->digest().short_hex(), ": \"", s, "\"\n");
+      ++kernels;
+      return s;
+    });
+    if (std::string why = check_random_graph(emu, seed); !why.empty()) {
+      ++failures;
+      ADD_FAILURE() << "seed " << seed << ": " << why << log;
+    }
+  }
+  EXPECT_GT(kernels, static_cast<int>(kCount));
+  std::cout << kCount << " random graphs under random GPU schedules: " << kernels << " kernels\n";
 }
 
 // ---------------------------------------------------------------------------------------
@@ -158,10 +270,16 @@ const UOp* plus_one(KernelBuilder& k, const std::vector<int64_t>& dims) {
 
 // The kernel lowered by `backend` and emulated against the interpreter on the kernel
 // itself, from the same params; the LINEAR comes back for the caller's checks.
+// With `schedule`, the kernel is lowered with that loop schedule, and `applied` (when not
+// null) gets the text of the one the optimize stage applied.
 const UOp* expect_emulator_agrees(KernelBuilder& k, const UOp* kernel, const CudaBackend& backend,
                                   const testing::Slots& slots, Tolerance tol,
-                                  const absl::flat_hash_map<std::string, int64_t>& vars = {}) {
-  auto linear = backend.lower(k.g, kernel, {}, "probe");
+                                  const absl::flat_hash_map<std::string, int64_t>& vars = {},
+                                  std::string_view schedule = {}, std::string* applied = nullptr) {
+  PipelineOptions opts;
+  opts.schedule = std::string(schedule);
+  opts.applied_schedule = applied;
+  auto linear = backend.lower(k.g, kernel, opts, "probe");
   EXPECT_TRUE(linear.ok()) << linear.status();
   if (!linear.ok()) return nullptr;
   std::vector<HostTensor> want = testing::params_for(slots), got = want;
@@ -196,7 +314,7 @@ TEST(GpuEmuOptimize, TensorCoresOnSm80AndTheFallbacksWithout) {
     const Tolerance tol = difftest::add_reduction(Scalar::Float32, K, 4.0 * K);
     const UOp* tc = expect_emulator_agrees(k, mm, sm80, slots, tol);
     ASSERT_NE(tc, nullptr);
-    EXPECT_EQ(count_op(tc, Op::WMMA), 1) << "sm_80: one mma.sync per k step";
+    EXPECT_GE(count_op(tc, Op::WMMA), 1) << "sm_80: mma.sync";
     for (const CudaBackend* b : {&sm75, &off}) {
       const UOp* plain = expect_emulator_agrees(k, mm, *b, slots, tol);
       ASSERT_NE(plain, nullptr);
@@ -223,6 +341,21 @@ TEST(GpuEmuOptimize, GroupReductionsWithAndWithoutAMaskedTail) {
     EXPECT_EQ(count_op(linear, Op::DEFINE_LOCAL), 1) << "group reduce: one shared array";
     EXPECT_GT(count_op(linear, Op::BARRIER), 1);
   }
+  // Many short contiguous rows (softmax's row max and sum): a warp per row, eight rows per
+  // block (threadIdx.y), each row's own shared array; rows and K that 8 and 32 do not
+  // divide are masked.
+  for (auto [rows, K] : {std::pair<int64_t, int64_t>{4096, 64}, {2051, 40}, {2300, 255}}) {
+    SCOPED_TRACE(cat(rows, " short rows of ", K));
+    KernelBuilder k;
+    std::string applied;
+    const UOp* linear = expect_emulator_agrees(k, testing::row_reduce(k, ReduceOp::Max, rows, K), cuda,
+                                               {{Scalar::Float32, rows}, {Scalar::Float32, rows * K}}, Tolerance::exact(),
+                                               {}, "", &applied);
+    ASSERT_NE(linear, nullptr);
+    EXPECT_EQ(applied, "split(0,8,local);split(1,32,group_reduce);grid(0)");
+    EXPECT_EQ(count_op(linear, Op::DEFINE_LOCAL), 1);
+    EXPECT_EQ(specials(linear, "threadIdx.y"), 1);
+  }
   // Many outputs with a short reduction: per-thread accumulators, no shared memory.
   KernelBuilder k;
   const UOp* linear = expect_emulator_agrees(k, testing::row_reduce(k, ReduceOp::Add, 4096, 8), cuda,
@@ -231,6 +364,31 @@ TEST(GpuEmuOptimize, GroupReductionsWithAndWithoutAMaskedTail) {
   ASSERT_NE(linear, nullptr);
   EXPECT_EQ(count_op(linear, Op::DEFINE_LOCAL), 0);
   EXPECT_EQ(count_op(linear, Op::BARRIER), 0);
+}
+
+// Softmax-shaped graphs (a row max, then exp of each element less it, a row sum, then
+// each element over its row's sum) from short rows to long: every row reduction folds in
+// shared memory (a warp per row for many short rows, a block per row for long ones), and
+// the outputs match the interpreter's.
+TEST(GpuEmuOptimize, SoftmaxRowsFromShortToLongReduceInSharedMemory) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{4096, 64}, {3000, 100}, {8, 4096}, {2, 65536}}) {
+    SCOPED_TRACE(cat(rows, " rows of ", cols));
+    gputest::EmuRunner emu(target("sm_90"));
+    Graph g;
+    TensorBuilder tb(g);
+    const UOp* x = tb.input(Scalar::Float32, {rows, cols});
+    const UOp* e = tb.alu(Op::EXP2, {tb.alu(Op::SUB, {x, tb.reduce(x, ReduceOp::Max, {1})})});
+    const UOp* sink = tb.sink({tb.alu(Op::FDIV, {e, tb.reduce(e, ReduceOp::Add, {1})})});
+    difftest::Inputs in = difftest::random_inputs(tb, {x}, 7);
+    auto want = interpret(g, sink, in);
+    ASSERT_TRUE(want.ok()) << want.status();
+    auto got = emu.run(g, sink, in);
+    ASSERT_TRUE(got.ok()) << got.status();
+    // exp2 within a few ULP, a sum of `cols` positive terms reassociated.
+    EXPECT_EQ(difftest::compare_output((*want)[0], (*got)[0], difftest::add_reduction(Scalar::Float32, cols, 8.0 * cols)), "");
+    // Every block (eight short rows, or one long row) passes barriers in each reduction.
+    EXPECT_GE(emu.totals().barriers, 2 * (rows > 2048 ? rows / 8 : rows)) << "the max and the sum fold across threads";
+  }
 }
 
 TEST(GpuEmuOptimize, UpcastAndTheSplitOfBlockIdxX) {
@@ -301,6 +459,248 @@ TEST(GpuEmuOptimize, OtherBlockSizesAndARunTimeExtent) {
                                      Tolerance::exact(), {{"n", n}}),
               nullptr);
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// The GPU's schedule steps (loop_schedule.h: split into local / group_reduce / upcast,
+// grid, tc, tile), each alone and in combination, given as a schedule and emulated.
+
+int void_barriers(const UOp* linear) {
+  return count_ops(linear, [](const UOp* u) { return u->is(Op::BARRIER) && u->dtype().is_void(); });
+}
+
+// C[m, n] = sum over k of A * B, float32, A read at (m, k) or (k, m) (`a_k_major`: A is
+// stored K x M, so its staging walks m), with `batch` batches and, with `relu`, the
+// epilogue max(sum, 0) (f of the matmul's STORE).
+struct Mm {
+  int64_t batch = 1, M = 0, N = 0, K = 0;
+  bool a_k_major = false, relu = false;
+};
+const UOp* float_matmul(KernelBuilder& k, const Mm& s) {
+  const UOp* c = k.param(0, dtypes::float32, s.batch * s.M * s.N);
+  const UOp* a = k.param(1, dtypes::float32, s.batch * s.M * s.K);
+  const UOp* b = k.param(2, dtypes::float32, s.batch * s.K * s.N);
+  const UOp* bt = s.batch > 1 ? k.range(s.batch) : nullptr;
+  const UOp* m = k.range(s.M);
+  const UOp* n = k.range(s.N);
+  const UOp* r = k.range(s.K, AxisType::Reduce);
+  auto plus = [&](const UOp* x, const UOp* y) { return k.alu(Op::ADD, x, y); };
+  auto times = [&](const UOp* x, int64_t c) { return k.alu(Op::MUL, x, k.ix(c)); };
+  const UOp* ai = s.a_k_major ? plus(times(r, s.M), m) : plus(times(m, s.K), r);
+  const UOp* bi = plus(times(r, s.N), n);
+  const UOp* ci = plus(times(m, s.N), n);
+  if (bt) {
+    ai = plus(times(bt, s.M * s.K), ai);
+    bi = plus(times(bt, s.K * s.N), bi);
+    ci = plus(times(bt, s.M * s.N), ci);
+  }
+  const UOp* sum = k.reduce(ReduceOp::Add, k.alu(Op::MUL, k.load(a, ai), k.load(b, bi)), {r});
+  if (s.relu) sum = k.alu(Op::MAX, sum, k.f32(0));
+  std::vector<const UOp*> outs;
+  if (bt) outs.push_back(bt);
+  outs.push_back(m);
+  outs.push_back(n);
+  return k.sink({k.store(c, ci, sum, outs)});
+}
+testing::Slots mm_slots(const Mm& s) {
+  return {{Scalar::Float32, s.batch * s.M * s.N}, {Scalar::Float32, s.batch * s.M * s.K}, {Scalar::Float32, s.batch * s.K * s.N}};
+}
+
+TEST(GpuEmuSchedule, TiledMatmulsStageThroughSharedMemoryAndMatchTheInterpreter) {
+  const CudaBackend cuda(target("sm_90"));
+  struct C { Mm mm; std::string schedule, want; };
+  for (const C& c : {C{{1, 64, 64, 32}, "", "tile(32,32,8,4,4)"},
+                     C{{1, 64, 64, 32}, "tile(16,16,4,2,2)", ""},
+                     C{{1, 32, 64, 16}, "tile(32,64,8,4,8)", ""},
+                     C{{1, 96, 64, 24}, "tile(32,32,8,4,4)", ""},
+                     C{{1, 128, 128, 16}, "tile(128,128,8,8,8)", ""},
+                     C{{1, 64, 32, 16, true}, "", "tile(32,32,8,4,4)"},
+                     C{{3, 32, 32, 16, false, true}, "", "tile(32,32,8,4,4)"},
+                     C{{2, 64, 32, 8, true, true}, "tile(32,16,8,2,2)", ""}}) {
+    SCOPED_TRACE(cat(c.mm.batch, " x ", c.mm.M, " x ", c.mm.N, " x ", c.mm.K, " ", c.schedule));
+    KernelBuilder k;
+    std::string applied;
+    const UOp* linear = expect_emulator_agrees(k, float_matmul(k, c.mm), cuda, mm_slots(c.mm),
+                                               difftest::add_reduction(Scalar::Float32, c.mm.K, 2.0 * c.mm.K), {},
+                                               c.schedule, &applied);
+    ASSERT_NE(linear, nullptr);
+    EXPECT_EQ(applied, c.schedule.empty() ? c.want : c.schedule);
+    EXPECT_EQ(count_op(linear, Op::DEFINE_LOCAL), 2) << "A's and B's tiles";
+    EXPECT_EQ(void_barriers(linear), 1) << "double-buffered: one barrier per k step";
+    EXPECT_EQ(specials(linear, "threadIdx.y"), 1);
+    EXPECT_EQ(specials(linear, "blockIdx.z"), c.mm.batch > 1 ? 1 : 0) << "the batch loop";
+    EXPECT_EQ(count_op(linear, Op::WMMA), 0);
+  }
+  // A half matmul where there are no tensor cores (sm_75) is tiled on its widened values.
+  const CudaBackend sm75(target("sm_75"));
+  KernelBuilder k;
+  std::string applied;
+  const UOp* linear = expect_emulator_agrees(k, testing::matmul(k, dtypes::float16, 64, 32, 16), sm75,
+                                             {{Scalar::Float32, 64 * 32}, {Scalar::Float16, 64 * 16}, {Scalar::Float16, 16 * 32}},
+                                             difftest::add_reduction(Scalar::Float32, 16, 64.0), {}, "", &applied);
+  ASSERT_NE(linear, nullptr);
+  EXPECT_EQ(applied, "tile(32,32,8,4,4)");
+  EXPECT_EQ(count_op(linear, Op::DEFINE_LOCAL), 2);
+}
+
+TEST(GpuEmuSchedule, EveryStepAloneAndCombinedMatchesTheInterpreter) {
+  const CudaBackend cuda(target("sm_80"));
+  auto check = [&](KernelBuilder& k, const UOp* kernel, const testing::Slots& slots, Tolerance tol,
+                   const std::string& schedule) {
+    SCOPED_TRACE(schedule);
+    std::string applied;
+    const UOp* linear = expect_emulator_agrees(k, kernel, cuda, slots, tol, {}, schedule, &applied);
+    EXPECT_EQ(applied, schedule);
+    return linear;
+  };
+  const int64_t n = 4096;
+  const testing::Slots three = {{Scalar::Float32, n}, {Scalar::Float32, n}, {Scalar::Float32, n}};
+  for (const char* s : {"grid(0)", "split(0,4,upcast);grid(0)", "split(0,128,local);grid(0)",
+                        "split(0,4,upcast);split(0,64,local);grid(0)", "split(0,100,local);grid(0)", "split(0,64,local)"}) {
+    KernelBuilder k;
+    const UOp* linear = check(k, axpy(k, n), three, Tolerance::exact(), s);
+    ASSERT_NE(linear, nullptr);
+    const std::string text(s);
+    EXPECT_EQ(specials(linear, "blockIdx.x") > 0, text.find("grid") != std::string::npos);
+    EXPECT_EQ(vector_accesses(linear) > 0, text.find("upcast") != std::string::npos);
+  }
+  for (const char* s : {"split(1,128,group_reduce);grid(0)", "split(1,96,group_reduce);grid(0)",
+                        "split(1,4,upcast);split(1,64,group_reduce);grid(0)", "split(1,8,upcast);split(1,32,group_reduce)",
+                        "split(1,250,reduce);split(1,2,group_reduce);grid(0)", "split(0,3,local);split(1,64,group_reduce)"}) {
+    KernelBuilder k;
+    const UOp* linear = check(k, testing::row_reduce(k, ReduceOp::Add, 3, 1000),
+                              {{Scalar::Float32, 3}, {Scalar::Float32, 3000}},
+                              difftest::add_reduction(Scalar::Float32, 1000, 2000.0), s);
+    ASSERT_NE(linear, nullptr);
+    EXPECT_EQ(count_op(linear, Op::DEFINE_LOCAL), 1);
+    EXPECT_EQ(vector_accesses(linear) > 0, std::string(s).find("upcast") != std::string::npos) << "vector loads";
+  }
+  for (const char* s : {"grid(3,2,1)", "grid(3)", "grid(2,3)", "split(3,2,local);grid(3,1)"}) {
+    KernelBuilder k;
+    ASSERT_NE(check(k, plus_one(k, {3, 4, 5, 6}), {{Scalar::Float32, 360}, {Scalar::Float32, 360}}, Tolerance::exact(), s),
+              nullptr);
+  }
+  for (const char* s : {"tc(1)", "tc(2)", "tc(4)", "tc_tile(32,32,16,16,16)", "tc_tile(32,32,32,32,8)",
+                        "tc_tile(32,32,16,16,32)"}) {
+    KernelBuilder k;
+    const UOp* linear = check(k, testing::matmul(k, dtypes::float16, 32, 32, 32),
+                              {{Scalar::Float32, 1024}, {Scalar::Float16, 1024}, {Scalar::Float16, 1024}},
+                              difftest::add_reduction(Scalar::Float32, 32, 128.0), s);
+    ASSERT_NE(linear, nullptr);
+    const std::string text(s);
+    // A warp's (WM / 16) x (WN / 8) mma tiles; tc: one.
+    const int tiles = text == "tc_tile(32,32,16,16,16)" ? 2 : text == "tc_tile(32,32,32,32,8)" ? 2
+                      : text == "tc_tile(32,32,16,16,32)" ? 4 : 1;
+    EXPECT_EQ(count_op(linear, Op::WMMA), tiles);
+    EXPECT_EQ(count_op(linear, Op::DEFINE_LOCAL), text.starts_with("tc_tile") ? 2 : 0);
+  }
+}
+
+// C = sum over k of A * B on `in` (float16 / bfloat16) values, `batch` batches, the sum
+// and C in float32 (widened operands) or, with !f32, in `in` itself.
+const UOp* half_matmul(KernelBuilder& k, DType in, int64_t batch, int64_t M, int64_t N, int64_t K, bool f32) {
+  const DType out = f32 ? dtypes::float32 : in;
+  const UOp* c = k.param(0, out, batch * M * N);
+  const UOp* a = k.param(1, in, batch * M * K);
+  const UOp* b = k.param(2, in, batch * K * N);
+  const UOp* bt = k.range(batch);
+  const UOp* m = k.range(M);
+  const UOp* n = k.range(N);
+  const UOp* r = k.range(K, AxisType::Reduce);
+  auto plus = [&](const UOp* x, const UOp* y) { return k.alu(Op::ADD, x, y); };
+  auto times = [&](const UOp* x, int64_t v) { return k.alu(Op::MUL, x, k.ix(v)); };
+  const UOp* av = k.load(a, plus(times(bt, M * K), plus(times(m, K), r)));
+  const UOp* bv = k.load(b, plus(times(bt, K * N), plus(times(r, N), n)));
+  if (f32) {
+    av = k.g.make(Op::CAST, dtypes::float32, {av});
+    bv = k.g.make(Op::CAST, dtypes::float32, {bv});
+  }
+  const UOp* sum = k.reduce(ReduceOp::Add, k.alu(Op::MUL, av, bv), {r});
+  return k.sink({k.store(c, plus(times(bt, M * N), plus(times(m, N), n)), sum, {bt, m, n})});
+}
+
+// The tensor cores fed from shared memory (tc_tile) on the heuristic's and given tiles,
+// float16 and bfloat16, batched, a float16 result (rounded once from the float32
+// accumulators), a block of 8 warps of 4 x 4 mma tiles each.
+TEST(GpuEmuSchedule, TensorCoreTilesStageThroughSharedMemoryAndMatchTheInterpreter) {
+  const CudaBackend cuda(target("sm_80"));
+  struct C { const char* name; DType in; int64_t batch, M, N, K; bool f32; std::string schedule, want; };
+  for (const C& c : {C{"f16", dtypes::float16, 1, 64, 128, 64, true, "", "tc_tile(32,32,16,16,16)"},
+                     C{"bf16", dtypes::bfloat16, 1, 128, 64, 64, true, "tc_tile(64,64,32,32,32)", ""},
+                     C{"f16 out", dtypes::float16, 1, 64, 64, 32, false, "tc_tile(64,32,16,32,16)", ""},
+                     C{"batched", dtypes::float16, 3, 32, 32, 48, true, "", "tc_tile(32,32,16,16,16)"},
+                     C{"big warps", dtypes::float16, 1, 128, 128, 64, true, "tc_tile(128,128,32,64,32)", ""}}) {
+    SCOPED_TRACE(c.name);
+    KernelBuilder k;
+    const Scalar in = c.in.scalar, out = c.f32 ? Scalar::Float32 : in;
+    std::string applied;
+    const UOp* linear = expect_emulator_agrees(
+        k, half_matmul(k, c.in, c.batch, c.M, c.N, c.K, c.f32), cuda,
+        {{out, c.batch * c.M * c.N}, {in, c.batch * c.M * c.K}, {in, c.batch * c.K * c.N}},
+        difftest::add_reduction(out, c.K, 4.0 * c.K), {}, c.schedule, &applied);
+    ASSERT_NE(linear, nullptr);
+    EXPECT_EQ(applied, c.schedule.empty() ? c.want : c.schedule);
+    EXPECT_EQ(count_op(linear, Op::DEFINE_LOCAL), 2) << "A's and B's tiles";
+    EXPECT_EQ(void_barriers(linear), 1) << "double-buffered: one barrier per k step";
+    EXPECT_GE(count_op(linear, Op::WMMA), 1);
+    EXPECT_EQ(specials(linear, "blockIdx.z"), c.batch > 1 ? 1 : 0);
+  }
+}
+
+// What a schedule may not say on the GPU, each refused naming the step; the text forms
+// print back as they were given.
+TEST(GpuEmuSchedule, StepsTheKernelOrTheTargetCannotTakeAreRefused) {
+  for (const char* text : {"grid(0)", "grid(2,0,1)", "tc(4)", "tile(128,128,8,8,8)", "tc_tile(128,128,32,64,32)", "split(0,64,local);grid(0)",
+                           "split(1,256,group_reduce)"}) {
+    auto s = parse_loop_schedule(text);
+    ASSERT_TRUE(s.ok()) << text << ": " << s.status();
+    EXPECT_EQ(s->str(), text);
+  }
+  for (const char* text : {"grid()", "grid(0,1,2,3)", "tc()", "tc(1,2)", "tile(1,2,3,4)", "tile(01,2,3,4,5)"})
+    EXPECT_FALSE(parse_loop_schedule(text).ok()) << text;
+  const CudaBackend cuda(target("sm_90")), sm75(target("sm_75"));
+  struct Bad { const UOp* (*make)(KernelBuilder&); const CudaBackend* backend; const char* schedule; const char* says; };
+  auto mm = [](KernelBuilder& k) { return float_matmul(k, {1, 64, 64, 32}); };
+  auto half = [](KernelBuilder& k) { return testing::matmul(k, dtypes::float16, 32, 32, 32); };
+  auto ax = [](KernelBuilder& k) { return axpy(k, 4096); };
+  auto rows = [](KernelBuilder& k) { return testing::row_reduce(k, ReduceOp::Add, 3, 1000); };
+  auto dims = [](KernelBuilder& k) { return plus_one(k, {3, 70000}); };
+  for (const Bad& b : {Bad{mm, &cuda, "tile(48,32,8,4,4)", "does not divide"},
+                       Bad{mm, &cuda, "tile(32,32,8,1,1)", "1024 threads"},
+                       Bad{mm, &cuda, "tile(32,32,2,2,2)", "whole loads"},
+                       Bad{mm, &cuda, "tile(32,32,8,4,4);grid(0)", "last"},
+                       Bad{ax, &cuda, "tile(32,32,8,4,4)", "no float matmul"},
+                       Bad{half, &cuda, "tc(3)", "warps"},
+                       Bad{half, &sm75, "tc(1)", "sm_75"},
+                       Bad{half, &sm75, "tc_tile(32,32,16,16,16)", "sm_75"},
+                       Bad{half, &cuda, "tc_tile(32,32,16,8,16)", "whole 16 x 8 mma tiles"},
+                       Bad{mm, &cuda, "tc_tile(32,32,16,16,16)", "float16 or both bfloat16"},
+                       Bad{mm, &cuda, "tc(1)", "float16"},
+                       Bad{ax, &cuda, "thread(0)", "thread pool"},
+                       Bad{ax, &cuda, "grid(0);grid(0)", "one grid step"},
+                       Bad{ax, &cuda, "split(0,2048,local)", "1024 threads"},
+                       Bad{rows, &cuda, "grid(1)", "reduce axis"},
+                       Bad{rows, &cuda, "split(0,3,group_reduce)", "an output axis splits into"},
+                       Bad{dims, &cuda, "grid(0,1)", "65535"},
+                       Bad{dims, &cuda, "grid(1,1)", "named twice"},
+                       Bad{rows, &cuda, "split(0,3,upcast);split(1,64,group_reduce)", "not supported"},
+                       Bad{rows, &cuda, "split(0,3,upcast);split(1,4,upcast);split(1,64,group_reduce)", "not supported"}}) {
+    SCOPED_TRACE(b.schedule);
+    KernelBuilder k;
+    PipelineOptions opts;
+    opts.schedule = b.schedule;
+    auto linear = b.backend->lower(k.g, b.make(k), opts, "probe");
+    ASSERT_FALSE(linear.ok());
+    EXPECT_EQ(linear.status().code(), absl::StatusCode::kInvalidArgument) << linear.status();
+    EXPECT_NE(linear.status().message().find(b.says), std::string::npos) << linear.status();
+  }
+  // The CPU has no GPU steps.
+  auto cpu = parse_loop_schedule("grid(0)");
+  ASSERT_TRUE(cpu.ok());
+  KernelBuilder k;
+  auto st = apply_schedule(k.g, axpy(k, 64), *cpu);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("no GPU"), std::string::npos) << st.status();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -527,12 +927,15 @@ const UOp* without_barrier(Graph& g, const UOp* linear, int k) {
   return g.make(Op::LINEAR, dtypes::void_, ops);
 }
 
-// The group reduction as the CUDA backend lowers it, then with each of its barriers left
-// out in turn: every one of them is needed, and the emulator says where the race is.
+// The group reduction as the CUDA backend lowers it (256 threads a row), then with each of
+// its barriers left out in turn: every one of them is needed, and the emulator says where
+// the race is.
 TEST(GpuEmuSeeded, AGroupReductionWithABarrierLeftOutRaces) {
   KernelBuilder k;
   const UOp* kernel = testing::row_reduce(k, ReduceOp::Add, 2, 256);
-  auto linear = CudaBackend(target("sm_90")).lower(k.g, kernel, {}, "probe");
+  PipelineOptions opts;
+  opts.schedule = "split(1,256,group_reduce);grid(0)";
+  auto linear = CudaBackend(target("sm_90")).lower(k.g, kernel, opts, "probe");
   ASSERT_TRUE(linear.ok()) << linear.status();
   const int barriers = count_ops(*linear, [](const UOp* u) { return u->is(Op::BARRIER) && u->dtype().is_void(); });
   ASSERT_GE(barriers, 8) << "the first store and one per step of the tree";
@@ -552,6 +955,27 @@ TEST(GpuEmuSeeded, AGroupReductionWithABarrierLeftOutRaces) {
         << msg;
     EXPECT_NE(msg.find("of shared memory node"), std::string::npos) << msg;
   }
+}
+
+// The tiled GEMM with its one barrier left out: a thread reads a tile element another
+// thread has not yet stored (or stored unpublished).
+TEST(GpuEmuSeeded, ATiledMatmulWithoutItsBarrierRaces) {
+  KernelBuilder k;
+  const Mm mm{1, 32, 32, 16};
+  PipelineOptions opts;
+  opts.schedule = "tile(32,32,8,4,4)";
+  auto linear = CudaBackend(target("sm_90")).lower(k.g, float_matmul(k, mm), opts, "probe");
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  ASSERT_EQ(void_barriers(*linear), 1);
+  std::vector<HostTensor> params = testing::params_for(mm_slots(mm));
+  ASSERT_TRUE(emulate_gpu(*linear, testing::pointers(params), {}).ok());
+  const UOp* bad = without_barrier(k.g, *linear, 0);
+  ASSERT_TRUE(verify_linear(bad).ok()) << verify_linear(bad);
+  auto st = emulate_gpu(bad, testing::pointers(params), {});
+  ASSERT_FALSE(st.ok()) << "no race without the barrier";
+  const std::string msg(st.status().message());
+  EXPECT_TRUE(msg.find("[emu.race]") != std::string::npos || msg.find("[emu.uninit]") != std::string::npos) << msg;
+  EXPECT_NE(msg.find("of shared memory node"), std::string::npos) << msg;
 }
 
 TEST(GpuEmuSeeded, TheLaunchIsCheckedAsTheWorkerChecksIt) {

@@ -149,7 +149,7 @@ TEST(LoopScheduleText, AnythingElseIsRefusedNamingTheStep) {
       {"split(0,4,vector)", "type \"vector\" is not one of loop, global"},
       {"split(0,4,Upcast)", "type \"Upcast\""},
       {"Split(0,4,upcast)", "unknown step \"Split\""},
-      {"thread(0);tile(0,4)", "step 1 \"tile(0,4)\": unknown step"},
+      {"thread(0);unroll(0,4)", "step 1 \"unroll(0,4)\": unknown step"},
       {"thread(0)x", "a step is NAME(ARGS)"},
       {"thread 0", "a step is NAME(ARGS)"},
       {"thread()", "axis \"\""},

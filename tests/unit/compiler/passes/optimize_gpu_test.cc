@@ -2,7 +2,8 @@
 // in order. A half matmul on sm_80 takes tensor cores (not on sm_75, not when they are
 // off); a reduction with few outputs, or a long contiguous one, is split into a serial
 // Reduce part and a GroupReduce range of L threads (the largest of 256 .. 32 that divides
-// it; a loop none divides gets ceil(K / L) x L with a masked tail); a contiguous output
+// it; a loop none divides gets ceil(K / L) x L with a masked tail), a contiguous one that
+// 32 vectors divide loaded in 4-lane vectors, many short rows a warp each; a contiguous output
 // loop long enough is upcast by a 16-byte vector's lanes; and last the output loops become
 // Global, the contiguous one with the largest axis id (blockIdx.x), at most three, and y / z
 // only when they fit 65535. Each kernel the rules make (before group_reduce and gpu_dims
@@ -59,27 +60,30 @@ TEST(OptimizeGpu, AHalfMatmulTakesTensorCoresOnSm80Only) {
   EXPECT_FALSE(globals_of(*without).empty());
 }
 
-// 4 rows of 1024: few outputs, a long contiguous loop. L = 256 divides 1024: Reduce 4 x
-// GroupReduce 256; then the row loop is blockIdx.x.
+// 4 rows of 1024: few outputs, a long contiguous loop. Each thread loads 4-lane vectors
+// (Upcast 4), and L = 256 divides the 256 vectors: Reduce 1 x GroupReduce 256 x Upcast 4;
+// then the row loop is blockIdx.x.
 TEST(OptimizeGpu, AReductionWithFewOutputsIsSpreadOverABlock) {
   KernelBuilder k;
   const UOp* before = row_sums(k, 4, 1024);
   auto after = optimize_gpu(k.g, before, {});
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(testing::trips_of(*after, AxisType::GroupReduce), std::vector<int64_t>{256});
-  EXPECT_EQ(testing::trips_of(*after, AxisType::Reduce), std::vector<int64_t>{4});
+  EXPECT_EQ(testing::trips_of(*after, AxisType::Reduce), std::vector<int64_t>{1});
+  EXPECT_EQ(testing::trips_of(*after, AxisType::Upcast), std::vector<int64_t>{4});
   auto g = globals_of(*after);
   ASSERT_EQ(g.size(), 1u);
   EXPECT_EQ(testing::trip_of(g[0]), 4);
   testing::expect_interpreter_agrees(before, *after, {{Scalar::Float32, 4}, {Scalar::Float32, 4096}});
 
-  // max_threads bounds L: 64 threads make Reduce 16 x GroupReduce 64.
+  // max_threads bounds L: 64 threads make Reduce 4 x GroupReduce 64 x Upcast 4.
   GpuOptimizeOptions small;
   small.max_threads = 64;
   auto narrow = optimize_gpu(k.g, before, small);
   ASSERT_TRUE(narrow.ok()) << narrow.status();
   EXPECT_EQ(testing::trips_of(*narrow, AxisType::GroupReduce), std::vector<int64_t>{64});
-  EXPECT_EQ(testing::trips_of(*narrow, AxisType::Reduce), std::vector<int64_t>{16});
+  EXPECT_EQ(testing::trips_of(*narrow, AxisType::Reduce), std::vector<int64_t>{4});
+  testing::expect_interpreter_agrees(before, *narrow, {{Scalar::Float32, 4}, {Scalar::Float32, 4096}});
 }
 
 // K = 1000: none of 256, 128, 64, 32 divides it. ceil(1000 / 256) = 4 x 256 threads, the
@@ -97,6 +101,7 @@ TEST(OptimizeGpu, AReduceLoopNoBlockDividesHasItsTailMasked) {
 
 // No GroupReduce: too few values per output (16 < 64), or too many outputs (4096 > 2048)
 // with a reduce loop no load walks contiguously (column sums). The output loops are Global.
+// Many contiguous rows of 32 .. 255 take a warp each, eight rows to a block.
 TEST(OptimizeGpu, ShortOrStridedReductionsStayPerThread) {
   {
     KernelBuilder k;
@@ -120,6 +125,16 @@ TEST(OptimizeGpu, ShortOrStridedReductionsStayPerThread) {
     ASSERT_TRUE(after.ok()) << after.status();
     EXPECT_TRUE(testing::trips_of(*after, AxisType::GroupReduce).empty());
     EXPECT_EQ(testing::trips_of(*after, AxisType::Reduce), std::vector<int64_t>{K});
+  }
+  {
+    KernelBuilder k;
+    const UOp* before = row_sums(k, 4096, 64);
+    auto after = optimize_gpu(k.g, before, {});
+    ASSERT_TRUE(after.ok()) << after.status();
+    EXPECT_EQ(testing::trips_of(*after, AxisType::GroupReduce), std::vector<int64_t>{32});
+    EXPECT_EQ(testing::trips_of(*after, AxisType::Local), std::vector<int64_t>{8});
+    EXPECT_EQ(testing::trips_of(*after, AxisType::Reduce), std::vector<int64_t>{2});
+    testing::expect_interpreter_agrees(before, *after, {{Scalar::Float32, 4096}, {Scalar::Float32, 4096 * 64}});
   }
 }
 
