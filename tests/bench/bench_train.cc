@@ -10,6 +10,8 @@
 //                 loss download
 //   allreduce_share  allreduce_ms / step time
 //   p50_step_ms   the median warm step
+//   sent_data_bytes, sent_graph_bytes  what the client sent uopd per warm step (Stats):
+//                 data uploaded or inline, and graphs (a held graph goes by its digest)
 // and the first (cold) step of a fresh server, whose kernels all compile, as cold_*.
 // Two models, batch 256: the demo's 2-32-32-2 spirals MLP and a wide 784-1024-1024-10 one
 // on random data (7 MiB of gradients). The peer, measured in the same run before uopd
@@ -117,6 +119,8 @@ void BM_TrainStep(benchmark::State& state) {
   double plan = 0, compile = 0, run = 0, allreduce = 0, client_side = 0, wall = 0;
   int64_t misses = 0;
   std::vector<double> walls;
+  auto stats_before = g_service->client->stats();
+  if (!stats_before.ok()) return state.SkipWithError(stats_before.status().ToString().c_str());
   for (auto _ : state) {
     auto r = trainer.step();
     if (!r.ok()) return state.SkipWithError(r.status().ToString().c_str());
@@ -130,6 +134,13 @@ void BM_TrainStep(benchmark::State& state) {
     misses += r->cache_misses;
   }
   const double n = static_cast<double>(state.iterations());
+  auto stats_after = g_service->client->stats();
+  if (!stats_after.ok()) return state.SkipWithError(stats_after.status().ToString().c_str());
+  // What the client sent per warm step besides the requests' framing: data (uploads and
+  // inline inputs) and graphs. A warm step names its held graph by digest, and its
+  // parameters are session buffers: 0 and 0 with the batch kept in the session.
+  state.counters["sent_data_bytes"] = static_cast<double>(stats_after->bytes_uploaded - stats_before->bytes_uploaded) / n;
+  state.counters["sent_graph_bytes"] = static_cast<double>(stats_after->run_graph_bytes - stats_before->run_graph_bytes) / n;
   state.counters["plan_ms"] = plan / n;
   state.counters["compile_ms"] = compile / n;
   state.counters["run_ms"] = run / n;

@@ -201,6 +201,94 @@ TEST(MultiDeviceE2E, AllreduceOverGlooWhileTheRendezvousIsFlooded) {
   std::cout << "rendezvous flood: " << sent.load() << " junk keys of 64 KiB refused, none stored\n";
 }
 
+// Allreduces of every dtype the collectives reduce and every op, two of each (so that a
+// bucket can hold several), each result also read by a kernel after it, beside kernels
+// that need no collective (x + x): what bucketing and overlap reorder.
+struct EveryAllreduce {
+  Graph g;
+  const UOp* root = nullptr;
+  Names names;
+  absl::flat_hash_map<const UOp*, HostTensor> inputs;
+  std::vector<client::Input> bindings;
+  static constexpr Scalar kDtypes[] = {Scalar::Float32, Scalar::Float64, Scalar::Float16, Scalar::BFloat16,
+                                       Scalar::Int32,   Scalar::Int64,   Scalar::UInt8,   Scalar::Int8};
+  static constexpr ReduceOp kOps[] = {ReduceOp::Add, ReduceOp::Mul, ReduceOp::Max, ReduceOp::Min};
+
+  explicit EveryAllreduce(int devices) {
+    std::vector<const UOp*> outs;
+    uint64_t seed = 1;
+    for (Scalar dtype : kDtypes)
+      for (ReduceOp op : kOps)
+        for (int copy = 0; copy < 2; ++copy) {
+          std::vector<const UOp*> shards;
+          for (int d = 0; d < devices; ++d) {
+            TensorBuilder tb(g, cat("CPU:", d));
+            const UOp* x = tb.input(dtype, {3, 4});
+            HostTensor data = HostTensor::random(dtype, {12}, ++seed);
+            // Floating products stay near 1 (a product of many values runs off to 0 or infinity).
+            if (op == ReduceOp::Mul && scalar_is_float(dtype))
+              for (int64_t i = 0; i < data.numel(); ++i) data.set(i, ConstValue::Float(1.0 + data.get(i).to_double() / 8));
+            std::string name = cat("x", names.size());
+            names.push_back({name, tb.buffer_of(x)});
+            inputs[tb.buffer_of(x)] = data;
+            bindings.push_back({name, data});
+            shards.push_back(x);
+          }
+          const DType t(dtype);
+          const UOp* m = g.make(Op::MULTI, t, shards, IntArg{0});
+          const UOp* reduced = g.make(Op::REDUCE_AXIS, t, {m}, ReduceAxisArg{op, {0}});
+          outs.push_back(g.make(Op::ADD, t, {reduced, reduced}));  // a kernel after the allreduce
+          outs.push_back(g.make(Op::ADD, t, {m, m}));              // one that needs none
+        }
+    root = g.make(Op::SINK, dtypes::void_, outs);
+  }
+};
+
+// The same graph on uopd bucketed (--bucket-cap-mb=25) or not (0), its steps overlapped or
+// sequential (--sequential-steps): every output the same bits in all four, and the
+// interpreter's values.
+TEST(MultiDeviceE2E, EveryDtypeAndOpGivesTheSameBitsBucketedOrNotOverlappedOrNot) {
+  EveryAllreduce graph(2);
+  auto want = interpret(graph.g, graph.root, graph.inputs);
+  ASSERT_TRUE(want.ok()) << want.status();
+  std::vector<std::vector<std::string>> got;
+  for (const char* cap : {"--bucket-cap-mb=25", "--bucket-cap-mb=0"})
+    for (bool sequential : {false, true}) {
+      SCOPED_TRACE(cat(cap, sequential ? " --sequential-steps" : ""));
+      std::vector<std::string> flags = {cap};
+      if (sequential) flags.push_back("--sequential-steps");
+      Service svc(2, flags);
+      ASSERT_TRUE(svc.ok());
+      Session session = svc.session(2);
+      auto r = session.run(graph.root, graph.names, graph.bindings);
+      ASSERT_TRUE(r.ok()) << r.status();
+      std::vector<std::string> bits;
+      for (const client::RunOutput& o : r->outputs) bits.push_back(o.tensor.data);
+      got.push_back(std::move(bits));
+      if (got.size() > 1) continue;
+      // Against the interpreter once: output k is the k-th of the SINK, one part per device.
+      ASSERT_EQ(r->outputs.size(), want->size() * 2);
+      for (size_t k = 0; k < want->size(); ++k) {
+        const HostTensor& whole = (*want)[k];
+        const bool replicated = k % 2 == 0;
+        for (size_t d = 0; d < 2; ++d) {
+          const client::RunOutput& o = r->outputs[2 * k + d];
+          if (!replicated) {  // x + x, device d's rows: exact in every dtype
+            EXPECT_EQ(o.tensor.data, whole.data.substr(d * whole.data.size() / 2, whole.data.size() / 2)) << o.name;
+            continue;
+          }
+          CompareResult c = compare(whole, o.tensor, Tolerance::for_dtype(whole.dtype));
+          EXPECT_TRUE(c.ok) << o.name << " (" << scalar_name(whole.dtype) << "): " << c.message;
+        }
+      }
+    }
+  ASSERT_EQ(got.size(), 4u);
+  for (size_t i = 1; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].size(), got[0].size());
+    for (size_t k = 0; k < got[0].size(); ++k) EXPECT_EQ(got[i][k], got[0][k]) << "configuration " << i << ", output " << k;
+  }
+}
+
 void train(int devices, int steps) {
   Service svc(devices);
   ASSERT_TRUE(svc.ok());

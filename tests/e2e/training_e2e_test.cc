@@ -147,5 +147,90 @@ TEST(TrainingE2E, BucketedAndUnbucketedAllreducesTrainTheSameBits) {
   for (size_t i = 0; i < params[0].size(); ++i) EXPECT_EQ(params[0][i].data, params[1][i].data) << "parameter " << i;
 }
 
+// A warm step is one Run of a held graph whose plan, kernels and collective group are all
+// reused, and the client sends it nothing but the step's batch: the parameters stay in
+// their session buffers (each step's update written into them), the graph goes by its
+// digest, the loss comes back with the Run. Stats across step 3 (a new batch every step):
+// bytes uploaded == the batch's, no graph bytes, no buffer made, nothing compiled, the plan
+// a cache hit, no group formed. The losses and the parameters are those of the same steps
+// in this process, bit for bit.
+TEST(TrainingE2E, AWarmStepUploadsOnlyItsBatch) {
+  constexpr int kSteps = 4;
+  Service svc;
+  ASSERT_TRUE(svc.ok());
+  Session session = svc.session();
+  demo::TrainOptions opts;
+  opts.points_per_class = 16;
+  opts.hidden = 8;
+  opts.fresh_batches = true;
+  const uint64_t batch_bytes = 2 * opts.points_per_class * (opts.inputs + opts.classes) * sizeof(float);
+  LocalRunner local(1);
+  client::LocalRealizer local_realizer(local);
+  demo::SpiralsTrainer reference(local_realizer, opts);
+  demo::SpiralsTrainer trainer(session, opts);
+  client::Client& c = *svc.uopd.client;
+  for (int step = 1; step <= kSteps; ++step) {
+    auto before = c.stats();
+    ASSERT_TRUE(before.ok()) << before.status();
+    const double groups_before = svc.metric("uopd_collective_groups_formed_total");
+    auto got = trainer.step();
+    ASSERT_TRUE(got.ok()) << "step " << step << ": " << got.status();
+    auto after = c.stats();
+    ASSERT_TRUE(after.ok()) << after.status();
+    auto want = reference.step();
+    ASSERT_TRUE(want.ok()) << "reference step " << step << ": " << want.status();
+    ASSERT_EQ(got->loss, want->loss) << "step " << step;
+    if (step == 1) {
+      EXPECT_GT(after->run_graph_bytes, before->run_graph_bytes);  // the graph, sent once
+      EXPECT_EQ(after->buffers, before->buffers + 12);              // the parameters, one per device
+    }
+    if (step < 3) continue;
+    EXPECT_EQ(after->bytes_uploaded - before->bytes_uploaded, batch_bytes) << "step " << step;
+    EXPECT_EQ(after->run_graph_bytes, before->run_graph_bytes) << "step " << step;
+    EXPECT_EQ(after->buffers, before->buffers) << "step " << step;
+    EXPECT_EQ(after->buffer_bytes, before->buffer_bytes) << "step " << step;
+    EXPECT_EQ(after->compiles, before->compiles) << "step " << step;
+    EXPECT_EQ(after->plan_cache_hits, before->plan_cache_hits + 1) << "step " << step;
+    EXPECT_EQ(svc.metric("uopd_collective_groups_formed_total"), groups_before) << "step " << step;
+  }
+  ASSERT_TRUE(trainer.check_replicas().ok()) << trainer.check_replicas();
+  auto got = trainer.parameters();
+  auto want = reference.parameters();
+  ASSERT_TRUE(got.ok() && want.ok());
+  ASSERT_EQ(got->size(), want->size());
+  for (size_t i = 0; i < got->size(); ++i) EXPECT_EQ((*got)[i].data, (*want)[i].data) << "parameter " << i;
+}
+
+// A step's collectives overlapped with the kernels that do not need them, or every step
+// after the one before (--sequential-steps), bucketed or one collective per allreduce
+// (where there are several to overlap): the same bits in all four.
+TEST(TrainingE2E, OverlappedAndSequentialStepsTrainTheSameBits) {
+  constexpr int kSteps = 3;
+  demo::TrainOptions opts;
+  opts.points_per_class = 16;
+  opts.hidden = 8;
+  std::vector<std::vector<HostTensor>> params;
+  for (const char* cap : {"--bucket-cap-mb=25", "--bucket-cap-mb=0"})
+    for (bool sequential : {false, true}) {
+      std::vector<std::string> flags = {cap};
+      if (sequential) flags.push_back("--sequential-steps");
+      Service svc(flags);
+      ASSERT_TRUE(svc.ok());
+      Session session = svc.session();
+      demo::SpiralsTrainer trainer(session, opts);
+      for (int step = 1; step <= kSteps; ++step) {
+        auto r = trainer.step();
+        ASSERT_TRUE(r.ok()) << cap << (sequential ? " sequential" : "") << ", step " << step << ": " << r.status();
+      }
+      auto p = trainer.parameters();
+      ASSERT_TRUE(p.ok()) << p.status();
+      params.push_back(*std::move(p));
+    }
+  for (size_t k = 1; k < params.size(); ++k) {
+    ASSERT_EQ(params[k].size(), params[0].size());
+    for (size_t i = 0; i < params[0].size(); ++i) EXPECT_EQ(params[k][i].data, params[0][i].data) << "run " << k << ", parameter " << i;
+  }
+}
+
 }  // namespace
 }  // namespace uop
