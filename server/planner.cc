@@ -377,6 +377,7 @@ absl::StatusOr<CompiledKernel> Planner::kernel_from_entry(const PlannedKernel& k
   ck.object = a.object();
   ck.source = a.source();
   ck.abi = std::move(abi);
+  ck.abi_text = a.abi();
   ck.outcome = entry.outcome;
   ck.tier = entry.tier;
   ck.compile_ms = compile_ms.value_or(a.compile_ms());

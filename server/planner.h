@@ -115,6 +115,7 @@ struct CompiledKernel {
   std::string object;
   std::string source;
   KernelAbi abi;
+  std::string abi_text;  // abi as the artifact carries it (KernelAbi::serialize)
   CacheOutcome outcome = CacheOutcome::Miss;
   std::string tier;    // for hits
   double compile_ms = 0;

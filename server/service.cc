@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <optional>
 
 #include "compiler/backend.h"
@@ -51,7 +52,7 @@ void fill_kernel(const CompiledKernel& k, bool binary, bool source, pb::Kernel* 
   out->set_status(status_of(k.outcome));
   out->set_tier(k.tier);
   out->set_compile_ms(k.compile_ms);
-  out->set_abi(k.abi.serialize());
+  out->set_abi(k.abi_text);
   if (binary) out->set_binary(k.object);
   if (source) out->set_source(k.source);
 }
@@ -727,6 +728,7 @@ absl::Status UopdService::run_graph(grpc::ServerContextBase* ctx, Tenant& tenant
   // too, and so is every kept output after it.
   absl::Status assigned = absl::OkStatus();
   std::vector<bool> placed(p.outputs.size(), false);
+  std::map<std::pair<std::string, uint64_t>, std::vector<uint64_t>> retired;  // by worker process
   for (size_t i = 0; i < p.outputs.size() && assigned.ok(); ++i) {
     if (assign_to[i].empty()) continue;
     auto old = d_.sessions->replace_buffer(req->session_id(), assign_to[i], outcome->kept[i], who);
@@ -735,8 +737,10 @@ absl::Status UopdService::run_graph(grpc::ServerContextBase* ctx, Tenant& tenant
       break;
     }
     placed[i] = true;
-    if (auto w = d_.workers->worker_by_id(old->worker_id)) d_.executor->free_later(w, old->worker_generation, {old->worker_buffer});
+    retired[{old->worker_id, old->worker_generation}].push_back(old->worker_buffer);
   }
+  for (const auto& [process, ids] : retired)
+    if (auto w = d_.workers->worker_by_id(process.first)) d_.executor->free_later(w, process.second, ids);
   if (!assigned.ok()) {
     std::vector<BufferInfo> rest;
     for (size_t j = 0; j < p.outputs.size(); ++j)
