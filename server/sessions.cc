@@ -183,15 +183,22 @@ absl::StatusOr<std::string> SessionManager::add_buffer(const std::string& sessio
   return id;
 }
 
-absl::StatusOr<BufferInfo> SessionManager::buffer(const std::string& session, const std::string& buffer_id,
-                                                  const std::string& tenant) {
-  std::lock_guard<std::mutex> l(mu_);
+absl::StatusOr<BufferInfo*> SessionManager::find_buffer(const std::string& session, const std::string& buffer_id,
+                                                        const std::string& tenant, Session** owner) {
   auto s = find(session, tenant);
   if (!s.ok()) return s.status();
   auto it = (*s)->buffers.find(buffer_id);
   if (it == (*s)->buffers.end())
     return absl::NotFoundError(cat("buffer '", buffer_id.substr(0, 64), "' does not exist in this session"));
-  return it->second;
+  if (owner) *owner = *s;
+  return &it->second;
+}
+
+absl::StatusOr<BufferInfo> SessionManager::buffer(const std::string& session, const std::string& buffer_id,
+                                                  const std::string& tenant) {
+  std::lock_guard<std::mutex> l(mu_);
+  ASSIGN_OR_RETURN(BufferInfo * b, find_buffer(session, buffer_id, tenant));
+  return *b;
 }
 
 absl::StatusOr<std::string> SessionManager::add_model(const std::string& session, std::shared_ptr<const HeldModel> model,
@@ -226,15 +233,11 @@ absl::StatusOr<std::shared_ptr<const HeldModel>> SessionManager::model(const std
 absl::StatusOr<BufferInfo> SessionManager::replace_buffer(const std::string& session, const std::string& buffer_id,
                                                           const BufferInfo& now, const std::string& tenant) {
   std::lock_guard<std::mutex> l(mu_);
-  auto s = find(session, tenant);
-  if (!s.ok()) return s.status();
-  auto it = (*s)->buffers.find(buffer_id);
-  if (it == (*s)->buffers.end())
-    return absl::NotFoundError(cat("buffer '", buffer_id.substr(0, 64), "' does not exist in this session"));
-  BufferInfo old = it->second;
-  it->second.worker_buffer = now.worker_buffer;
-  it->second.worker_id = now.worker_id;
-  it->second.worker_generation = now.worker_generation;
+  ASSIGN_OR_RETURN(BufferInfo * b, find_buffer(session, buffer_id, tenant));
+  BufferInfo old = *b;
+  b->worker_buffer = now.worker_buffer;
+  b->worker_id = now.worker_id;
+  b->worker_generation = now.worker_generation;
   return old;
 }
 
@@ -276,15 +279,12 @@ absl::StatusOr<std::shared_ptr<const DecodedGraph>> SessionManager::held_graph(c
 absl::StatusOr<BufferInfo> SessionManager::remove_buffer(const std::string& session, const std::string& buffer_id,
                                                          const std::string& tenant) {
   std::lock_guard<std::mutex> l(mu_);
-  auto s = find(session, tenant);
-  if (!s.ok()) return s.status();
-  auto it = (*s)->buffers.find(buffer_id);
-  if (it == (*s)->buffers.end())
-    return absl::NotFoundError(cat("buffer '", buffer_id.substr(0, 64), "' does not exist in this session"));
-  BufferInfo b = std::move(it->second);
-  (*s)->bytes -= b.bytes;
-  (*s)->buffers.erase(it);
-  release_locked((*s)->tenant, 1, b.bytes, false);
+  Session* s = nullptr;
+  ASSIGN_OR_RETURN(BufferInfo * found, find_buffer(session, buffer_id, tenant, &s));
+  BufferInfo b = std::move(*found);
+  s->bytes -= b.bytes;
+  s->buffers.erase(buffer_id);
+  release_locked(s->tenant, 1, b.bytes, false);
   return b;
 }
 

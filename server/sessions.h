@@ -185,6 +185,9 @@ class SessionManager {
   // RESOURCE_EXHAUSTED when `bytes` more do not fit the session's or its owner's limit (mu_ held).
   absl::Status check_bytes_locked(const Session& s, const Owner& o, uint64_t bytes, std::string_view what) const;
   absl::StatusOr<Session*> find(const std::string& id, const std::string& tenant = "");  // mu_ held
+  // A buffer of the session (and, in `owner`, the session); NOT_FOUND naming it. mu_ held.
+  absl::StatusOr<BufferInfo*> find_buffer(const std::string& session, const std::string& buffer_id,
+                                          const std::string& tenant, Session** owner = nullptr);
 
   SessionOptions opts_;
   mutable std::mutex mu_;

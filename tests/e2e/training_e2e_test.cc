@@ -45,6 +45,15 @@ struct Service {
   double metric(const std::string& name) const { return testing::metric(metrics, name); }
 };
 
+// Both trainers' parameters, bit for bit.
+void expect_same_parameters(demo::SpiralsTrainer& trainer, demo::SpiralsTrainer& reference) {
+  auto got = trainer.parameters();
+  auto want = reference.parameters();
+  ASSERT_TRUE(got.ok() && want.ok());
+  ASSERT_EQ(got->size(), want->size());
+  for (size_t i = 0; i < got->size(); ++i) EXPECT_EQ((*got)[i].data, (*want)[i].data) << "parameter " << i;
+}
+
 // One collective group for a whole training run: 200 steps of the spirals MLP on two
 // workers, CPU:1 killed (by its pid, between steps) before step 120. Every step before
 // it reuses the group the first step formed; step 120 fails UNAVAILABLE naming CPU:1; the
@@ -108,11 +117,7 @@ TEST(TrainingE2E, OneCollectiveGroupServesEveryStepAndIsReformedAfterAMemberDies
   // The group of the killed process went when its replacement's formed.
   EXPECT_EQ(svc.metric("uopd_collective_groups"), 1);
   ASSERT_TRUE(trainer->check_replicas().ok()) << trainer->check_replicas();
-  auto got = trainer->parameters();
-  auto want = reference.parameters();
-  ASSERT_TRUE(got.ok() && want.ok());
-  ASSERT_EQ(got->size(), want->size());
-  for (size_t i = 0; i < got->size(); ++i) EXPECT_EQ((*got)[i].data, (*want)[i].data) << "parameter " << i;
+  expect_same_parameters(*trainer, reference);
 }
 
 // The same steps with every allreduce on its own (--bucket-cap-mb=0) and bucketed: the
@@ -194,11 +199,7 @@ TEST(TrainingE2E, AWarmStepUploadsOnlyItsBatch) {
     EXPECT_EQ(svc.metric("uopd_collective_groups_formed_total"), groups_before) << "step " << step;
   }
   ASSERT_TRUE(trainer.check_replicas().ok()) << trainer.check_replicas();
-  auto got = trainer.parameters();
-  auto want = reference.parameters();
-  ASSERT_TRUE(got.ok() && want.ok());
-  ASSERT_EQ(got->size(), want->size());
-  for (size_t i = 0; i < got->size(); ++i) EXPECT_EQ((*got)[i].data, (*want)[i].data) << "parameter " << i;
+  expect_same_parameters(trainer, reference);
 }
 
 // A step's collectives overlapped with the kernels that do not need them, or every step
