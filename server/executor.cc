@@ -755,35 +755,43 @@ absl::Status Executor::run_steps(RunState& rs) {
     state[step] = State::Done;
     return r.status;
   };
-  auto flush_device = [&](size_t device) -> absl::Status {
-    std::vector<bool> which(rs.devices.size(), false);
-    which[device] = true;
+  // Sends the batches of the devices marked, side by side, and waits for them.
+  auto flush = [&](const std::vector<bool>& which) -> absl::Status {
+    if (std::find(which.begin(), which.end(), true) == which.end()) return absl::OkStatus();
     RETURN_IF_ERROR(flush_launches(rs, &which));
-    for (int step : batched[device]) state[step] = State::Done;
-    batched[device].clear();
+    for (size_t device = 0; device < which.size(); ++device) {
+      if (!which[device]) continue;
+      for (int step : batched[device]) state[step] = State::Done;
+      batched[device].clear();
+    }
     return absl::OkStatus();
   };
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     const ScheduleStep& st = plan.steps[s];
     const std::optional<size_t> here =
         st.kind == ScheduleStep::Kind::Kernel ? std::optional<size_t>(rs.kernel_device[st.index]) : std::nullopt;
-    // What this step waits for: launches batched on another device are sent now (on its
+    // What this step waits for: launches batched on other devices are sent now (on its
     // own device they run before it in the same Execute); a running collective is waited
     // for, after this device's batch, which does not need it, has gone.
+    std::vector<bool> to_send(rs.devices.size(), false);
+    std::vector<int> to_finish;
     for (int d : plan.waits_for[s]) {
       if (state[d] == State::Batched) {
         const size_t dev = rs.kernel_device[plan.steps[d].index];
-        if (here != dev) RETURN_IF_ERROR(flush_device(dev));
+        if (here != dev) to_send[dev] = true;
       } else if (state[d] == State::Running) {
-        if (here && !batched[*here].empty()) RETURN_IF_ERROR(flush_device(*here));
-        RETURN_IF_ERROR(finish(d));
+        if (here && !batched[*here].empty()) to_send[*here] = true;
+        to_finish.push_back(d);
       }
     }
     // A collective or a copy reaches buffers outside any Execute: those still to be
     // allocated by a device's first Execute are allocated first.
     if (!here)
       for (size_t dev = 0; dev < rs.devices.size(); ++dev)
-        if (rs.devices[dev].pending.allocs_size() > 0) RETURN_IF_ERROR(flush_device(dev));
+        if (rs.devices[dev].pending.allocs_size() > 0) to_send[dev] = true;
+    RETURN_IF_ERROR(flush(to_send));
+    for (int d : to_finish)
+      if (state[d] == State::Running) RETURN_IF_ERROR(finish(d));
     switch (st.kind) {
       case ScheduleStep::Kind::Kernel:
         RETURN_IF_ERROR(add_launch(rs, st.index));
