@@ -799,6 +799,14 @@ absl::Status Executor::run_steps(RunState& rs) {
         state[s] = State::Batched;
         break;
       case ScheduleStep::Kind::Collective: {
+        // When the next step needs it, there is nothing to overlap: it runs here.
+        const bool needed_next = s + 1 < plan.steps.size() && std::binary_search(plan.waits_for[s + 1].begin(),
+                                                                                 plan.waits_for[s + 1].end(), static_cast<int>(s));
+        if (needed_next) {
+          RETURN_IF_ERROR(run_collective(rs, plan.collectives[st.index], st.index));
+          state[s] = State::Done;
+          break;
+        }
         auto r = std::make_unique<Running>();
         Running* rp = r.get();
         running[s] = std::move(r);
