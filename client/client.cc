@@ -429,6 +429,8 @@ absl::StatusOr<Stats> Client::stats() {
   out.compiles_in_progress = r.compiles_in_progress();
   out.model_weight_buffers_written = r.model_weight_buffers_written();
   out.model_weight_bytes_written = r.model_weight_bytes_written();
+  out.bytes_uploaded = r.bytes_uploaded();
+  out.run_graph_bytes = r.run_graph_bytes();
   out.compiler_build_id = r.compiler_build_id();
   out.searches = r.searches();
   out.candidates_timed = r.candidates_timed();
@@ -646,14 +648,19 @@ absl::Status bind_value(const Input& in, pb::Binding* b) {
 }
 
 // A Run's answer as the caller sees it (Run and RunModel answer alike).
-absl::StatusOr<RunResult> run_result(Session& session, pb::RunResponse& resp, bool keep_outputs) {
+// `assigned`: outputs written into buffers the caller named (RunOptions::assign), which
+// stay whatever keep_outputs says.
+absl::StatusOr<RunResult> run_result(Session& session, pb::RunResponse& resp, bool keep_outputs,
+                                     const std::vector<std::pair<size_t, std::string>>& assigned = {}) {
   RunResult out;
   for (const pb::Output& o : resp.outputs()) {
+    const size_t k = out.outputs.size();
+    const bool stays = keep_outputs || std::any_of(assigned.begin(), assigned.end(), [&](const auto& a) { return a.first == k; });
     std::string what = cat("output ", o.name());
     absl::StatusOr<HostTensor> t = tensor_header(what, o.dtype(), o.shape());
     if (!t.ok()) return t.status();
     RunOutput r{o.name(), std::move(*t), ""};
-    if (o.value_case() == pb::Output::kBufferId && !keep_outputs) {
+    if (o.value_case() == pb::Output::kBufferId && !stays) {
       // Over the server's inline limit: it stays in the session for us to stream down,
       // then it is freed (here whatever the download did, so nothing is left behind).
       r.buffer_id = o.buffer_id();
@@ -686,11 +693,38 @@ absl::StatusOr<RunResult> run_result(Session& session, pb::RunResponse& resp, bo
 
 absl::StatusOr<RunResult> Session::run(const UOp* root, const Names& names, const std::vector<Input>& inputs, bool keep_outputs,
                                        bool profile) {
+  RunOptions o;
+  o.keep_outputs = keep_outputs;
+  o.profile = profile;
+  return run(root, names, inputs, o);
+}
+
+absl::StatusOr<RunResult> Session::run(const UOp* root, const Names& names, const std::vector<Input>& inputs,
+                                       const RunOptions& opts) {
   pb::RunRequest req;
   req.set_session_id(id_);
-  encode_proto(root, names, req.mutable_graph());
-  req.set_keep_outputs(keep_outputs);
-  req.set_profile(profile);
+  // A held graph is known by its digest and its names (the server answers with the names
+  // it was sent with).
+  std::string held_key;
+  bool by_digest = false;
+  if (opts.hold_graph) {
+    held_key = root->digest().hex();
+    for (const auto& [name, node] : names) held_key += cat("|", name.size(), ":", name, "=", node->digest().hex());
+    by_digest = std::find(held_graphs_.begin(), held_graphs_.end(), held_key) != held_graphs_.end();
+  }
+  if (by_digest) {
+    req.set_graph_digest(root->digest().hex());
+  } else {
+    encode_proto(root, names, req.mutable_graph());
+    req.set_hold_graph(opts.hold_graph);
+  }
+  req.set_keep_outputs(opts.keep_outputs);
+  req.set_profile(opts.profile);
+  for (const auto& [output, buffer_id] : opts.assign) {
+    pb::OutputAssign* a = req.add_assign();
+    a->set_output(static_cast<uint32_t>(output));
+    a->set_buffer_id(buffer_id);
+  }
   std::optional<absl::flat_hash_map<const UOp*, uint32_t>> index;  // built on first need
   for (const Input& in : inputs) {
     pb::Binding* b = req.add_inputs();
@@ -709,9 +743,27 @@ absl::StatusOr<RunResult> Session::run(const UOp* root, const Names& names, cons
   }
   pb::RunResponse resp;
   auto ctx = conn_->context();
-  if (absl::Status s = to_status(conn_->stub->Run(ctx.get(), req, &resp)); !s.ok()) return s;
-
-  return run_result(*this, resp, keep_outputs);
+  absl::Status s = to_status(conn_->stub->Run(ctx.get(), req, &resp));
+  if (by_digest && absl::IsNotFound(s)) {
+    // The server no longer holds it (it keeps the last few per session): sent again.
+    std::erase(held_graphs_, held_key);
+    req.clear_graph_digest();
+    encode_proto(root, names, req.mutable_graph());
+    req.set_hold_graph(true);
+    by_digest = false;
+    resp.Clear();
+    ctx = conn_->context();
+    s = to_status(conn_->stub->Run(ctx.get(), req, &resp));
+  }
+  if (!s.ok()) return s;
+  if (opts.hold_graph && !by_digest) {
+    std::erase(held_graphs_, held_key);
+    held_graphs_.push_back(held_key);
+    // As many as the server keeps (server/sessions.h kMaxHeldGraphs): an older one is
+    // displaced there too.
+    if (held_graphs_.size() > 8) held_graphs_.erase(held_graphs_.begin());
+  }
+  return run_result(*this, resp, opts.keep_outputs, opts.assign);
 }
 
 absl::StatusOr<LoadedModel> Session::load_model(std::string_view onnx_bytes,

@@ -157,6 +157,9 @@ struct Stats {
   uint64_t tuning_records_memory = 0, tuning_records_disk = 0, tuning_records_redis = 0;
   uint64_t tuning_record_misses = 0, tuning_record_errors = 0, tuning_records_written = 0;
   std::string search;
+  // Data clients sent (uploads, inline bindings, models) and the graphs Runs carried (one
+  // that names a held graph by digest carries none), since uopd started.
+  uint64_t bytes_uploaded = 0, run_graph_bytes = 0;
   std::vector<WorkerStatus> workers;
   std::string compiler_build_id;
 };
@@ -178,6 +181,21 @@ struct RunOutput {
   HostTensor tensor;   // dtype and shape always; data unless the output was kept
   std::string buffer_id;  // set when kept in the session (run(..., keep_outputs = true))
   bool kept() const { return !buffer_id.empty(); }
+};
+
+// How a graph is run (Session::run).
+struct RunOptions {
+  // Outputs stay in the session as buffers; only their ids, dtypes and shapes come back.
+  bool keep_outputs = false;
+  bool profile = false;  // the workers time every launch (RunResult::profile)
+  // Output k (an index into RunResult::outputs) written into the session's buffer `id`
+  // instead of a new one (uopd.proto's RunRequest.assign): the id stays and holds the
+  // output, its old contents are freed. What a training step does with its parameters.
+  std::vector<std::pair<size_t, std::string>> assign;
+  // The session keeps the graph: a later run of the same graph (digest and names) sends
+  // only its digest and bindings (RunRequest.hold_graph, graph_digest). A run that finds
+  // it no longer held sends it again.
+  bool hold_graph = false;
 };
 
 // One kernel's share of a profiled run (uopd.proto's KernelProfile).
@@ -270,6 +288,8 @@ class Session {
   // either way. With profile, the workers time every launch (RunResult::profile).
   absl::StatusOr<RunResult> run(const UOp* root, const Names& names, const std::vector<Input>& inputs,
                                 bool keep_outputs = false, bool profile = false);
+  absl::StatusOr<RunResult> run(const UOp* root, const Names& names, const std::vector<Input>& inputs,
+                                const RunOptions& options);
 
   // Streams an ONNX model to the server, which imports it and keeps its weights as
   // buffers of this session (freed with it). `input_shapes` fixes inputs whose declared
@@ -293,6 +313,9 @@ class Session {
   std::string id_;
   std::vector<std::string> devices_;
   bool open_ = false;
+  // Graphs the server holds for this session (RunOptions::hold_graph), as digest and
+  // names, the most recent last; as many as it keeps.
+  std::vector<std::string> held_graphs_;
 };
 
 class Client {

@@ -46,9 +46,52 @@ CanonicalGraph canonical_graph(const std::vector<Tensor>& tensors) {
   return cg;
 }
 
+namespace {
+
+// cg.into from RealizeOptions::into: each result's destination, checked to be the
+// storage of a realized tensor of the output's dtype, shape and placement.
+absl::Status bind_into(const std::vector<Tensor>& tensors, const std::vector<Tensor>& into, CanonicalGraph& cg) {
+  cg.into.assign(cg.results(), nullptr);
+  if (into.empty()) return absl::OkStatus();
+  if (into.size() != tensors.size())
+    return absl::InvalidArgumentError(cat("realize: ", into.size(), " destinations for ", tensors.size(), " tensors"));
+  absl::flat_hash_map<const UOp*, const Tensor*> into_of;
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    if (!into[k].defined()) continue;
+    auto [it, added] = into_of.emplace(tensors[k].node(), &into[k]);
+    if (!added && it->second->impl() != into[k].impl())
+      return absl::InvalidArgumentError(cat("realize: tensor ", k, " is realized into two tensors"));
+  }
+  absl::flat_hash_set<const LeafStorage*> used;
+  size_t r = 0;
+  for (const Tensor& out : cg.outputs) {
+    const size_t shards = out.placement().multi() ? out.placement().devices.size() : 1;
+    auto it = into_of.find(out.node());
+    if (it != into_of.end()) {
+      const Tensor& dst = *it->second;
+      if (!dst.realized() || dst.dtype() != out.dtype() || dst.shape() != out.shape() || !(dst.placement() == out.placement()) ||
+          dst.impl()->data.size() != shards)
+        return absl::InvalidArgumentError(cat("realize: a ", scalar_name(out.dtype()), shape_str(out.shape()), " on ",
+                                              out.placement().str(), " cannot be written into a ",
+                                              dst.realized() ? "" : "not realized ", scalar_name(dst.dtype()),
+                                              shape_str(dst.shape()), " on ", dst.placement().str()));
+      for (size_t i = 0; i < shards; ++i) {
+        if (!used.insert(dst.impl()->data[i].get()).second)
+          return absl::InvalidArgumentError("realize: two results are written into one tensor's storage");
+        cg.into[r + i] = dst.impl()->data[i];
+      }
+    }
+    r += shards;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status realize_all(const std::vector<Tensor>& tensors, Realizer& r, const RealizeOptions& opts) {
   CanonicalGraph cg = canonical_graph(tensors);
   if (!cg.sink) return absl::OkStatus();
+  if (absl::Status s = bind_into(tensors, opts.into, cg); !s.ok()) return s;
   const ContextPtr ctx = tensors[0].context();
   auto results = r.run(ctx->graph(), cg, opts);
   if (!results.ok()) return results.status();
@@ -61,7 +104,9 @@ absl::Status realize_all(const std::vector<Tensor>& tensors, Realizer& r, const 
     if (p.constant()) p = Placement::on(r.default_device());
     LeafSet data;
     for (size_t i = 0; i < (p.multi() ? p.devices.size() : 1); ++i) {
-      auto s = std::make_shared<LeafStorage>(std::move((*results)[k++]));
+      std::shared_ptr<LeafStorage> s = cg.into[k];
+      if (s) *s = std::move((*results)[k++]);  // in place: every tensor holding it sees the result
+      else s = std::make_shared<LeafStorage>(std::move((*results)[k++]));
       std::vector<int64_t> shape = shard_shape(out.shape(), p, i);
       if (s->dtype != out.dtype() || checked_numel(s->shape) != checked_numel(shape))
         return absl::InternalError(cat("result ", k - 1, " is ", scalar_name(s->dtype), shape_str(s->shape), ", not ",
@@ -176,23 +221,42 @@ absl::StatusOr<std::string> RemoteRealizer::ensure_uploaded(LeafStorage& s) {
 absl::StatusOr<std::vector<LeafStorage>> RemoteRealizer::run(Graph&, const CanonicalGraph& graph,
                                                              const RealizeOptions& opts) {
   (void)flush();  // a buffer that fails to free stays until the session closes
+  RunOptions ro;
+  ro.keep_outputs = opts.keep_outputs;
+  ro.hold_graph = opts.hold_graph;
+  absl::flat_hash_set<const LeafStorage*> destinations;
+  for (size_t r = 0; r < graph.into.size(); ++r) {
+    if (!graph.into[r]) continue;
+    auto id = ensure_uploaded(*graph.into[r]);
+    if (!id.ok()) return id.status();
+    ro.assign.emplace_back(r, *id);
+    destinations.insert(graph.into[r].get());
+  }
   std::vector<Input> inputs;
   for (const RealizeInput& in : graph.inputs) {
-    auto id = ensure_uploaded(*in.data);
-    if (!id.ok()) return id.status();
     Input b;
     b.node = in.buffer;
-    b.value = *id;
+    const bool held = in.data->server && in.data->server->link() == link_.get();
+    if (opts.inline_host_inputs && !held && in.data->host && !destinations.contains(in.data.get())) {
+      b.value = *in.data->host;
+    } else {
+      auto id = ensure_uploaded(*in.data);
+      if (!id.ok()) return id.status();
+      b.value = *id;
+    }
     inputs.push_back(std::move(b));
   }
-  auto res = session_.run(graph.sink, {}, inputs, opts.keep_outputs);
+  auto res = session_.run(graph.sink, {}, inputs, ro);
   if (!res.ok()) return res.status();
   std::vector<LeafStorage> out;
   for (const RunOutput& o : res->outputs) {
     LeafStorage s;
     s.dtype = o.tensor.dtype;
     s.shape = o.tensor.shape;
-    if (o.kept()) {
+    const size_t r = out.size();
+    if (r < graph.into.size() && graph.into[r]) {
+      s.server = graph.into[r]->server;  // the same buffer, now holding the result
+    } else if (o.kept()) {
       s.server = std::make_shared<ServerBuffer>(link_, o.buffer_id);
     } else {
       s.host = o.tensor;

@@ -37,6 +37,20 @@ struct RealizeOptions {
   // the server between training steps, and to_host() downloads on demand. Realizers that
   // run in this process hold results on the host either way.
   bool keep_outputs = false;
+  // Parallel to realize_all's tensors (empty: none): into[k], when defined, is a realized
+  // tensor of the same dtype, shape and placement whose storage tensors[k]'s result
+  // replaces in place, as an assignment `into[k] = tensors[k]`: afterwards both hold the
+  // result in the same storage (on the server, the same session buffers: uopd's
+  // RunRequest.assign, so nothing new is allocated and nothing is left to free). What a
+  // training step does with its parameters.
+  std::vector<Tensor> into;
+  // Host data the server does not hold yet goes inline with the run, for it only, instead
+  // of being uploaded and kept in the session (a batch that changes every step). Data an
+  // `into` tensor holds is uploaded all the same.
+  bool inline_host_inputs = false;
+  // The server keeps the graph, and later realizes of the same graph send only its
+  // digest and bindings (client::RunOptions::hold_graph).
+  bool hold_graph = false;
 };
 
 // One BUFFER of a canonical graph and the data bound to it.
@@ -49,6 +63,9 @@ struct CanonicalGraph {
   const UOp* sink = nullptr;         // SINK over the outputs; null when nothing is left to run
   std::vector<RealizeInput> inputs;  // inputs[k] binds BUFFER(UNIQUE k)
   std::vector<Tensor> outputs;       // the tensors behind the SINK's sources, in order
+  // Per result (results()' order): the storage it is written into (RealizeOptions::into),
+  // null for a new one.
+  std::vector<std::shared_ptr<LeafStorage>> into;
   // How many results the run gives: one per single-device output, one per shard of a MULTI.
   size_t results() const;
 };

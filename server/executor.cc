@@ -115,6 +115,7 @@ struct Executor::RunState {
   std::vector<uint64_t> ids;      // per plan buffer: the worker buffer
   std::vector<size_t> kernel_device;  // per plan kernel: index into devices
   RunOutcome out;
+  std::mutex out_mu;  // out's collective counts, which collectives running side by side add to
 };
 
 absl::Status Executor::first_failure(RunState& rs, std::vector<std::pair<Worker, absl::Status>> failures,
@@ -138,9 +139,10 @@ absl::Status Executor::first_failure(RunState& rs, std::vector<std::pair<Worker,
   return absl::Status(s.code(), cat(what, " on ", failures[pick].first->device(), ": ", s.message()));
 }
 
-absl::Status Executor::flush_launches(RunState& rs) {
+absl::Status Executor::flush_launches(RunState& rs, const std::vector<bool>* which) {
   std::vector<size_t> busy;
   for (size_t i = 0; i < rs.devices.size(); ++i) {
+    if (which && !(*which)[i]) continue;
     const wpb::ExecuteRequest& p = rs.devices[i].pending;
     if (p.launches_size() > 0 || p.allocs_size() > 0 || p.read_back_size() > 0) busy.push_back(i);
   }
@@ -408,7 +410,10 @@ absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, 
     member(0);
     for (auto& t : threads) t.join();
     collectives_running_.fetch_sub(1, std::memory_order_relaxed);
-    rs.out.collective_ms += ms_since(t0);
+    {
+      std::lock_guard l(rs.out_mu);  // collectives may run side by side (run_steps)
+      rs.out.collective_ms += ms_since(t0);
+    }
     std::vector<std::pair<Worker, absl::Status>> failures;
     for (size_t i = 0; i < n; ++i) {
       if (status[i].ok()) continue;
@@ -431,6 +436,7 @@ absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, 
       close_rendezvous.store = nullptr;
     }
   }
+  std::lock_guard l(rs.out_mu);
   ++rs.out.collectives_run;
   return absl::OkStatus();
 }
@@ -468,27 +474,29 @@ absl::StatusOr<size_t> Executor::device_index(RunState& rs, const std::string& n
 // carries nothing the run needs, and waiting would add a round trip to every Run. A
 // worker that is gone has nothing to free.
 void Executor::free_temporaries(RunState& rs) {
-  for (auto& d : rs.devices) {
-    if (d.temps.empty()) continue;
-    auto st = stub(d.w);
-    if (!st.ok()) continue;
-    struct Call {
-      std::shared_ptr<Stub> stub;  // keeps the channel up until the answer
-      Worker w;
-      uint64_t generation;
-      grpc::ClientContext ctx;
-      wpb::FreeBuffersRequest req;
-      wpb::FreeBuffersResponse resp;
-    };
-    auto* c = new Call{*st, d.w, d.generation};
-    set_deadline(c->ctx, absl::Now() + absl::Seconds(10));
-    for (uint64_t id : d.temps) c->req.add_buffer_ids(id);
-    // An id is handed out again only once its buffer is surely gone.
-    c->stub->async()->FreeBuffers(&c->ctx, &c->req, &c->resp, [c](grpc::Status s) {
-      if (s.ok()) c->w->release_buffer_ids({c->req.buffer_ids().data(), static_cast<size_t>(c->req.buffer_ids_size())}, c->generation);
-      delete c;
-    });
-  }
+  for (auto& d : rs.devices) free_later(d.w, d.generation, d.temps);
+}
+
+void Executor::free_later(const Worker& w, uint64_t generation, const std::vector<uint64_t>& ids) {
+  if (ids.empty() || w->generation() != generation) return;
+  auto st = stub(w);
+  if (!st.ok()) return;
+  struct Call {
+    std::shared_ptr<Stub> stub;  // keeps the channel up until the answer
+    Worker w;
+    uint64_t generation;
+    grpc::ClientContext ctx;
+    wpb::FreeBuffersRequest req;
+    wpb::FreeBuffersResponse resp;
+  };
+  auto* c = new Call{*st, w, generation};
+  set_deadline(c->ctx, absl::Now() + absl::Seconds(10));
+  for (uint64_t id : ids) c->req.add_buffer_ids(id);
+  // An id is handed out again only once its buffer is surely gone.
+  c->stub->async()->FreeBuffers(&c->ctx, &c->req, &c->resp, [c](grpc::Status s) {
+    if (s.ok()) c->w->release_buffer_ids({c->req.buffer_ids().data(), static_cast<size_t>(c->req.buffer_ids_size())}, c->generation);
+    delete c;
+  });
 }
 
 absl::StatusOr<std::vector<Executor::StreamedInput>> Executor::bind_buffers(
@@ -710,19 +718,117 @@ absl::Status Executor::run_copy(RunState& rs, const PlannedCopy& c) {
 
 absl::Status Executor::run_steps(RunState& rs) {
   const Plan& plan = *rs.plan;
-  for (const ScheduleStep& st : plan.steps) {
-    if (st.kind == ScheduleStep::Kind::Kernel) {
-      RETURN_IF_ERROR(add_launch(rs, st.index));
-      continue;
+  const bool overlap = !collectives_.sequential && plan.waits_for.size() == plan.steps.size();
+  if (!overlap) {
+    for (const ScheduleStep& st : plan.steps) {
+      if (st.kind == ScheduleStep::Kind::Kernel) {
+        RETURN_IF_ERROR(add_launch(rs, st.index));
+        continue;
+      }
+      RETURN_IF_ERROR(flush_launches(rs));
+      if (st.kind == ScheduleStep::Kind::Collective) {
+        RETURN_IF_ERROR(run_collective(rs, plan.collectives[st.index], st.index));
+      } else {
+        RETURN_IF_ERROR(run_copy(rs, plan.copies[st.index]));
+      }
     }
-    RETURN_IF_ERROR(flush_launches(rs));
-    if (st.kind == ScheduleStep::Kind::Collective) {
-      RETURN_IF_ERROR(run_collective(rs, plan.collectives[st.index], st.index));
-    } else {
-      RETURN_IF_ERROR(run_copy(rs, plan.copies[st.index]));
+    return absl::OkStatus();
+  }
+  // The steps as the dependency graph Plan::waits_for says: a device's launches gather in
+  // order until a step elsewhere needs one of them; a collective starts on a thread of its
+  // own as soon as what it reduces is computed, and the launches that do not need its
+  // result go on meanwhile (DDP's overlap of the allreduce with the rest of the backward
+  // pass). Each step still waits for every step it depends on, so the bits are those of
+  // the sequential order.
+  enum class State { Waiting, Batched, Running, Done };
+  std::vector<State> state(plan.steps.size(), State::Waiting);
+  struct Running {
+    std::thread thread;
+    absl::Status status;
+  };
+  std::vector<std::unique_ptr<Running>> running(plan.steps.size());
+  std::vector<std::vector<int>> batched(rs.devices.size());  // per device: its steps in `pending`
+  absl::Cleanup join_all = [&] {
+    for (auto& r : running)
+      if (r && r->thread.joinable()) r->thread.join();
+  };
+  auto finish = [&](int step) -> absl::Status {
+    Running& r = *running[step];
+    r.thread.join();
+    state[step] = State::Done;
+    return r.status;
+  };
+  // Sends the batches of the devices marked, side by side, and waits for them.
+  auto flush = [&](const std::vector<bool>& which) -> absl::Status {
+    if (std::find(which.begin(), which.end(), true) == which.end()) return absl::OkStatus();
+    RETURN_IF_ERROR(flush_launches(rs, &which));
+    for (size_t device = 0; device < which.size(); ++device) {
+      if (!which[device]) continue;
+      for (int step : batched[device]) state[step] = State::Done;
+      batched[device].clear();
+    }
+    return absl::OkStatus();
+  };
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    const ScheduleStep& st = plan.steps[s];
+    const std::optional<size_t> here =
+        st.kind == ScheduleStep::Kind::Kernel ? std::optional<size_t>(rs.kernel_device[st.index]) : std::nullopt;
+    // What this step waits for: launches batched on other devices are sent now (on its
+    // own device they run before it in the same Execute); a running collective is waited
+    // for, after this device's batch, which does not need it, has gone.
+    std::vector<bool> to_send(rs.devices.size(), false);
+    std::vector<int> to_finish;
+    for (int d : plan.waits_for[s]) {
+      if (state[d] == State::Batched) {
+        const size_t dev = rs.kernel_device[plan.steps[d].index];
+        if (here != dev) to_send[dev] = true;
+      } else if (state[d] == State::Running) {
+        if (here && !batched[*here].empty()) to_send[*here] = true;
+        to_finish.push_back(d);
+      }
+    }
+    // A collective or a copy reaches buffers outside any Execute: those still to be
+    // allocated by a device's first Execute are allocated first.
+    if (!here)
+      for (size_t dev = 0; dev < rs.devices.size(); ++dev)
+        if (rs.devices[dev].pending.allocs_size() > 0) to_send[dev] = true;
+    RETURN_IF_ERROR(flush(to_send));
+    for (int d : to_finish)
+      if (state[d] == State::Running) RETURN_IF_ERROR(finish(d));
+    switch (st.kind) {
+      case ScheduleStep::Kind::Kernel:
+        RETURN_IF_ERROR(add_launch(rs, st.index));
+        batched[*here].push_back(static_cast<int>(s));
+        state[s] = State::Batched;
+        break;
+      case ScheduleStep::Kind::Collective: {
+        // When the next step needs it, there is nothing to overlap: it runs here.
+        const bool needed_next = s + 1 < plan.steps.size() && std::binary_search(plan.waits_for[s + 1].begin(),
+                                                                                 plan.waits_for[s + 1].end(), static_cast<int>(s));
+        if (needed_next) {
+          RETURN_IF_ERROR(run_collective(rs, plan.collectives[st.index], st.index));
+          state[s] = State::Done;
+          break;
+        }
+        auto r = std::make_unique<Running>();
+        Running* rp = r.get();
+        running[s] = std::move(r);
+        state[s] = State::Running;
+        rp->thread = std::thread([this, &rs, &plan, &st, rp] { rp->status = run_collective(rs, plan.collectives[st.index], st.index); });
+        break;
+      }
+      case ScheduleStep::Kind::Copy:
+        RETURN_IF_ERROR(run_copy(rs, plan.copies[st.index]));
+        state[s] = State::Done;
+        break;
     }
   }
-  return absl::OkStatus();
+  // Every collective is done before the outputs are read (the launches still batched go
+  // with the outputs' reads).
+  absl::Status first = absl::OkStatus();
+  for (size_t s = 0; s < plan.steps.size(); ++s)
+    if (state[s] == State::Running) first.Update(finish(static_cast<int>(s)));
+  return first;
 }
 
 absl::Status Executor::read_outputs(RunState& rs, const std::vector<bool>& keep) {

@@ -72,6 +72,9 @@ struct CollectiveOptions {
   // "" chooses by where the members are; "shm" or "gloo" forces one (gloo between workers
   // on one host too: what tests of the cross-host path run on one machine).
   std::string transport;
+  // Run a plan's steps strictly one after another (uopd --sequential-steps): no collective
+  // overlaps the launches after it. The bits are the same either way.
+  bool sequential = false;
 };
 
 class Executor {
@@ -124,6 +127,9 @@ class Executor {
                          const std::function<bool(uint64_t offset, std::string& data)>& sink);
   // The ids are released for reuse once the worker freed them.
   absl::Status free(const Worker& w, const std::vector<uint64_t>& ids);
+  // The same without waiting for the answer (nothing waits on a free); nothing is sent
+  // when `w` is no longer the process of `generation` (its buffers are gone with it).
+  void free_later(const Worker& w, uint64_t generation, const std::vector<uint64_t>& ids);
 
   // Execute calls sent so far through execute lanes, and over gRPC.
   struct ExecuteCounts {
@@ -180,8 +186,8 @@ class Executor {
   absl::Status stream_inputs(RunState& rs, const std::vector<StreamedInput>& streamed);
   // Each kernel's device, and the programs its worker does not have yet, loaded.
   absl::Status load_programs(RunState& rs);
-  // The plan's steps in order: launches gather per device (add_launch) until a collective
-  // or a copy needs their results.
+  // The plan's steps: launches gather per device (add_launch) until a collective or a copy
+  // needs their results; a collective runs beside the launches that do not need it.
   absl::Status run_steps(RunState& rs);
   absl::Status add_launch(RunState& rs, size_t kernel);
   absl::Status run_copy(RunState& rs, const PlannedCopy& c);
@@ -190,7 +196,9 @@ class Executor {
   // temporaries; larger ones are streamed after it.
   absl::Status read_outputs(RunState& rs, const std::vector<bool>& keep);
   void free_temporaries(RunState& rs);
-  absl::Status flush_launches(RunState& rs);
+  // Sends each device's gathered launches (only the devices `which` marks, when given) and
+  // waits for them.
+  absl::Status flush_launches(RunState& rs, const std::vector<bool>* which = nullptr);
   absl::Status run_collective(RunState& rs, const PlannedCollective& c, size_t index);
   // Picks what to tell the client from the failures of calls made side by side: a worker
   // that died explains the others' failures (a peer gone, a call cancelled).

@@ -140,6 +140,9 @@ flags::Tool uopd_flags() {
             "allreduce",
             25)
       .range(0, 1 << 20);
+  c.flag("sequential-steps",
+         "run a plan's steps one after another: a collective never overlaps the kernels after it that do not need "
+         "its result (the same bits, slower)");
   c.choice("collective-transport", {"shm", "gloo", "auto"},
            "shm (workers on one host), gloo (TCP, through this scheduler's Rendezvous service) or auto: by the "
            "workers' addresses",
@@ -637,7 +640,8 @@ int run(int argc, char** argv) {
   }
   const std::string& transport = f.get("collective-transport");
   executor.set_collective_options({cat(rendezvous_host, ":", internal_port), &rendezvous.store(),
-                                   absl::Milliseconds(f.integer("collective-timeout-ms")), transport == "auto" ? "" : transport});
+                                   absl::Milliseconds(f.integer("collective-timeout-ms")), transport == "auto" ? "" : transport,
+                                   f.on("sequential-steps")});
   std::cout << "INTERNAL " << internal_host << ":" << internal_port << std::endl;
   std::cout << "LISTENING " << host << ":" << port << std::endl;
   // One write: std::cerr is unbuffered, so a line made of many << reaches a reader (a test

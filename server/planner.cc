@@ -187,8 +187,55 @@ absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan_now(const DecodedGraph
       plan->outputs.push_back({p.outputs[i]->dtype().scalar, p.output_shapes[i], buffer(p.outputs[i], PlannedBuffer::Role::Output)});
   }
   bucket_collectives(*plan, opts_.bucket_cap_bytes);
+  order_steps(*plan);
   plan->plan_ms = ms_since(t0);
   return std::shared_ptr<const Plan>(plan);
+}
+
+StepAccess step_access(const Plan& plan, const ScheduleStep& st) {
+  StepAccess a;
+  switch (st.kind) {
+    case ScheduleStep::Kind::Kernel: {
+      const std::vector<int>& b = plan.kernels[st.index].buffers;
+      if (!b.empty()) a.writes.push_back(b[0]);
+      if (b.size() > 1) a.reads.assign(b.begin() + 1, b.end());
+      break;
+    }
+    case ScheduleStep::Kind::Copy:
+      a.reads.push_back(plan.copies[st.index].src);
+      a.writes.push_back(plan.copies[st.index].dst);
+      break;
+    case ScheduleStep::Kind::Collective:
+      for (const auto& seg : plan.collectives[st.index].segments) a.writes.insert(a.writes.end(), seg.begin(), seg.end());
+      a.reads = a.writes;
+      break;
+  }
+  return a;
+}
+
+void order_steps(Plan& plan) {
+  plan.waits_for.assign(plan.steps.size(), {});
+  absl::flat_hash_map<int, int> last_writer;              // buffer -> step
+  absl::flat_hash_map<int, std::vector<int>> readers;     // buffer -> steps since its last write
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    const StepAccess a = step_access(plan, plan.steps[s]);
+    absl::flat_hash_set<int> waits;
+    for (int b : a.reads)
+      if (auto w = last_writer.find(b); w != last_writer.end()) waits.insert(w->second);
+    for (int b : a.writes) {
+      if (auto w = last_writer.find(b); w != last_writer.end()) waits.insert(w->second);
+      if (auto r = readers.find(b); r != readers.end()) waits.insert(r->second.begin(), r->second.end());
+    }
+    waits.erase(static_cast<int>(s));
+    std::vector<int>& out = plan.waits_for[s];
+    out.assign(waits.begin(), waits.end());
+    std::sort(out.begin(), out.end());
+    for (int b : a.reads) readers[b].push_back(static_cast<int>(s));
+    for (int b : a.writes) {
+      last_writer[b] = static_cast<int>(s);
+      readers[b].clear();
+    }
+  }
 }
 
 void bucket_collectives(Plan& plan, uint64_t cap_bytes) {
@@ -204,32 +251,7 @@ void bucket_collectives(Plan& plan, uint64_t cap_bytes) {
     for (int b : c.members()) d.push_back(plan.buffers[b].device);
     return d;
   };
-  // What a step reads and writes: a kernel writes its slot 0 and reads the rest, a copy
-  // reads its source and writes its destination, a collective reads and writes all of its
-  // buffers.
-  struct Access {
-    std::vector<int> reads, writes;
-  };
-  auto access_of = [&](const ScheduleStep& st) {
-    Access a;
-    switch (st.kind) {
-      case ScheduleStep::Kind::Kernel: {
-        const std::vector<int>& b = plan.kernels[st.index].buffers;
-        if (!b.empty()) a.writes.push_back(b[0]);
-        if (b.size() > 1) a.reads.assign(b.begin() + 1, b.end());
-        break;
-      }
-      case ScheduleStep::Kind::Copy:
-        a.reads.push_back(plan.copies[st.index].src);
-        a.writes.push_back(plan.copies[st.index].dst);
-        break;
-      case ScheduleStep::Kind::Collective:
-        for (const auto& seg : plan.collectives[st.index].segments) a.writes.insert(a.writes.end(), seg.begin(), seg.end());
-        a.reads = a.writes;
-        break;
-    }
-    return a;
-  };
+  auto access_of = [&](const ScheduleStep& st) { return step_access(plan, st); };
   // Two steps keep their order where one writes a buffer the other reads or writes; any
   // others may swap. The open bucket is not in `steps` yet; a step that depends so on it,
   // or on a step deferred already, is deferred until the bucket is closed, so that later
@@ -242,7 +264,7 @@ void bucket_collectives(Plan& plan, uint64_t cap_bytes) {
   auto any_in = [](const absl::flat_hash_set<int>& set, const std::vector<int>& buffers) {
     return std::any_of(buffers.begin(), buffers.end(), [&](int b) { return set.contains(b); });
   };
-  auto waits = [&](const Access& a) {
+  auto waits = [&](const StepAccess& a) {
     return any_in(in_bucket, a.reads) || any_in(in_bucket, a.writes) || any_in(deferred_writes, a.reads) ||
            any_in(deferred_writes, a.writes) || any_in(deferred_reads, a.writes);
   };
@@ -259,7 +281,7 @@ void bucket_collectives(Plan& plan, uint64_t cap_bytes) {
     deferred_writes.clear();
   };
   for (const ScheduleStep& st : plan.steps) {
-    const Access a = access_of(st);
+    const StepAccess a = access_of(st);
     if (st.kind != ScheduleStep::Kind::Collective) {
       if (open && waits(a)) {
         deferred.push_back(st);
@@ -355,6 +377,7 @@ absl::StatusOr<CompiledKernel> Planner::kernel_from_entry(const PlannedKernel& k
   ck.object = a.object();
   ck.source = a.source();
   ck.abi = std::move(abi);
+  ck.abi_text = a.abi();
   ck.outcome = entry.outcome;
   ck.tier = entry.tier;
   ck.compile_ms = compile_ms.value_or(a.compile_ms());

@@ -94,6 +94,9 @@ struct Plan {
   std::vector<PlannedCollective> collectives;
   std::vector<PlannedCopy> copies;
   std::vector<ScheduleStep> steps;     // kernels, collectives and copies in execution order
+  // Per step: the earlier steps it waits for (order_steps), sorted. The order of `steps`
+  // is one the graph allows; an executor may run a step as soon as these are done.
+  std::vector<std::vector<int>> waits_for;
   std::vector<PlannedOutputParts> output_parts;  // one per source of the graph's SINK
   std::vector<std::string> devices;    // every device the buffers name, in first-use order
   // More than one device: each runs on its own worker. A plan on one device runs on the
@@ -112,6 +115,7 @@ struct CompiledKernel {
   std::string object;
   std::string source;
   KernelAbi abi;
+  std::string abi_text;  // abi as the artifact carries it (KernelAbi::serialize)
   CacheOutcome outcome = CacheOutcome::Miss;
   std::string tier;    // for hits
   double compile_ms = 0;
@@ -162,6 +166,18 @@ struct PlannerOptions {
 // collectives after them can still join it. The kernels between collectives then also
 // gather into fewer Executes. 0: nothing changes.
 void bucket_collectives(Plan& plan, uint64_t cap_bytes);
+
+// What a step reads and writes (indices into Plan::buffers): a kernel writes its slot 0
+// and reads the rest, a copy reads its source and writes its destination, a collective
+// reads and writes all of its buffers.
+struct StepAccess {
+  std::vector<int> reads, writes;
+};
+StepAccess step_access(const Plan& plan, const ScheduleStep& st);
+// Plan::waits_for from the steps' accesses: a step waits for the last earlier writer of
+// each buffer it reads or writes, and for the readers since that write of each buffer it
+// writes, so any run of the steps that honours these gives the bits the order gives.
+void order_steps(Plan& plan);
 
 class Planner {
  public:

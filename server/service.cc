@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <optional>
 
 #include "compiler/backend.h"
@@ -51,7 +52,7 @@ void fill_kernel(const CompiledKernel& k, bool binary, bool source, pb::Kernel* 
   out->set_status(status_of(k.outcome));
   out->set_tier(k.tier);
   out->set_compile_ms(k.compile_ms);
-  out->set_abi(k.abi.serialize());
+  out->set_abi(k.abi_text);
   if (binary) out->set_binary(k.object);
   if (source) out->set_source(k.source);
 }
@@ -351,6 +352,11 @@ grpc::Status UopdService::finish(std::string_view method, const absl::Status& s)
   return to_grpc(s);
 }
 
+void UopdService::bytes_in(uint64_t n) {
+  d_.metrics->bytes_in(n);
+  bytes_uploaded_.fetch_add(n, std::memory_order_relaxed);
+}
+
 void UopdService::free_buffers(const std::vector<BufferInfo>& buffers) {
   // By the worker that allocated them: with tenant isolation, a device has a process per
   // tenant, and a buffer's is the one named in it.
@@ -605,10 +611,58 @@ grpc::Status UopdService::Run(grpc::ServerContextBase* ctx, pb::RunRequest* req,
   if (!tenant.ok()) return finish("Run", tenant.status());
   auto devices = d_.sessions->devices(req->session_id(), (*tenant)->name());
   if (!devices.ok()) return finish("Run", devices.status());
-  auto decoded = decode_proto(req->graph(), d_.limits.decode);
-  if (!decoded.ok()) return finish("Run", decoded.status());
-  auto g = std::make_shared<const DecodedGraph>(std::move(*decoded));
-  return finish("Run", run_graph(ctx, **tenant, *devices, g, req, resp, held));
+  auto g = run_request_graph(**tenant, req);
+  if (!g.ok()) return finish("Run", g.status());
+  return finish("Run", run_graph(ctx, **tenant, *devices, *std::move(g), req, resp, held));
+}
+
+absl::StatusOr<std::shared_ptr<const DecodedGraph>> UopdService::run_request_graph(Tenant& tenant, pb::RunRequest* req) {
+  if (!req->graph_digest().empty()) {
+    if (req->has_graph() || req->hold_graph())
+      return absl::InvalidArgumentError("a Run sends its graph or names a held one by graph_digest, not both");
+    return d_.sessions->held_graph(req->session_id(), req->graph_digest(), tenant.name());
+  }
+  const uint64_t bytes = req->graph().ByteSizeLong();
+  run_graph_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  ASSIGN_OR_RETURN(DecodedGraph decoded, decode_proto(req->graph(), d_.limits.decode));
+  auto g = std::make_shared<const DecodedGraph>(std::move(decoded));
+  if (req->hold_graph()) {
+    // Digests memoize on first use, without a lock: computed here, before the Runs that
+    // name the graph share it (as a held model's).
+    compute_digests(g->root);
+    RETURN_IF_ERROR(d_.sessions->hold_graph(req->session_id(), g->root->digest().hex(), g, bytes, tenant.name()));
+  }
+  return g;
+}
+
+absl::StatusOr<std::vector<std::string>> UopdService::check_assign(const Plan& p, const std::string& device,
+                                                                   const std::string& who, const pb::RunRequest& req,
+                                                                   std::vector<bool>& keep) {
+  std::vector<std::string> to(p.outputs.size());
+  // A kernel-level graph writes its outputs in the session buffers bound to them: assigning
+  // one would swap a buffer's memory for itself and free it.
+  if (p.kernel_level && req.assign_size() > 0)
+    return absl::InvalidArgumentError("assign: a kernel-level graph writes its outputs in the buffers bound to them; assign is for tensor-level graphs");
+  absl::flat_hash_set<std::string> buffers;
+  for (int k = 0; k < req.assign_size(); ++k) {
+    const pb::OutputAssign& a = req.assign(k);
+    if (a.output() >= p.outputs.size())
+      return absl::InvalidArgumentError(cat("assign ", k, ": output ", a.output(), " of a graph with ", p.outputs.size(), " outputs"));
+    if (!to[a.output()].empty()) return absl::InvalidArgumentError(cat("assign ", k, ": output ", a.output(), " is assigned twice"));
+    if (!buffers.insert(a.buffer_id()).second)
+      return absl::InvalidArgumentError(cat("assign ", k, ": buffer '", a.buffer_id().substr(0, 64), "' is assigned twice"));
+    ASSIGN_OR_RETURN(BufferInfo b, d_.sessions->buffer(req.session_id(), a.buffer_id(), who), cat("assign ", k, ": "));
+    const PlannedOutput& o = p.outputs[a.output()];
+    const PlannedBuffer& pb_ = p.buffers[o.buffer];
+    const std::string& want = p.multi_device() && !pb_.device.empty() ? pb_.device : device;
+    if (b.dtype != o.dtype || b.elements != static_cast<uint64_t>(pb_.elements) || b.device != want)
+      return absl::InvalidArgumentError(cat("assign ", k, ": buffer ", b.id, " holds ", b.elements, " x ", scalar_name(b.dtype),
+                                            " on ", b.device, "; output ", a.output(), " is ", pb_.elements, " x ",
+                                            scalar_name(o.dtype), " on ", want));
+    to[a.output()] = a.buffer_id();
+    keep[a.output()] = true;
+  }
+  return to;
 }
 
 absl::Status UopdService::run_graph(grpc::ServerContextBase* ctx, Tenant& tenant, const std::vector<std::string>& devices,
@@ -657,6 +711,7 @@ absl::Status UopdService::run_graph(grpc::ServerContextBase* ctx, Tenant& tenant
     else keep[i] = true;
   }
   RETURN_IF_ERROR(held.grow(inline_out, "Run: its inline outputs"));
+  ASSIGN_OR_RETURN(std::vector<std::string> assign_to, check_assign(p, devices.front(), who, *req, keep));
   // A copy between devices passes through the scheduler, one at a time.
   uint64_t copy_bytes = 0;
   for (const PlannedCopy& c : p.copies)
@@ -718,7 +773,7 @@ absl::Status UopdService::run_graph(grpc::ServerContextBase* ctx, Tenant& tenant
   if (req->profile()) fill_profile(p, *kernels, outcome->launch_times, *d_.metrics, resp);
   d_.metrics->kernels_run(outcome->kernels_run);
   kernels_run_ += outcome->kernels_run;
-  d_.metrics->bytes_in(in.inline_bytes);
+  bytes_in(in.inline_bytes);
   resp->set_run_ms(outcome->run_ms);
   resp->set_collective_ms(outcome->collective_ms);
   resp->set_device(devices.front());
@@ -732,6 +787,31 @@ absl::Status UopdService::run_graph(grpc::ServerContextBase* ctx, Tenant& tenant
   } else {
     out_nodes.assign(g->root->src().begin(), g->root->src().end());
   }
+  // Assigned outputs take the place of their buffers' old contents, which go without a
+  // wait (the next Run does not need them); one whose buffer was freed meanwhile is freed
+  // too, and so is every kept output after it.
+  absl::Status assigned = absl::OkStatus();
+  std::vector<bool> placed(p.outputs.size(), false);
+  std::map<std::pair<std::string, uint64_t>, std::vector<uint64_t>> retired;  // by worker process
+  for (size_t i = 0; i < p.outputs.size() && assigned.ok(); ++i) {
+    if (assign_to[i].empty()) continue;
+    auto old = d_.sessions->replace_buffer(req->session_id(), assign_to[i], outcome->kept[i], who);
+    if (!old.ok()) {
+      assigned = absl::Status(old.status().code(), cat("assigning output ", i, ": ", old.status().message()));
+      break;
+    }
+    placed[i] = true;
+    retired[{old->worker_id, old->worker_generation}].push_back(old->worker_buffer);
+  }
+  for (const auto& [process, ids] : retired)
+    if (auto w = d_.workers->worker_by_id(process.first)) d_.executor->free_later(w, process.second, ids);
+  if (!assigned.ok()) {
+    std::vector<BufferInfo> rest;
+    for (size_t j = 0; j < p.outputs.size(); ++j)
+      if (keep[j] && !placed[j]) rest.push_back(outcome->kept[j]);
+    free_buffers(rest);
+    return assigned;
+  }
   for (size_t i = 0; i < p.outputs.size(); ++i) {
     pb::Output* o = resp->add_outputs();
     o->set_name(run_output_name(p, *g, out_nodes, i));
@@ -739,12 +819,14 @@ absl::Status UopdService::run_graph(grpc::ServerContextBase* ctx, Tenant& tenant
     for (int64_t d : p.outputs[i].shape) o->add_shape(d);
     if (keep[i] && bound(i)) {
       o->set_buffer_id(bound(i)->id);
+    } else if (!assign_to[i].empty()) {
+      o->set_buffer_id(assign_to[i]);
     } else if (keep[i]) {
       auto id = d_.sessions->add_buffer(req->session_id(), outcome->kept[i], who, &reserved);
       if (!id.ok()) {
         std::vector<BufferInfo> rest;
         for (size_t j = i; j < p.outputs.size(); ++j)
-          if (keep[j] && !bound(j)) rest.push_back(outcome->kept[j]);
+          if (keep[j] && !bound(j) && assign_to[j].empty()) rest.push_back(outcome->kept[j]);
         free_buffers(rest);
         return id.status();
       }
@@ -824,6 +906,8 @@ grpc::Status UopdService::Stats(grpc::ServerContext* ctx, const pb::StatsRequest
   resp->set_compiles_in_progress((*tenant)->compiles_running());
   resp->set_model_weight_buffers_written(weight_buffers_written_.load());
   resp->set_model_weight_bytes_written(weight_bytes_written_.load());
+  resp->set_bytes_uploaded(bytes_uploaded_.load());
+  resp->set_run_graph_bytes(run_graph_bytes_.load());
   resp->set_compiler_build_id(compiler_build_id());
   if (d_.tuner) {
     const TunerStats t = d_.tuner->stats();
@@ -979,7 +1063,7 @@ grpc::Status UopdService::LoadModel(grpc::ServerContext* ctx, grpc::ServerReader
   }
   weight_buffers_written_ += model->weights.size();
   weight_bytes_written_ += weight_bytes;
-  d_.metrics->bytes_in(bytes.size());
+  bytes_in(bytes.size());
   resp->set_model_id(*id);
   for (const auto& t : model->inputs) fill_tensor(t, resp->add_inputs());
   for (const auto& t : model->outputs) fill_tensor(t, resp->add_outputs());

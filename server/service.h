@@ -122,6 +122,13 @@ class UopdService final : public UopdServiceBase {
   absl::Status run_graph(grpc::ServerContextBase* ctx, Tenant& tenant, const std::vector<std::string>& devices,
                          std::shared_ptr<const DecodedGraph> g, ::uopd::v1::RunRequest* req,
                          ::uopd::v1::RunResponse* resp, ByteBudget::Hold& held);
+  // A Run's graph: decoded from the request (and held by the session with hold_graph), or
+  // the one the session holds under graph_digest.
+  absl::StatusOr<std::shared_ptr<const DecodedGraph>> run_request_graph(Tenant& tenant, ::uopd::v1::RunRequest* req);
+  // RunRequest.assign checked against the plan and the session: per plan output, the
+  // buffer it is written into ("" none); assigned outputs are marked in `keep`.
+  absl::StatusOr<std::vector<std::string>> check_assign(const Plan& p, const std::string& device, const std::string& who,
+                                                        const ::uopd::v1::RunRequest& req, std::vector<bool>& keep);
   grpc::Status Explain(grpc::ServerContextBase* ctx, const ::uopd::v1::ExplainRequest* req, ::uopd::v1::ExplainResponse* resp);
   grpc::Status RunModel(grpc::ServerContextBase* ctx, ::uopd::v1::RunModelRequest* req, ::uopd::v1::RunResponse* resp, ByteBudget::Hold& held);
   // A buffer of the session on `device` holding `data`, counted against its quotas.
@@ -160,6 +167,9 @@ class UopdService final : public UopdServiceBase {
   std::unique_ptr<Tenants> own_tenants_;
   std::atomic<uint64_t> kernels_run_{0};
   std::atomic<uint64_t> weight_buffers_written_{0}, weight_bytes_written_{0};  // by LoadModel
+  // StatsResponse.bytes_uploaded / run_graph_bytes; data in goes through bytes_in().
+  std::atomic<uint64_t> bytes_uploaded_{0}, run_graph_bytes_{0};
+  void bytes_in(uint64_t n);
   std::atomic<uint64_t> in_flight_{0};
   std::atomic<bool> draining_{false};
   ByteBudget inflight_;

@@ -351,7 +351,7 @@ class UopdService::UploadCall final : public grpc::ServerReadReactor<grpc::ByteB
     if (!writer_) return end(absl::InvalidArgumentError("upload: no chunks"));
     absl::Status ws = writer_->finish();
     if (!ws.ok()) return end(absl::Status(ws.code(), cat("uploading: ", ws.message())));
-    svc_->d_.metrics->bytes_in(total_);
+    svc_->bytes_in(total_);
     pb::UploadResponse resp;
     resp.set_bytes(total_);
     bool own = false;

@@ -183,15 +183,22 @@ absl::StatusOr<std::string> SessionManager::add_buffer(const std::string& sessio
   return id;
 }
 
-absl::StatusOr<BufferInfo> SessionManager::buffer(const std::string& session, const std::string& buffer_id,
-                                                  const std::string& tenant) {
-  std::lock_guard<std::mutex> l(mu_);
+absl::StatusOr<BufferInfo*> SessionManager::find_buffer(const std::string& session, const std::string& buffer_id,
+                                                        const std::string& tenant, Session** owner) {
   auto s = find(session, tenant);
   if (!s.ok()) return s.status();
   auto it = (*s)->buffers.find(buffer_id);
   if (it == (*s)->buffers.end())
     return absl::NotFoundError(cat("buffer '", buffer_id.substr(0, 64), "' does not exist in this session"));
-  return it->second;
+  if (owner) *owner = *s;
+  return &it->second;
+}
+
+absl::StatusOr<BufferInfo> SessionManager::buffer(const std::string& session, const std::string& buffer_id,
+                                                  const std::string& tenant) {
+  std::lock_guard<std::mutex> l(mu_);
+  ASSIGN_OR_RETURN(BufferInfo * b, find_buffer(session, buffer_id, tenant));
+  return *b;
 }
 
 absl::StatusOr<std::string> SessionManager::add_model(const std::string& session, std::shared_ptr<const HeldModel> model,
@@ -223,18 +230,61 @@ absl::StatusOr<std::shared_ptr<const HeldModel>> SessionManager::model(const std
   return it->second;
 }
 
-absl::StatusOr<BufferInfo> SessionManager::remove_buffer(const std::string& session, const std::string& buffer_id,
-                                                         const std::string& tenant) {
+absl::StatusOr<BufferInfo> SessionManager::replace_buffer(const std::string& session, const std::string& buffer_id,
+                                                          const BufferInfo& now, const std::string& tenant) {
+  std::lock_guard<std::mutex> l(mu_);
+  ASSIGN_OR_RETURN(BufferInfo * b, find_buffer(session, buffer_id, tenant));
+  BufferInfo old = *b;
+  b->worker_buffer = now.worker_buffer;
+  b->worker_id = now.worker_id;
+  b->worker_generation = now.worker_generation;
+  return old;
+}
+
+absl::Status SessionManager::hold_graph(const std::string& session, const std::string& digest,
+                                        std::shared_ptr<const DecodedGraph> g, uint64_t bytes, const std::string& tenant) {
   std::lock_guard<std::mutex> l(mu_);
   auto s = find(session, tenant);
   if (!s.ok()) return s.status();
-  auto it = (*s)->buffers.find(buffer_id);
-  if (it == (*s)->buffers.end())
-    return absl::NotFoundError(cat("buffer '", buffer_id.substr(0, 64), "' does not exist in this session"));
-  BufferInfo b = std::move(it->second);
-  (*s)->bytes -= b.bytes;
-  (*s)->buffers.erase(it);
-  release_locked((*s)->tenant, 1, b.bytes, false);
+  Session& ss = **s;
+  auto drop = [&](std::vector<Session::HeldGraph>::iterator it) {
+    ss.bytes -= it->bytes;
+    release_locked(ss.tenant, 0, it->bytes, false);
+    ss.graphs.erase(it);
+  };
+  auto same = std::find_if(ss.graphs.begin(), ss.graphs.end(), [&](const Session::HeldGraph& h) { return h.digest == digest; });
+  if (same != ss.graphs.end()) drop(same);
+  while (ss.graphs.size() >= kMaxHeldGraphs) drop(ss.graphs.begin());
+  Owner& o = owners_[ss.tenant];
+  RETURN_IF_ERROR(check_bytes_locked(ss, o, bytes, "for the graph it holds"));
+  // Given back when it is displaced, or with the session's bytes when it closes.
+  o.used.bytes += bytes;
+  ss.bytes += bytes;
+  ss.graphs.push_back({digest, std::move(g), bytes});
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const DecodedGraph>> SessionManager::held_graph(const std::string& session,
+                                                                               const std::string& digest,
+                                                                               const std::string& tenant) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto s = find(session, tenant);
+  if (!s.ok()) return s.status();
+  for (const Session::HeldGraph& h : (*s)->graphs)
+    if (h.digest == digest) return h.graph;
+  return absl::NotFoundError(cat("this session holds no graph of digest '", digest.substr(0, 64),
+                                 "' (a Run with hold_graph sends it)"));
+}
+
+absl::StatusOr<BufferInfo> SessionManager::remove_buffer(const std::string& session, const std::string& buffer_id,
+                                                         const std::string& tenant) {
+  std::lock_guard<std::mutex> l(mu_);
+  Session* s = nullptr;
+  ASSIGN_OR_RETURN(BufferInfo * found, find_buffer(session, buffer_id, tenant, &s));
+  BufferInfo b = std::move(*found);
+  s->bytes -= b.bytes;
+  s->buffers.erase(buffer_id);
+  release_locked(s->tenant, 1, b.bytes, false);
   return b;
 }
 

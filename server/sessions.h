@@ -22,6 +22,10 @@
 #include "absl/time/time.h"
 #include "compiler/ir/dtype.h"
 
+namespace uop {
+struct DecodedGraph;  // compiler/ir/codec.h
+}
+
 namespace uop::server {
 
 struct BufferInfo {
@@ -117,6 +121,23 @@ class SessionManager {
   absl::StatusOr<std::shared_ptr<const HeldModel>> model(const std::string& session, const std::string& model_id,
                                                          const std::string& tenant = "");
 
+  // Puts `now` (a Run's output, on the worker) in the place of the session's buffer
+  // `buffer_id` (RunRequest.assign): the id stays and names the new data; what it held
+  // before is returned for the caller to free. The sizes match (the caller checked), so
+  // the session's bytes do not change. NOT_FOUND when the buffer is gone meanwhile.
+  absl::StatusOr<BufferInfo> replace_buffer(const std::string& session, const std::string& buffer_id, const BufferInfo& now,
+                                            const std::string& tenant = "");
+  // Graphs a session holds for later Runs to name by digest (RunRequest.hold_graph): the
+  // last kMaxHeldGraphs, each counting `bytes` against the session's and the tenant's byte
+  // quotas (RESOURCE_EXHAUSTED naming the limit) until it is displaced or the session
+  // closes. Holding a digest again replaces its graph (and names).
+  static constexpr size_t kMaxHeldGraphs = 8;
+  absl::Status hold_graph(const std::string& session, const std::string& digest, std::shared_ptr<const DecodedGraph> g,
+                          uint64_t bytes, const std::string& tenant = "");
+  // NOT_FOUND naming the digest when the session holds no such graph.
+  absl::StatusOr<std::shared_ptr<const DecodedGraph>> held_graph(const std::string& session, const std::string& digest,
+                                                                 const std::string& tenant = "");
+
   // Forgets the session and returns its buffers for the caller to free on the workers.
   absl::StatusOr<std::vector<BufferInfo>> close(const std::string& session, const std::string& tenant = "");
   // Closes sessions idle past their timeout; returns their buffers.
@@ -154,10 +175,19 @@ class SessionManager {
     uint64_t runs = 0;      // reservations open
     absl::flat_hash_map<std::string, BufferInfo> buffers;
     absl::flat_hash_map<std::string, std::shared_ptr<const HeldModel>> models;
+    struct HeldGraph {
+      std::string digest;
+      std::shared_ptr<const DecodedGraph> graph;
+      uint64_t bytes = 0;
+    };
+    std::vector<HeldGraph> graphs;  // oldest first, at most kMaxHeldGraphs
   };
   // RESOURCE_EXHAUSTED when `bytes` more do not fit the session's or its owner's limit (mu_ held).
   absl::Status check_bytes_locked(const Session& s, const Owner& o, uint64_t bytes, std::string_view what) const;
   absl::StatusOr<Session*> find(const std::string& id, const std::string& tenant = "");  // mu_ held
+  // A buffer of the session (and, in `owner`, the session); NOT_FOUND naming it. mu_ held.
+  absl::StatusOr<BufferInfo*> find_buffer(const std::string& session, const std::string& buffer_id,
+                                          const std::string& tenant, Session** owner = nullptr);
 
   SessionOptions opts_;
   mutable std::mutex mu_;

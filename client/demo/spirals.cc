@@ -69,15 +69,20 @@ SpiralsTrainer::SpiralsTrainer(client::Realizer& realizer, TrainOptions options)
   init();
 }
 
-void SpiralsTrainer::init() {
+void SpiralsTrainer::make_batch() {
+  const uint64_t seed = opts_.seed + (opts_.fresh_batches ? 7919 * static_cast<uint64_t>(steps_) : 0);
   data_ = opts_.inputs == 2 && opts_.classes == 2
-              ? two_spirals(opts_.points_per_class, opts_.seed)
-              : random_classes(2 * opts_.points_per_class, opts_.inputs, opts_.classes, opts_.seed);
+              ? two_spirals(opts_.points_per_class, seed)
+              : random_classes(2 * opts_.points_per_class, opts_.inputs, opts_.classes, seed);
+  // The batch: split across the devices by rows.
+  x_ = Tensor::from(data_.x, opts_.devices[0], ctx_).shard(opts_.devices, 0);
+  y_ = Tensor::from(data_.y, opts_.devices[0], ctx_).shard(opts_.devices, 0);
+}
+
+void SpiralsTrainer::init() {
   ctx_ = client::TensorContext::make();
   const auto& devs = opts_.devices;
-  // The batch: split across the devices by rows; uploaded once, kept in the session.
-  x_ = Tensor::from(data_.x, devs[0], ctx_).shard(devs, 0);
-  y_ = Tensor::from(data_.y, devs[0], ctx_).shard(devs, 0);
+  make_batch();
   // Parameters: seeded host data, replicated (the same bytes uploaded to every device).
   const int64_t h = opts_.hidden, in = opts_.inputs, out = opts_.classes;
   // On the spirals a wide first layer: its tanh units bend the plane enough from the start.
@@ -101,8 +106,9 @@ void SpiralsTrainer::init() {
 
 absl::StatusOr<StepReport> SpiralsTrainer::step() {
   StepReport rep;
-  rep.step = ++steps_;
   auto t0 = std::chrono::steady_clock::now();
+  if (opts_.fresh_batches && steps_ > 0) make_batch();
+  rep.step = ++steps_;
   const Tensor &w1 = params_[0], &b1 = params_[1], &w2 = params_[2], &b2 = params_[3], &w3 = params_[4],
                &b3 = params_[5];
   Tensor h1 = (x_.matmul(w1) + b1).tanh();
@@ -116,7 +122,12 @@ absl::StatusOr<StepReport> SpiralsTrainer::step() {
   rep.client_ms = ms_since(t0);
 
   client::RealizeOptions ro;
-  ro.keep_outputs = true;  // the next parameters stay on the devices
+  // The next parameters replace the current ones in place, in their buffers on the
+  // devices; the loss comes back with the Run.
+  ro.into.push_back(Tensor());
+  ro.into.insert(ro.into.end(), params_.begin(), params_.end());
+  ro.inline_host_inputs = opts_.fresh_batches;
+  ro.hold_graph = true;
   if (absl::Status s = client::realize_all(outs, *realizer_, ro); !s.ok()) return s;
   for (Tensor& p : next) p.requires_grad_();
   params_ = std::move(next);
@@ -155,10 +166,15 @@ absl::Status SpiralsTrainer::check_replicas() {
   for (auto& [name, parts] : replicas) {
     if (parts.size() != opts_.devices.size())
       return absl::InternalError(cat(name, ": ", parts.size(), " replicas for ", opts_.devices.size(), " devices"));
-    auto first = session_->download_tensor(*parts[0]);
+    // Kept outputs are downloaded; the others came back with the Run.
+    auto data = [&](const client::RunOutput& o) -> absl::StatusOr<HostTensor> {
+      if (o.kept()) return session_->download_tensor(o);
+      return o.tensor;
+    };
+    auto first = data(*parts[0]);
     if (!first.ok()) return first.status();
     for (size_t i = 1; i < parts.size(); ++i) {
-      auto other = session_->download_tensor(*parts[i]);
+      auto other = data(*parts[i]);
       if (!other.ok()) return other.status();
       if (other->data != first->data)
         return absl::DataLossError(cat(name, ": ", parts[i]->name, " differs from ", parts[0]->name));

@@ -3,9 +3,11 @@
 // times. The batch is sharded along axis 0 over the session's devices and the parameters
 // are replicated on all of them. A step is one graph and one Run: forward and backward on
 // every shard, the ALLREDUCE of the gradients (the multi pass makes it out of the sum over
-// the sharded batch), and the SGD update, whose results stay on the devices as the next
-// step's parameters. From the second step on the graph is the same (realize.h), so its
-// plan and every kernel come from the server's caches.
+// the sharded batch), and the SGD update, whose results are written into the parameters'
+// own session buffers (RealizeOptions::into), and the loss comes back with the Run. From
+// the second step on the graph is the same (realize.h): the session holds it, so a warm
+// step sends its digest and bindings (and a fresh batch, if any) and nothing else, and its
+// plan, kernels and collective groups all come from the server's caches.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +49,9 @@ struct TrainOptions {
   // The parameters to start from (w1, b1, w2, b2, w3, b3, as parameters() gives them);
   // empty: seeded uniform values.
   std::vector<HostTensor> initial_params;
+  // Every step after the first trains on a new batch (the same kind of data, seeded by the
+  // step), sent inline with its Run; otherwise one batch, uploaded once and kept.
+  bool fresh_batches = false;
 };
 
 // One step as the client saw it and as uopd reported it.
@@ -90,6 +95,7 @@ class SpiralsTrainer {
 
  private:
   void init();
+  void make_batch();  // x_, y_ from data_
   client::Session* session_ = nullptr;  // null: realizer_ is another realizer
   TrainOptions opts_;
   SpiralsData data_;

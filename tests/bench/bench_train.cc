@@ -10,6 +10,10 @@
 //                 loss download
 //   allreduce_share  allreduce_ms / step time
 //   p50_step_ms   the median warm step
+//   sent_data_bytes, sent_graph_bytes  what the client sent uopd per warm step (Stats):
+//                 data uploaded or inline, and graphs (a held graph goes by its digest):
+//                 0 and 0 with the batch kept, the batch's bytes and 0 with a new one
+//                 per step (BM_TrainStep/2/0/1)
 // and the first (cold) step of a fresh server, whose kernels all compile, as cold_*.
 // Two models, batch 256: the demo's 2-32-32-2 spirals MLP and a wide 784-1024-1024-10 one
 // on random data (7 MiB of gradients). The peer, measured in the same run before uopd
@@ -17,8 +21,9 @@
 // (torch_ddp_step.py, python3-torch from deploy/setup.sh --bench), the same MLP, batch and
 // SGD; ratio_vs_torch_ddp = p50_step_ms / torch's p50 per warm step, on two devices. One
 // thread per uopd worker and per torch process.
-// One real uopd with three embedded workers, started by main(); BM_TrainStep/N/M uses N
-// of them for model M. Not part of ctest: speed is measured here, never asserted.
+// One real uopd with three embedded workers, started by main(); BM_TrainStep/N/M/F uses N
+// of them for model M, F=1 with a new batch every step. Not part of ctest: speed is measured
+// here, never asserted.
 //
 //   build/release/tests/bench/bench_train --benchmark_counters_tabular=true
 //
@@ -40,6 +45,7 @@
 #include <memory>
 #include <regex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "client/client.h"
@@ -115,13 +121,16 @@ demo::TrainOptions train_options(int devices, const Model& m) {
   return opts;
 }
 
-// Arguments: devices, model (an index into kModels).
+// Arguments: devices, model (an index into kModels), and 1 for a new batch every step
+// (sent inline with the step's Run; 0: one batch kept in the session, as torch's peer).
 void BM_TrainStep(benchmark::State& state) {
   const int devices = static_cast<int>(state.range(0));
   const size_t model = static_cast<size_t>(state.range(1));
+  const bool fresh = state.range(2) != 0;
   const Model& m = kModels[model];
-  const demo::TrainOptions opts = train_options(devices, m);
-  state.SetLabel(m.name);
+  demo::TrainOptions opts = train_options(devices, m);
+  opts.fresh_batches = fresh;
+  state.SetLabel(fresh ? cat(m.name, ", a new batch per step") : std::string(m.name));
   auto session = g_service->client->create_session(opts.devices);
   if (!session.ok()) return state.SkipWithError(session.status().ToString().c_str());
   demo::SpiralsTrainer trainer(*session, opts);
@@ -129,11 +138,13 @@ void BM_TrainStep(benchmark::State& state) {
   if (!first.ok()) return state.SkipWithError(first.status().ToString().c_str());
   // Google Benchmark calls this more than once per argument: only the first call's first
   // step meets a server that has never seen the graph (each device count is its own graph).
-  static std::map<std::pair<int, size_t>, demo::StepReport> cold_steps;
-  const demo::StepReport* cold = &cold_steps.emplace(std::make_pair(devices, model), *first).first->second;
+  static std::map<std::tuple<int, size_t, bool>, demo::StepReport> cold_steps;
+  const demo::StepReport* cold = &cold_steps.emplace(std::make_tuple(devices, model, fresh), *first).first->second;
   double plan = 0, compile = 0, run = 0, allreduce = 0, client_side = 0, wall = 0;
   int64_t misses = 0;
   std::vector<double> walls;
+  auto stats_before = g_service->client->stats();
+  if (!stats_before.ok()) return state.SkipWithError(stats_before.status().ToString().c_str());
   for (auto _ : state) {
     auto r = trainer.step();
     if (!r.ok()) return state.SkipWithError(r.status().ToString().c_str());
@@ -147,6 +158,13 @@ void BM_TrainStep(benchmark::State& state) {
     misses += r->cache_misses;
   }
   const double n = static_cast<double>(state.iterations());
+  auto stats_after = g_service->client->stats();
+  if (!stats_after.ok()) return state.SkipWithError(stats_after.status().ToString().c_str());
+  // What the client sent per warm step besides the requests' framing: data (uploads and
+  // inline inputs) and graphs. A warm step names its held graph by digest, and its
+  // parameters are session buffers: 0 and 0 with the batch kept in the session.
+  state.counters["sent_data_bytes"] = static_cast<double>(stats_after->bytes_uploaded - stats_before->bytes_uploaded) / n;
+  state.counters["sent_graph_bytes"] = static_cast<double>(stats_after->run_graph_bytes - stats_before->run_graph_bytes) / n;
   state.counters["plan_ms"] = plan / n;
   state.counters["compile_ms"] = compile / n;
   state.counters["run_ms"] = run / n;
@@ -163,15 +181,16 @@ void BM_TrainStep(benchmark::State& state) {
   state.counters["cold_run_ms"] = cold->run_ms;
   state.counters["cold_allreduce_ms"] = cold->allreduce_ms;
   state.counters["cold_step_ms"] = cold->wall_ms;
-  if (devices == 2 && g_torch_p50[model] > 0) {
+  if (devices == 2 && !fresh && g_torch_p50[model] > 0) {
     state.counters["torch_ddp_p50_ms"] = g_torch_p50[model];
     state.counters["ratio_vs_torch_ddp"] = median(walls) / g_torch_p50[model];
   }
 }
 BENCHMARK(BM_TrainStep)
-    ->Args({2, 0})
-    ->Args({3, 0})
-    ->Args({2, 1})
+    ->Args({2, 0, 0})
+    ->Args({2, 0, 1})
+    ->Args({3, 0, 0})
+    ->Args({2, 1, 0})
     ->MinTime(2)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

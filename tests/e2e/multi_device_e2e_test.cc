@@ -73,33 +73,42 @@ struct Service {
   client::WorkerStatus worker(const std::string& device) { return testing::worker_status(*client, device); }
 };
 
-// The multi-device graph of one reduce op: every device holds a [rows, 8] block of x
-// (MULTI along axis 0); `reduced` is the reduction over the shard axis (per-device partials
-// and an ALLREDUCE, replicated on every device) and `doubled` is x + x (sharded, one kernel
-// per device).
-struct ShardedReduce {
+// A multi-device graph and the data of its inputs, bound by name.
+struct ShardedGraph {
   Graph g;
   const UOp* root = nullptr;
   Names names;
   absl::flat_hash_map<const UOp*, HostTensor> inputs;
   std::vector<client::Input> bindings;
 
-  ShardedReduce(int devices, ReduceOp op, int64_t rows, uint64_t seed) {
+  // The MULTI along axis 0 of one [rows, cols] input per device, each of random data
+  // (kept near 1 for a floating Mul: products of many values in [-2, 2) run off to 0 or
+  // infinity).
+  const UOp* sharded_input(int devices, Scalar dtype, int64_t rows, int64_t cols, ReduceOp op, uint64_t seed) {
     std::vector<const UOp*> shards;
     for (int d = 0; d < devices; ++d) {
       TensorBuilder tb(g, cat("CPU:", d));
-      const UOp* x = tb.input(Scalar::Float32, {rows, 8});
-      HostTensor data = HostTensor::random(Scalar::Float32, {rows * 8}, seed + d);
-      // Products of many values in [-2, 2) run off to 0 or infinity; keep them near 1.
-      if (op == ReduceOp::Mul)
+      const UOp* x = tb.input(dtype, {rows, cols});
+      HostTensor data = HostTensor::random(dtype, {rows * cols}, seed + d);
+      if (op == ReduceOp::Mul && scalar_is_float(dtype))
         for (int64_t i = 0; i < data.numel(); ++i) data.set(i, ConstValue::Float(1.0 + data.get(i).to_double() / 8));
-      std::string name = cat("x", d);
+      std::string name = cat("x", names.size());
       names.push_back({name, tb.buffer_of(x)});
       inputs[tb.buffer_of(x)] = data;
       bindings.push_back({name, data});
       shards.push_back(x);
     }
-    const UOp* m = g.make(Op::MULTI, dtypes::float32, shards, IntArg{0});
+    return g.make(Op::MULTI, DType(dtype), shards, IntArg{0});
+  }
+};
+
+// The multi-device graph of one reduce op: every device holds a [rows, 8] block of x
+// (MULTI along axis 0); `reduced` is the reduction over the shard axis (per-device partials
+// and an ALLREDUCE, replicated on every device) and `doubled` is x + x (sharded, one kernel
+// per device).
+struct ShardedReduce : ShardedGraph {
+  ShardedReduce(int devices, ReduceOp op, int64_t rows, uint64_t seed) {
+    const UOp* m = sharded_input(devices, Scalar::Float32, rows, 8, op, seed);
     const UOp* reduced = g.make(Op::REDUCE_AXIS, dtypes::float32, {m}, ReduceAxisArg{op, {0}});
     const UOp* doubled = g.make(Op::ADD, dtypes::float32, {m, m});
     root = g.make(Op::SINK, dtypes::void_, {reduced, doubled});
@@ -199,6 +208,80 @@ TEST(MultiDeviceE2E, AllreduceOverGlooWhileTheRendezvousIsFlooded) {
   stranger.join();
   EXPECT_EQ(accepted.load(), 0);
   std::cout << "rendezvous flood: " << sent.load() << " junk keys of 64 KiB refused, none stored\n";
+}
+
+// Allreduces of every dtype the collectives reduce and every op, two of each (so that a
+// bucket can hold several), each result also read by a kernel after it, beside kernels
+// that need no collective (x + x): what bucketing and overlap reorder.
+struct EveryAllreduce : ShardedGraph {
+  static constexpr Scalar kDtypes[] = {Scalar::Float32, Scalar::Float64, Scalar::Float16, Scalar::BFloat16,
+                                       Scalar::Int32,   Scalar::Int64,   Scalar::UInt8,   Scalar::Int8};
+  static constexpr ReduceOp kOps[] = {ReduceOp::Add, ReduceOp::Mul, ReduceOp::Max, ReduceOp::Min};
+
+  explicit EveryAllreduce(int devices) {
+    std::vector<const UOp*> outs;
+    uint64_t seed = 1;
+    for (Scalar dtype : kDtypes)
+      for (ReduceOp op : kOps)
+        for (int copy = 0; copy < 2; ++copy) {
+          const UOp* m = sharded_input(devices, dtype, 3, 4, op, seed += devices);
+          const DType t(dtype);
+          const UOp* reduced = g.make(Op::REDUCE_AXIS, t, {m}, ReduceAxisArg{op, {0}});
+          outs.push_back(g.make(Op::ADD, t, {reduced, reduced}));  // a kernel after the allreduce
+          outs.push_back(g.make(Op::ADD, t, {m, m}));              // one that needs none
+        }
+    root = g.make(Op::SINK, dtypes::void_, outs);
+  }
+};
+
+// The same graph on uopd bucketed (--bucket-cap-mb=25) or not (0), its steps overlapped or
+// sequential (--sequential-steps): every output the same bits in all four, and the
+// interpreter's values.
+TEST(MultiDeviceE2E, EveryDtypeAndOpGivesTheSameBitsBucketedOrNotOverlappedOrNot) {
+  EveryAllreduce graph(2);
+  auto want = interpret(graph.g, graph.root, graph.inputs);
+  ASSERT_TRUE(want.ok()) << want.status();
+  std::vector<std::vector<std::string>> got;
+  for (const char* cap : {"--bucket-cap-mb=25", "--bucket-cap-mb=0"})
+    for (bool sequential : {false, true}) {
+      SCOPED_TRACE(cat(cap, sequential ? " --sequential-steps" : ""));
+      std::vector<std::string> flags = {cap};
+      if (sequential) flags.push_back("--sequential-steps");
+      Service svc(2, flags);
+      ASSERT_TRUE(svc.ok());
+      Session session = svc.session(2);
+      auto r = session.run(graph.root, graph.names, graph.bindings);
+      ASSERT_TRUE(r.ok()) << r.status();
+      std::vector<std::string> bits;
+      for (const client::RunOutput& o : r->outputs) bits.push_back(o.tensor.data);
+      got.push_back(std::move(bits));
+      if (got.size() > 1) continue;
+      // Against the interpreter once: output k is the k-th of the SINK, one part per device.
+      ASSERT_EQ(r->outputs.size(), want->size() * 2);
+      for (size_t k = 0; k < want->size(); ++k) {
+        const HostTensor& whole = (*want)[k];
+        const bool replicated = k % 2 == 0;
+        for (size_t d = 0; d < 2; ++d) {
+          const client::RunOutput& o = r->outputs[2 * k + d];
+          if (!replicated) {  // x + x, device d's rows: exact in every dtype
+            EXPECT_EQ(o.tensor.data, whole.data.substr(d * whole.data.size() / 2, whole.data.size() / 2)) << o.name;
+            continue;
+          }
+          // Each device's partial is rounded to the dtype before the allreduce adds it (the
+          // interpreter rounds once): for float16 / bfloat16 that is an ulp of a partial
+          // sum of values in [-2, 2), more than the dtype's default tolerance.
+          Tolerance tol = Tolerance::for_dtype(whole.dtype);
+          if (whole.dtype == Scalar::Float16 || whole.dtype == Scalar::BFloat16) tol.atol *= 4;
+          CompareResult c = compare(whole, o.tensor, tol);
+          EXPECT_TRUE(c.ok) << o.name << " (" << scalar_name(whole.dtype) << "): " << c.message;
+        }
+      }
+    }
+  ASSERT_EQ(got.size(), 4u);
+  for (size_t i = 1; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].size(), got[0].size());
+    for (size_t k = 0; k < got[0].size(); ++k) EXPECT_EQ(got[i][k], got[0][k]) << "configuration " << i << ", output " << k;
+  }
 }
 
 void train(int devices, int steps) {

@@ -14,9 +14,13 @@
 
 #include "client/client.h"
 #include "client/demo/spirals.h"
+#include "compiler/ir/codec.h"
+#include "compiler/ir/tensor_builder.h"
 #include "compiler/support/strings.h"
 #include "local/local_realizer.h"
+#include "proto/uopd.pb.h"
 #include "tests/e2e/metrics_scrape.h"
+#include "tests/e2e/raw_requests.h"
 #include "tests/e2e/scheduler_proc.h"
 
 namespace uop {
@@ -45,6 +49,23 @@ struct Service {
   double metric(const std::string& name) const { return testing::metric(metrics, name); }
 };
 
+// The trainer's MLP, small: 32 points, 8 hidden units.
+demo::TrainOptions small_mlp() {
+  demo::TrainOptions opts;
+  opts.points_per_class = 16;
+  opts.hidden = 8;
+  return opts;
+}
+
+// Both trainers' parameters, bit for bit.
+void expect_same_parameters(demo::SpiralsTrainer& trainer, demo::SpiralsTrainer& reference) {
+  auto got = trainer.parameters();
+  auto want = reference.parameters();
+  ASSERT_TRUE(got.ok() && want.ok());
+  ASSERT_EQ(got->size(), want->size());
+  for (size_t i = 0; i < got->size(); ++i) EXPECT_EQ((*got)[i].data, (*want)[i].data) << "parameter " << i;
+}
+
 // One collective group for a whole training run: 200 steps of the spirals MLP on two
 // workers, CPU:1 killed (by its pid, between steps) before step 120. Every step before
 // it reuses the group the first step formed; step 120 fails UNAVAILABLE naming CPU:1; the
@@ -56,9 +77,7 @@ TEST(TrainingE2E, OneCollectiveGroupServesEveryStepAndIsReformedAfterAMemberDies
   Service svc;
   ASSERT_TRUE(svc.ok());
   Session session = svc.session();
-  demo::TrainOptions opts;
-  opts.points_per_class = 16;
-  opts.hidden = 8;
+  demo::TrainOptions opts = small_mlp();
   LocalRunner local(1);  // one thread, as each worker
   client::LocalRealizer local_realizer(local);
   demo::SpiralsTrainer reference(local_realizer, opts);
@@ -108,20 +127,14 @@ TEST(TrainingE2E, OneCollectiveGroupServesEveryStepAndIsReformedAfterAMemberDies
   // The group of the killed process went when its replacement's formed.
   EXPECT_EQ(svc.metric("uopd_collective_groups"), 1);
   ASSERT_TRUE(trainer->check_replicas().ok()) << trainer->check_replicas();
-  auto got = trainer->parameters();
-  auto want = reference.parameters();
-  ASSERT_TRUE(got.ok() && want.ok());
-  ASSERT_EQ(got->size(), want->size());
-  for (size_t i = 0; i < got->size(); ++i) EXPECT_EQ((*got)[i].data, (*want)[i].data) << "parameter " << i;
+  expect_same_parameters(*trainer, reference);
 }
 
 // The same steps with every allreduce on its own (--bucket-cap-mb=0) and bucketed: the
 // same bits, in one collective per step against one per allreduce.
 TEST(TrainingE2E, BucketedAndUnbucketedAllreducesTrainTheSameBits) {
   constexpr int kSteps = 4;
-  demo::TrainOptions opts;
-  opts.points_per_class = 16;
-  opts.hidden = 8;
+  demo::TrainOptions opts = small_mlp();
   std::vector<std::vector<HostTensor>> params;
   std::vector<double> collectives_per_step;
   for (const char* cap : {"--bucket-cap-mb=25", "--bucket-cap-mb=0"}) {
@@ -145,6 +158,174 @@ TEST(TrainingE2E, BucketedAndUnbucketedAllreducesTrainTheSameBits) {
   EXPECT_GE(collectives_per_step[1], 6);  // a gradient per parameter, and the loss
   ASSERT_EQ(params[0].size(), params[1].size());
   for (size_t i = 0; i < params[0].size(); ++i) EXPECT_EQ(params[0][i].data, params[1][i].data) << "parameter " << i;
+}
+
+// A warm step is one Run of a held graph whose plan, kernels and collective group are all
+// reused, and the client sends it nothing but the step's batch: the parameters stay in
+// their session buffers (each step's update written into them), the graph goes by its
+// digest, the loss comes back with the Run. Stats across step 3 (a new batch every step):
+// bytes uploaded == the batch's, no graph bytes, no buffer made, nothing compiled, the plan
+// a cache hit, no group formed. The losses and the parameters are those of the same steps
+// in this process, bit for bit.
+TEST(TrainingE2E, AWarmStepUploadsOnlyItsBatch) {
+  constexpr int kSteps = 4;
+  Service svc;
+  ASSERT_TRUE(svc.ok());
+  Session session = svc.session();
+  demo::TrainOptions opts = small_mlp();
+  opts.fresh_batches = true;
+  const uint64_t batch_bytes = 2 * opts.points_per_class * (opts.inputs + opts.classes) * sizeof(float);
+  LocalRunner local(1);
+  client::LocalRealizer local_realizer(local);
+  demo::SpiralsTrainer reference(local_realizer, opts);
+  demo::SpiralsTrainer trainer(session, opts);
+  client::Client& c = *svc.uopd.client;
+  for (int step = 1; step <= kSteps; ++step) {
+    auto before = c.stats();
+    ASSERT_TRUE(before.ok()) << before.status();
+    const double groups_before = svc.metric("uopd_collective_groups_formed_total");
+    auto got = trainer.step();
+    ASSERT_TRUE(got.ok()) << "step " << step << ": " << got.status();
+    auto after = c.stats();
+    ASSERT_TRUE(after.ok()) << after.status();
+    auto want = reference.step();
+    ASSERT_TRUE(want.ok()) << "reference step " << step << ": " << want.status();
+    ASSERT_EQ(got->loss, want->loss) << "step " << step;
+    if (step == 1) {
+      EXPECT_GT(after->run_graph_bytes, before->run_graph_bytes);  // the graph, sent once
+      EXPECT_EQ(after->buffers, before->buffers + 12);              // the parameters, one per device
+    }
+    if (step < 3) continue;
+    EXPECT_EQ(after->bytes_uploaded - before->bytes_uploaded, batch_bytes) << "step " << step;
+    EXPECT_EQ(after->run_graph_bytes, before->run_graph_bytes) << "step " << step;
+    EXPECT_EQ(after->buffers, before->buffers) << "step " << step;
+    EXPECT_EQ(after->buffer_bytes, before->buffer_bytes) << "step " << step;
+    EXPECT_EQ(after->compiles, before->compiles) << "step " << step;
+    EXPECT_EQ(after->plan_cache_hits, before->plan_cache_hits + 1) << "step " << step;
+    EXPECT_EQ(svc.metric("uopd_collective_groups_formed_total"), groups_before) << "step " << step;
+  }
+  ASSERT_TRUE(trainer.check_replicas().ok()) << trainer.check_replicas();
+  expect_same_parameters(trainer, reference);
+}
+
+// A step's collectives overlapped with the kernels that do not need them, or every step
+// after the one before (--sequential-steps), bucketed or one collective per allreduce
+// (where there are several to overlap): the same bits in all four.
+TEST(TrainingE2E, OverlappedAndSequentialStepsTrainTheSameBits) {
+  constexpr int kSteps = 3;
+  demo::TrainOptions opts = small_mlp();
+  std::vector<std::vector<HostTensor>> params;
+  for (const char* cap : {"--bucket-cap-mb=25", "--bucket-cap-mb=0"})
+    for (bool sequential : {false, true}) {
+      std::vector<std::string> flags = {cap};
+      if (sequential) flags.push_back("--sequential-steps");
+      Service svc(flags);
+      ASSERT_TRUE(svc.ok());
+      Session session = svc.session();
+      demo::SpiralsTrainer trainer(session, opts);
+      for (int step = 1; step <= kSteps; ++step) {
+        auto r = trainer.step();
+        ASSERT_TRUE(r.ok()) << cap << (sequential ? " sequential" : "") << ", step " << step << ": " << r.status();
+      }
+      auto p = trainer.parameters();
+      ASSERT_TRUE(p.ok()) << p.status();
+      params.push_back(*std::move(p));
+    }
+  for (size_t k = 1; k < params.size(); ++k) {
+    ASSERT_EQ(params[k].size(), params[0].size());
+    for (size_t i = 0; i < params[0].size(); ++i) EXPECT_EQ(params[k][i].data, params[0][i].data) << "run " << k << ", parameter " << i;
+  }
+}
+
+// A held graph named by digest and outputs assigned into buffers, and what uopd refuses
+// of them, by requests no client library sends: an unknown digest (NOT_FOUND), a digest
+// with a graph, assigns to an output the graph lacks, to one output or one buffer twice,
+// to a buffer of another size or that does not exist. A refused Run changes no buffer,
+// and uopd serves the next Run.
+TEST(TrainingE2E, HeldGraphsAndAssignsRefuseWhatIsWrong) {
+  Service svc;
+  ASSERT_TRUE(svc.ok());
+  auto opened = svc.uopd.client->create_session({"CPU:0"});
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  Session& session = *opened;
+  Graph g;
+  TensorBuilder tb(g);
+  const UOp* x = tb.input(Scalar::Float32, {4});
+  const UOp* root = tb.sink({tb.alu(Op::ADD, {x, x}), tb.alu(Op::MUL, {x, x})});
+  const Names names = {{"x", tb.buffer_of(x)}};
+  HostTensor data = HostTensor::zeros(Scalar::Float32, {4});
+  for (int i = 0; i < 4; ++i) data.set(i, ConstValue::Float(i + 1));
+  auto in = session.upload_tensor(data);
+  auto dst = session.create_buffer(Scalar::Float32, 4);
+  auto other = session.create_buffer(Scalar::Float32, 8);
+  ASSERT_TRUE(in.ok() && dst.ok() && other.ok());
+  // x + x into dst, x * x inline; the graph held from the first run on, named by digest after.
+  client::RunOptions ro;
+  ro.hold_graph = true;
+  ro.assign = {{0, *dst}};
+  auto before = svc.uopd.client->stats();
+  ASSERT_TRUE(before.ok());
+  for (int run = 0; run < 2; ++run) {
+    auto r = session.run(root, names, {{"x", *in}}, ro);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->outputs.size(), 2u);
+    EXPECT_EQ(r->outputs[0].buffer_id, *dst);
+    EXPECT_EQ(r->outputs[1].tensor.get(3).to_double(), 16.0);
+  }
+  auto after = svc.uopd.client->stats();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->buffers, before->buffers);  // dst took the output: no buffer made
+  EXPECT_EQ(after->plan_cache_hits, before->plan_cache_hits + 1);
+  auto doubled = session.download(*dst);
+  ASSERT_TRUE(doubled.ok());
+  HostTensor want = HostTensor::zeros(Scalar::Float32, {4});
+  for (int i = 0; i < 4; ++i) want.set(i, ConstValue::Float(2 * (i + 1)));
+  EXPECT_EQ(*doubled, want.data);
+
+  ::uopd::v1::RunRequest base;
+  base.set_session_id(session.id());
+  auto* b = base.add_inputs();
+  b->set_name("x");
+  b->set_buffer_id(*in);
+  ::uopd::v1::RunRequest with_graph = base;
+  encode_proto(root, names, with_graph.mutable_graph());
+  auto run_raw = [&](const ::uopd::v1::RunRequest& req) {
+    return testing::raw_unary(svc.uopd.proc->address(), "/uopd.v1.Uopd/Run", req.SerializeAsString());
+  };
+  auto expect_refused = [&](::uopd::v1::RunRequest req, absl::StatusCode code, std::string_view says) {
+    absl::Status s = run_raw(req);
+    EXPECT_EQ(s.code(), code) << s;
+    EXPECT_NE(std::string(s.message()).find(says), std::string::npos) << s;
+  };
+  {
+    ::uopd::v1::RunRequest req = base;
+    req.set_graph_digest(std::string(64, '0'));
+    expect_refused(req, absl::StatusCode::kNotFound, "holds no graph");
+    req = with_graph;
+    req.set_graph_digest(root->digest().hex());
+    expect_refused(req, absl::StatusCode::kInvalidArgument, "not both");
+  }
+  auto assigning = [&](std::vector<std::pair<uint32_t, std::string>> assign) {
+    ::uopd::v1::RunRequest req = with_graph;
+    for (auto& [output, id] : assign) {
+      auto* a = req.add_assign();
+      a->set_output(output);
+      a->set_buffer_id(id);
+    }
+    return req;
+  };
+  expect_refused(assigning({{5, *dst}}), absl::StatusCode::kInvalidArgument, "output 5 of a graph with 2 outputs");
+  expect_refused(assigning({{0, *dst}, {0, *other}}), absl::StatusCode::kInvalidArgument, "assigned twice");
+  expect_refused(assigning({{0, *dst}, {1, *dst}}), absl::StatusCode::kInvalidArgument, "assigned twice");
+  expect_refused(assigning({{1, *other}}), absl::StatusCode::kInvalidArgument, "holds 8 x float32");
+  expect_refused(assigning({{1, std::string(32, 'f')}}), absl::StatusCode::kNotFound, "does not exist");
+  // Nothing refused touched dst; the held graph still serves, by digest.
+  auto unchanged = session.download(*dst);
+  ASSERT_TRUE(unchanged.ok());
+  EXPECT_EQ(*unchanged, want.data);
+  ::uopd::v1::RunRequest by_digest = base;
+  by_digest.set_graph_digest(root->digest().hex());
+  EXPECT_TRUE(run_raw(by_digest).ok());
 }
 
 }  // namespace

@@ -118,6 +118,8 @@ class Stats:
     launches_timed: int = 0
     model_weight_buffers_written: int = 0
     model_weight_bytes_written: int = 0
+    bytes_uploaded: int = 0
+    run_graph_bytes: int = 0
     workers: List[WorkerStatus] = field(default_factory=list)
 
 

@@ -434,5 +434,36 @@ TEST_P(TensorMulti, GradientThroughShard) {
 
 INSTANTIATE_TEST_SUITE_P(Devices, TensorMulti, testing::Values(2, 3));
 
+// RealizeOptions::into: the result is written into the destination's storage, so every
+// tensor holding it (the destination itself) reads the new values; a destination of
+// another shape, or one that is not realized, is refused before anything runs.
+TEST(TensorRealize, IntoWritesTheResultInPlace) {
+  InterpRealizer r;
+  ContextPtr ctx = TensorContext::make();
+  Tensor w = Tensor::from(host(Scalar::Float32, {3}, {1, 2, 3}), "CPU:0", ctx);
+  Tensor next = w * 2.0;
+  RealizeOptions ro;
+  ro.into = {w};
+  ASSERT_TRUE(realize_all({next}, r, ro).ok());
+  EXPECT_EQ(next.to_host()->data, host(Scalar::Float32, {3}, {2, 4, 6}).data);
+  EXPECT_EQ(w.to_host()->data, host(Scalar::Float32, {3}, {2, 4, 6}).data);  // the same storage
+  Tensor again = next + 1.0;
+  ro.into = {next};
+  ASSERT_TRUE(realize_all({again}, r, ro).ok());
+  EXPECT_EQ(w.to_host()->data, host(Scalar::Float32, {3}, {3, 5, 7}).data);
+
+  Tensor wide = Tensor::from(host(Scalar::Float32, {2}, {1, 2}), "CPU:0", ctx);
+  ro.into = {wide};
+  absl::Status shape = realize_all({w * 3.0}, r, ro);
+  EXPECT_EQ(shape.code(), absl::StatusCode::kInvalidArgument) << shape;
+  ro.into = {w * 4.0};
+  absl::Status lazy = realize_all({w * 3.0}, r, ro);
+  EXPECT_EQ(lazy.code(), absl::StatusCode::kInvalidArgument) << lazy;
+  ro.into = {w, w};
+  absl::Status count = realize_all({w * 3.0}, r, ro);
+  EXPECT_EQ(count.code(), absl::StatusCode::kInvalidArgument) << count;
+  EXPECT_EQ(w.to_host()->data, host(Scalar::Float32, {3}, {3, 5, 7}).data);  // nothing refused ran
+}
+
 }  // namespace
 }  // namespace uop::client

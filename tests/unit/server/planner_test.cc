@@ -279,5 +279,30 @@ TEST(BucketCollectives, ACollectiveThatNeedsAWaitingStepClosesTheBucket) {
   EXPECT_EQ(p.steps(), "g0 g0 [0+1] u0 u0 g1 g1 [2+3] u1 u1");
 }
 
+// order_steps: each step waits for the last writer of what it touches and for the readers
+// since of what it writes, nothing else: a gradient's allreduce for its two kernels only
+// (not for the other gradients' kernels, which may run beside it), an update for its
+// gradient's allreduce (a bucket: for the bucket), and steps that share only the batch (a
+// buffer everything reads) for nothing.
+TEST(OrderSteps, EachStepWaitsForWhatLastWroteOrReadWhatItTouches) {
+  GradientPlan p({10, 20});
+  order_steps(p.plan);
+  // g0 g0 [0+1] u0 u0 g1 g1 [2+3] u1 u1
+  const std::vector<std::vector<int>> want = {{}, {}, {0, 1}, {2}, {2}, {}, {}, {5, 6}, {7}, {7}};
+  EXPECT_EQ(p.plan.waits_for, want);
+  GradientPlan b({10, 20});
+  bucket_collectives(b.plan, 1 << 20);
+  order_steps(b.plan);
+  // g0 g0 g1 g1 [0+1,2+3] u0 u0 u1 u1
+  const std::vector<std::vector<int>> bucketed = {{}, {}, {}, {}, {0, 1, 2, 3}, {4}, {4}, {4}, {4}};
+  EXPECT_EQ(b.plan.waits_for, bucketed);
+  // A kernel that writes what an earlier one read waits for that reader: u0 writing the
+  // batch of CPU:0 (buffer 4) waits for every kernel that read it before.
+  GradientPlan w({10});
+  w.plan.kernels[2].buffers[0] = 4;  // u0 on CPU:0 now writes the batch
+  order_steps(w.plan);
+  EXPECT_EQ(w.plan.waits_for[3], (std::vector<int>{0, 2}));
+}
+
 }  // namespace
 }  // namespace uop::server

@@ -11,6 +11,8 @@
 #include <string>
 
 #include "absl/time/clock.h"
+#include "compiler/ir/codec.h"
+#include "compiler/support/strings.h"
 #include "server/models.h"
 
 namespace uop::server {
@@ -235,6 +237,49 @@ TEST(Sessions, ModelsAreTheirSessionsAndCountItsBytes) {
   EXPECT_EQ(m.bytes(), 0u);
   EXPECT_EQ(m.usage("alice").bytes, 0u);
   EXPECT_EQ(m.model(*s, *id, "alice").status().code(), absl::StatusCode::kNotFound);
+}
+
+// Held graphs count against the session's quota until displaced (the last
+// kMaxHeldGraphs stay) or the session closes; holding a digest again replaces it.
+TEST(Sessions, HeldGraphsStayWithinTheQuotaAndTheLastFewAreKept) {
+  SessionOptions o;
+  o.max_bytes = 1000;
+  SessionManager m(o);
+  auto s = m.open({"CPU:0"}, absl::ZeroDuration(), SessionOwner{});
+  ASSERT_TRUE(s.ok());
+  auto graph = std::make_shared<const DecodedGraph>();
+  EXPECT_EQ(m.hold_graph(*s, "big", graph, 1001).code(), absl::StatusCode::kResourceExhausted);
+  for (size_t i = 0; i <= SessionManager::kMaxHeldGraphs; ++i) ASSERT_TRUE(m.hold_graph(*s, cat("g", i), graph, 100).ok());
+  EXPECT_EQ(m.bytes(), 100 * SessionManager::kMaxHeldGraphs);  // g0 displaced, its bytes given back
+  EXPECT_EQ(m.held_graph(*s, "g0").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(m.held_graph(*s, "g1").ok());
+  ASSERT_TRUE(m.hold_graph(*s, "g1", graph, 50).ok());  // replaced, not held twice
+  EXPECT_EQ(m.bytes(), 100 * SessionManager::kMaxHeldGraphs - 50);
+  EXPECT_EQ(m.held_graph("nope", "g1").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(m.close(*s).ok());
+  EXPECT_EQ(m.bytes(), 0u);
+}
+
+// replace_buffer: the id stays and names the new worker buffer; the old one comes back.
+TEST(Sessions, AReplacedBufferKeepsItsIdAndGivesBackWhatItHeld) {
+  SessionManager m(SessionOptions{});
+  auto s = m.open({"CPU:0"}, absl::ZeroDuration(), SessionOwner{});
+  ASSERT_TRUE(s.ok());
+  BufferInfo before = buffer_of(40);
+  before.worker_buffer = 7;
+  auto id = m.add_buffer(*s, before);
+  ASSERT_TRUE(id.ok());
+  BufferInfo now = buffer_of(40);
+  now.worker_buffer = 9;
+  auto old = m.replace_buffer(*s, *id, now);
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->worker_buffer, 7u);
+  auto got = m.buffer(*s, *id);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->worker_buffer, 9u);
+  EXPECT_EQ(got->id, *id);
+  EXPECT_EQ(m.bytes(), 40u);
+  EXPECT_EQ(m.replace_buffer(*s, "nope", now).status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace
