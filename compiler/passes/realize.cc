@@ -61,6 +61,12 @@ absl::StatusOr<absl::flat_hash_set<const UOp*>> plan_realize(const UOp* tensor_s
           auto b = broadcasts(it.u, shapes);
           if (!b.ok()) return b.status();
           expanded = expanded || *b;
+        } else if (it.u->op() == Op::PAD) {
+          // Fused under a pad, the reduction runs over the padded shape's loops with every
+          // element behind the pad's gate: its loops split only by divisors, its loads are
+          // gated scalars (a convolution's output read by the next one's padded input ran
+          // a hundred times slower fused than alone).
+          expanded = true;
         }
         for (const UOp* s : it.u->src()) stack.push_back({s, expanded});
       }

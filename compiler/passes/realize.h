@@ -13,6 +13,8 @@ namespace uop {
 //   * every output, and every CONTIGUOUS;
 //   * a REDUCE_AXIS that reaches its kernel through a broadcasting EXPAND: fused, it would
 //     be recomputed for every broadcast element (softmax's max and sum);
+//   * a REDUCE_AXIS that reaches its kernel through a PAD: fused, it would run under the
+//     pad's gate, element by element (a convolution read by the next one's padded input);
 //   * a REDUCE_AXIS read by more than one kernel, so it is computed once.
 // Elementwise values are recomputed in each kernel that reads them (cheap, and it keeps
 // an elementwise chain one kernel). A reduction with its elementwise prologue and
