@@ -78,20 +78,6 @@ const UOp* pad_any(TensorBuilder& tb, const UOp* x, std::vector<int64_t> b, std:
   return p;
 }
 
-// The padded input of a window reduction (a convolution, a pool), realized when the pad
-// grows it: fused, every read of the reduction's window is gated (is the position inside
-// the input?), which keeps each read a scalar load and keeps the padded loops from being
-// split by any factor that does not divide them; it also recomputes the input's own
-// elementwise chain (a ReLU, a residual add) once per window position that reads it. A
-// copy of the padded input costs one pass over it, far less than the reduction reads.
-const UOp* padded_window_input(TensorBuilder& tb, const UOp* x, const std::vector<int64_t>& b,
-                               const std::vector<int64_t>& e, std::optional<double> fill = std::nullopt) {
-  const UOp* p = pad_any(tb, x, b, e, fill);
-  bool grows = false;
-  for (size_t i = 0; i < b.size(); ++i) grows |= b[i] > 0 || e[i] > 0;
-  return grows ? tb.contiguous(p) : p;
-}
-
 }  // namespace
 
 absl::Status check_window_sizes(NodeContext& c, const Dims& kernel, const Dims& strides, const Dims& dilations) {
@@ -187,7 +173,7 @@ absl::StatusOr<const UOp*> conv_core(NodeContext& c, const UOp* x, const UOp* w,
   const int64_t N = xs[0], C = xs[1], M = ws[0];
   if (group < 1) return c.invalid("group must be at least 1");
   if (C % group || M % group || ws[1] != C / group) return c.invalid("channels do not match the weights and group");
-  const UOp* xp = padded_window_input(tb, x, spatial_pads(g.pad_b), spatial_pads(g.pad_e));
+  const UOp* xp = pad_any(tb, x, spatial_pads(g.pad_b), spatial_pads(g.pad_e));
   const UOp* xw = windows(tb, xp, g);
   Dims wshape = tb.shape(xw);  // [N, C, O..., K...]
   Dims O(wshape.begin() + 2, wshape.begin() + 2 + sp);
@@ -377,19 +363,19 @@ absl::Status pool(NodeContext& c, PoolKind kind) {
   if (kind == PoolKind::Max) {
     const double lowest = x->dtype().is_float() ? -std::numeric_limits<double>::infinity()
                                                 : reduce_identity(ReduceOp::Max, c.dtype_of(x)).to_double();
-    const UOp* xp = padded_window_input(tb, x, spatial_pads(g.pad_b), spatial_pads(g.pad_e), lowest);
+    const UOp* xp = pad_any(tb, x, spatial_pads(g.pad_b), spatial_pads(g.pad_e), lowest);
     c.out(0, finish(tb.reduce(windows(tb, xp, g), ReduceOp::Max, axes)));
     return absl::OkStatus();
   }
   if (!x->dtype().is_float()) return c.unsupported(cat("input of type ", scalar_name(c.dtype_of(x))));
   if (kind == PoolKind::Lp) {
     double p = static_cast<double>(c.attr_int("p", 2));
-    const UOp* xp = padded_window_input(tb, m.pow(m.abs(x), m.k(x, p)), spatial_pads(g.pad_b), spatial_pads(g.pad_e));
+    const UOp* xp = pad_any(tb, m.pow(m.abs(x), m.k(x, p)), spatial_pads(g.pad_b), spatial_pads(g.pad_e));
     const UOp* s = tb.reduce(windows(tb, xp, g), ReduceOp::Add, axes);
     c.out(0, finish(m.pow(s, m.k(s, 1.0 / p))));
     return absl::OkStatus();
   }
-  const UOp* xp = padded_window_input(tb, x, spatial_pads(g.pad_b), spatial_pads(g.pad_e));
+  const UOp* xp = pad_any(tb, x, spatial_pads(g.pad_b), spatial_pads(g.pad_e));
   const UOp* sum = tb.reduce(windows(tb, xp, g), ReduceOp::Add, axes);
   // The divisor: how many values of the window count (the input, plus the explicit pads
   // with count_include_pad), computed by pooling a mask of ones.
