@@ -153,8 +153,18 @@ void register_tile(Plan& p, const OptimizeOptions& o, int64_t a, const std::vect
   p.split(a, cl);
   // One reduction loop (a matmul): the column-panel loop outermost, so that each panel
   // of B stays in cache while every row block of A streams past it. A window reduction
-  // keeps the output channels outermost: its weights per row block are the small operand.
-  if (bl >= 2 && cl >= 2 && p.axes.size() == p.outputs + 1) p.outermost(a);
+  // (a convolution): the output loop of most iterations outermost, the map's rows where
+  // it has more than the channel blocks, so that the few input rows one output row reads
+  // stay in cache while every channel block passes over them (a 56 x 56 3x3 convolution
+  // ran 2.6 times faster so than channel blocks outermost).
+  if (p.axes.size() == p.outputs + 1) {
+    if (bl >= 2 && cl >= 2) p.outermost(a);
+    return;
+  }
+  int64_t most = p.store_order[0];
+  for (int64_t x : p.store_order)
+    if (!p.upcast[x] && p.trip[x] > p.trip[most]) most = x;
+  p.outermost(most);
 }
 
 // Outputs and a reduction whose operands read every output loop: a depthwise convolution
@@ -251,14 +261,25 @@ void full_reduction(Plan& p, const OptimizeOptions& o) {
   p.split(a, p.lanes(a, std::min<int64_t>(p.width, o.max_lanes)));
 }
 
-// The outermost output loop on threads, if the whole kernel is worth several.
+// The outermost output loop on threads, if the whole kernel is worth several. Where that
+// loop has under 8 iterations (a convolution's output channels, 64 / 16 lanes) and
+// another output loop has more (the map's height), that one is moved outermost first, so
+// that a machine with more cores than 4 still has a task for each.
 void threads(Plan& p, const OptimizeOptions& o) {
   if (p.store_order.empty()) return;
-  const int64_t a = p.store_order[0];
   __int128 work = 1;
   for (size_t i = 0; i < p.trip.size(); ++i)
     if (!p.upcast[i]) work = std::min<__int128>(work * std::max<int64_t>(p.trip[i], 1), __int128{1} << 62);
-  if (p.upcast[a] || p.trip[a] < 2 || work < o.min_parallel_work) return;
+  if (work < o.min_parallel_work) return;
+  int64_t a = p.store_order[0];
+  if (!p.upcast[a] && p.trip[a] < 8) {
+    int64_t best = a;
+    for (int64_t b : p.store_order)
+      if (!p.upcast[b] && p.trip[b] > p.trip[best]) best = b;
+    if (best != a) p.outermost(best);
+    a = best;
+  }
+  if (p.upcast[a] || p.trip[a] < 2) return;
   p.out.steps.push_back(LoopStep{.kind = LoopStep::Kind::Thread, .axis = a});
 }
 

@@ -18,7 +18,8 @@
 //         vectors become pieces and shuffles, a masked tail scalar loads); a second
 //         output loop those operands read (the map's height) fills half a vector where
 //         the width alone does not; rows take the rest of eight registers' lanes, up to
-//         32; a single reduce loop gets the lane loop's outer part outermost (reorder);
+//         32; a single reduce loop gets the lane loop's outer part outermost (reorder),
+//         a window reduction its output loop of most iterations (the map's rows);
 //       - window tile (a depthwise convolution, a pool, a reduction over a non-innermost
 //         axis): every operand reads every output loop, so no lane shares a load: the
 //         lane loop's vector, filled from a second loop, and up to 4 rows of another for
@@ -30,7 +31,8 @@
 //     largest that divides it, else as an elementwise lane loop: vector accumulators,
 //     folded at the end.
 //   * then, for every shape, Thread: the outermost output loop is split across the thread
-//     pool when the kernel does enough work to pay for waking threads.
+//     pool when the kernel does enough work to pay for waking threads (an output loop of
+//     more iterations moved outermost first where that one has under 8).
 // A new shape is a new function called from heuristic_schedule. expand.h turns Upcast
 // ranges into vector ops. The schedule is part of the compiled kernel and its cache key,
 // not of its identity: the digest of the normalized kernel (before this stage) names the
