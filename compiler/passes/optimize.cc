@@ -131,7 +131,13 @@ int64_t tile_budget(const Plan& p, const OptimizeOptions& o) { return std::min<i
 void register_tile(Plan& p, const OptimizeOptions& o, int64_t a, const std::vector<size_t>& along, int64_t b) {
   const int64_t budget = tile_budget(p, o), w = p.width;
   const int64_t n = p.trip[a];
-  const int64_t cl = n % (2 * w) == 0 && 2 * w <= budget ? 2 * w : pow2_lanes(n, w);
+  // A window reduction (several reduce loops: a convolution) takes at most 8 lanes along
+  // the width and gives the rest to the channels: a 128-wide 3x3 convolution ran 4.8
+  // times faster with 16 channels x 8 columns than with 4 x 32 (the matmul's tile).
+  const bool window = p.axes.size() > p.outputs + 1;
+  const int64_t cl = window                                     ? pow2_lanes(n, std::min<int64_t>(w, 8))
+                     : n % (2 * w) == 0 && 2 * w <= budget ? 2 * w
+                                                           : pow2_lanes(n, w);
   int64_t s = -1, sl = 1;
   if (cl < w / 2)
     for (size_t i = p.outputs; i-- > 0;) {
@@ -157,7 +163,7 @@ void register_tile(Plan& p, const OptimizeOptions& o, int64_t a, const std::vect
   // it has more than the channel blocks, so that the few input rows one output row reads
   // stay in cache while every channel block passes over them (a 56 x 56 3x3 convolution
   // ran 2.6 times faster so than channel blocks outermost).
-  if (p.axes.size() == p.outputs + 1) {
+  if (!window) {
     if (bl >= 2 && cl >= 2) p.outermost(a);
     return;
   }

@@ -14,7 +14,8 @@
 //         no operand read along the lane loop reads (a matmul's rows, a convolution's
 //         output channels) gives rows, so that each vector loaded serves every row and
 //         each broadcast value every lane; the lane loop takes twice the width where
-//         that divides it, else the largest power of two up to the width that does (odd
+//         that divides it (a convolution: at most 8 lanes, the channels the rest), else
+//         the largest power of two up to the width that does (odd
 //         vectors become pieces and shuffles, a masked tail scalar loads); a second
 //         output loop those operands read (the map's height) fills half a vector where
 //         the width alone does not; rows take the rest of eight registers' lanes, up to
