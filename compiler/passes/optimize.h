@@ -8,15 +8,32 @@
 //     width divides is preferred; else the innermost contiguous loop is upcast by a
 //     divisor of its trip count above half the width, or by the width with the tail
 //     masked (split_range), or whole when it is shorter than the width.
-//   * tiled reduction (outputs and a REDUCE): the lane loop as above, twice the width when
-//     that divides it (more independent accumulators), and a second output loop upcast by
-//     4 when 4 divides it, so a matmul keeps a 4 x 2W tile of accumulators in registers,
-//     with the lane loop's outer part moved outermost (reorder).
+//   * outputs and a REDUCE: a tile of accumulators, chosen by what the reduction's
+//     operands (its LOADs) share along the output loop the STORE writes contiguously:
+//       - register tile (a matmul, a convolution, attention's P V): an output loop that
+//         no operand read along the lane loop reads (a matmul's rows, a convolution's
+//         output channels) gives rows, so that each vector loaded serves every row and
+//         each broadcast value every lane; the lane loop takes twice the width where
+//         that divides it (a convolution: at most 8 lanes, the channels the rest), else
+//         the largest power of two up to the width that does (odd
+//         vectors become pieces and shuffles, a masked tail scalar loads); a second
+//         output loop those operands read (the map's height) fills half a vector where
+//         the width alone does not; rows take the rest of eight registers' lanes, up to
+//         32; a single reduce loop gets the lane loop's outer part outermost (reorder),
+//         a window reduction its output loop of most iterations (the map's rows);
+//       - window tile (a depthwise convolution, a pool, a reduction over a non-innermost
+//         axis): every operand reads every output loop, so no lane shares a load: the
+//         lane loop's vector, filled from a second loop, and up to 4 rows of another for
+//         the adds in flight; the small window loops stay constant inner loops;
+//       - dot tile (Q K^T, a matmul with a transposed operand, a sum over the innermost
+//         axis): no operand is contiguous along the output but all are along the
+//         innermost reduce loop: its lanes, folded after it, under up to 4 x 2 outputs.
 //   * full reduction (no output loop): the reduce loop is upcast by 4W, 2W or W, the
 //     largest that divides it, else as an elementwise lane loop: vector accumulators,
 //     folded at the end.
 //   * then, for every shape, Thread: the outermost output loop is split across the thread
-//     pool when the kernel does enough work to pay for waking threads.
+//     pool when the kernel does enough work to pay for waking threads (an output loop of
+//     more iterations moved outermost first where that one has under 8).
 // A new shape is a new function called from heuristic_schedule. expand.h turns Upcast
 // ranges into vector ops. The schedule is part of the compiled kernel and its cache key,
 // not of its identity: the digest of the normalized kernel (before this stage) names the

@@ -1,5 +1,6 @@
 #include "compiler/passes/realize.h"
 
+#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -22,6 +23,22 @@ absl::StatusOr<bool> broadcasts(const UOp* e, ShapeInference& shapes) {
   return false;
 }
 
+// Whether `u`'s value is computed from a PAD through elementwise ops alone (not past a
+// movement op, a reduction, a buffer or what is realized): the pad's gate then reaches
+// every read of `u`. Memoized in `memo`.
+bool gated_by_pad(const UOp* u, const absl::flat_hash_set<const UOp*>& realize, ShapeInference& shapes,
+                  absl::flat_hash_map<const UOp*, bool>& memo) {
+  if (u->op() == Op::PAD) return true;
+  if (!shapes.has_shape(u) || realize.contains(u) || is_movement(u->op()) || u->op() == Op::BUFFER ||
+      u->op() == Op::REDUCE_AXIS || u->op() == Op::MSELECT || u->op() == Op::COPY)
+    return false;
+  if (auto it = memo.find(u); it != memo.end()) return it->second;
+  memo[u] = false;
+  bool gated = false;
+  for (const UOp* s : u->src()) gated = gated || gated_by_pad(s, realize, shapes, memo);
+  return memo[u] = gated;
+}
+
 }  // namespace
 
 absl::StatusOr<absl::flat_hash_set<const UOp*>> plan_realize(const UOp* tensor_sink, ShapeInference& shapes) {
@@ -40,33 +57,60 @@ absl::StatusOr<absl::flat_hash_set<const UOp*>> plan_realize(const UOp* tensor_s
   // Realizing a reduction makes it a kernel of its own, so repeat until nothing changes.
   while (true) {
     absl::flat_hash_map<const UOp*, absl::flat_hash_set<const UOp*>> reached_by;
-    absl::flat_hash_set<const UOp*> broadcast;
+    absl::flat_hash_set<const UOp*> broadcast, padded_operands;
+    absl::flat_hash_map<const UOp*, bool> gated;
     for (const UOp* root : realize) {
-      struct Item { const UOp* u; bool expanded; };
+      // `expanded`: reached through a broadcast or a PAD; `reduced`: read by a REDUCE_AXIS
+      // of this kernel; `moved`: through a movement op since that REDUCE_AXIS, so that the
+      // value is one of its operands, not the product it folds.
+      struct Item { const UOp* u; bool expanded, reduced, moved; };
       std::vector<Item> stack;
-      absl::flat_hash_set<std::pair<const UOp*, bool>> seen;
-      for (const UOp* s : root->src()) stack.push_back({s, false});
+      absl::flat_hash_set<std::tuple<const UOp*, bool, bool, bool>> seen;
+      // A realized pad's kernel runs over the padded shape, under its gate, as a pad read
+      // by a kernel does; a realized reduction's kernel folds what its sources compute.
+      for (const UOp* s : root->src()) stack.push_back({s, root->op() == Op::PAD, root->op() == Op::REDUCE_AXIS, false});
       while (!stack.empty()) {
         Item it = stack.back();
         stack.pop_back();
         if (!shapes.has_shape(it.u) || realize.contains(it.u) || it.u->op() == Op::BUFFER ||
             it.u->op() == Op::MSELECT || it.u->op() == Op::COPY)
           continue;  // buffers, and what collectives and copies fill: read, not computed
-        if (!seen.insert({it.u, it.expanded}).second) continue;
-        bool expanded = it.expanded;
+        if (!seen.insert({it.u, it.expanded, it.reduced, it.moved}).second) continue;
+        bool expanded = it.expanded, reduced = it.reduced, moved = it.moved;
+        // An operand of a reduction that a pad gates (a convolution's or a pool's padded
+        // input, a concatenation a convolution reads): fused, each of the reduction's
+        // loads is gated (is the position inside the input?), a scalar load per vector
+        // lane, the padded loops split only by divisors, and the operand's elementwise
+        // chain is recomputed for every window position that reads it. Realized, it is
+        // one pass over the padded shape, far less than the reduction reads of it.
+        if (reduced && (it.u->op() == Op::PAD || (moved && !is_movement(it.u->op()))) &&
+            gated_by_pad(it.u, realize, shapes, gated)) {
+          padded_operands.insert(it.u);
+          continue;  // a kernel of its own: the next round walks it
+        }
         if (it.u->op() == Op::REDUCE_AXIS) {
           reached_by[it.u].insert(root);
           if (expanded) broadcast.insert(it.u);
+          reduced = true;
+          moved = false;
         } else if (it.u->op() == Op::EXPAND) {
           auto b = broadcasts(it.u, shapes);
           if (!b.ok()) return b.status();
           expanded = expanded || *b;
+        } else if (it.u->op() == Op::PAD) {
+          // Fused under a pad, a reduction runs over the padded shape's loops with every
+          // element behind the pad's gate: its loops split only by divisors, its loads are
+          // gated scalars (a convolution's output read by the next one's padded input ran
+          // a hundred times slower fused than alone).
+          expanded = true;
         }
-        for (const UOp* s : it.u->src()) stack.push_back({s, expanded});
+        moved = moved || (reduced && is_movement(it.u->op()));
+        for (const UOp* s : it.u->src()) stack.push_back({s, expanded, reduced, moved});
       }
     }
     size_t before = realize.size();
     for (const UOp* r : broadcast) realize.insert(r);
+    for (const UOp* p : padded_operands) realize.insert(p);
     for (auto& [r, roots] : reached_by)
       if (roots.size() > 1) realize.insert(r);
     if (realize.size() == before) return realize;

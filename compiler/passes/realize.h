@@ -13,6 +13,11 @@ namespace uop {
 //   * every output, and every CONTIGUOUS;
 //   * a REDUCE_AXIS that reaches its kernel through a broadcasting EXPAND: fused, it would
 //     be recomputed for every broadcast element (softmax's max and sum);
+//   * a REDUCE_AXIS that reaches its kernel through a PAD: fused, it would run under the
+//     pad's gate, element by element (a convolution read by the next one's padded input);
+//   * a PAD that a REDUCE_AXIS reads (a convolution's or a pool's padded input, a
+//     concatenation a convolution reads): fused, every load of the reduction would be
+//     gated, a scalar per vector lane, and the pad's source recomputed for each read;
 //   * a REDUCE_AXIS read by more than one kernel, so it is computed once.
 // Elementwise values are recomputed in each kernel that reads them (cheap, and it keeps
 // an elementwise chain one kernel). A reduction with its elementwise prologue and

@@ -11,7 +11,9 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compiler/backends/cpu/cpu_backend.h"
@@ -508,6 +510,122 @@ TEST(HeuristicSchedule, OddSizesVectorizeAndStayInBounds) {
     auto linear = lower(k.g, kernel, "");
     ASSERT_TRUE(linear.ok()) << linear.status();
     testing::expect_cpu_matches_interpreter(kernel, *linear, {{Scalar::Int32, 1}, {Scalar::Int32, n}});
+  }
+}
+
+// The kernel shapes of real models, built as the pipeline gives them to optimize (a
+// convolution's padded input realized, so no gate): each gets its tile, asserted as text
+// for AVX2 and run through the CPU backend against the interpreter, both with that text
+// and with the host's own choice. int32, so that any order of the sums is exact.
+struct ShapeCase {
+  std::string name;
+  std::function<const UOp*(KernelBuilder&)> build;
+  Slots slots;
+  std::string avx2;  // heuristic_schedule's text at 256 bits
+};
+
+// a * s + b, as index arithmetic.
+const UOp* affine(KernelBuilder& k, const UOp* a, int64_t s, const UOp* b) { return k.alu(Op::ADD, k.alu(Op::MUL, a, k.ix(s)), b); }
+
+// out[c, y, x] = sum over k, u, v of in[k, y + u, x + v] * w[c, k, u, v]: C output
+// channels, K input channels, an H x H output from an (H + 2) x (H + 2) padded input.
+const UOp* conv3x3(KernelBuilder& k, int64_t C, int64_t K, int64_t H) {
+  const int64_t P = H + 2;
+  const UOp* out = k.param(0, dtypes::int32, C * H * H);
+  const UOp* in = k.param(1, dtypes::int32, K * P * P);
+  const UOp* w = k.param(2, dtypes::int32, C * K * 9);
+  const UOp* c = k.range(C);
+  const UOp* y = k.range(H);
+  const UOp* x = k.range(H);
+  const UOp* ic = k.range(K, AxisType::Reduce);
+  const UOp* u = k.range(3, AxisType::Reduce);
+  const UOp* v = k.range(3, AxisType::Reduce);
+  const UOp* at_in = affine(k, affine(k, ic, P, k.alu(Op::ADD, y, u)), P, k.alu(Op::ADD, x, v));
+  const UOp* at_w = affine(k, affine(k, affine(k, c, K, ic), 3, u), 3, v);
+  const UOp* sum = k.reduce(ReduceOp::Add, k.alu(Op::MUL, k.load(in, at_in), k.load(w, at_w)), {ic, u, v});
+  return k.sink({k.store(out, affine(k, affine(k, c, H, y), H, x), sum, {c, y, x})});
+}
+
+// out[c, y, x] = op over u, v of in[c, y + u, x + v] (times w[c, u, v] for a depthwise
+// convolution): every operand reads the channel.
+const UOp* window(KernelBuilder& k, int64_t C, int64_t H, int64_t W, bool depthwise) {
+  const int64_t PH = H + 2, PW = W + 2;
+  const UOp* out = k.param(0, dtypes::int32, C * H * W);
+  const UOp* in = k.param(1, dtypes::int32, C * PH * PW);
+  const UOp* c = k.range(C);
+  const UOp* y = k.range(H);
+  const UOp* x = k.range(W);
+  const UOp* u = k.range(3, AxisType::Reduce);
+  const UOp* v = k.range(3, AxisType::Reduce);
+  const UOp* val = k.load(in, affine(k, affine(k, c, PH, k.alu(Op::ADD, y, u)), PW, k.alu(Op::ADD, x, v)));
+  if (depthwise) val = k.alu(Op::MUL, val, k.load(k.param(2, dtypes::int32, C * 9), affine(k, affine(k, c, 3, u), 3, v)));
+  const UOp* r = k.reduce(depthwise ? ReduceOp::Add : ReduceOp::Max, val, {u, v});
+  return k.sink({k.store(out, affine(k, affine(k, c, H, y), W, x), r, {c, y, x})});
+}
+
+// out[b, i, j] = sum over d of q[b, i, d] * kk[b, j, d]: attention's scores, the second
+// operand transposed.
+const UOp* attention_scores(KernelBuilder& k, int64_t B, int64_t T, int64_t D) {
+  const UOp* out = k.param(0, dtypes::int32, B * T * T);
+  const UOp* q = k.param(1, dtypes::int32, B * T * D);
+  const UOp* kk = k.param(2, dtypes::int32, B * T * D);
+  const UOp* b = k.range(B);
+  const UOp* i = k.range(T);
+  const UOp* j = k.range(T);
+  const UOp* d = k.range(D, AxisType::Reduce);
+  const UOp* prod = k.alu(Op::MUL, k.load(q, affine(k, affine(k, b, T, i), D, d)), k.load(kk, affine(k, affine(k, b, T, j), D, d)));
+  return k.sink({k.store(out, affine(k, affine(k, b, T, i), T, j), k.reduce(ReduceOp::Add, prod, {d}), {b, i, j})});
+}
+
+// out[j] = sum over i of x[i, j]: a reduction over axis 0.
+const UOp* column_sum(KernelBuilder& k, int64_t I, int64_t J) {
+  const UOp* out = k.param(0, dtypes::int32, J);
+  const UOp* x = k.param(1, dtypes::int32, I * J);
+  const UOp* j = k.range(J);
+  const UOp* i = k.range(I, AxisType::Reduce);
+  return k.sink({k.store(out, j, k.reduce(ReduceOp::Add, k.load(x, affine(k, i, J, j)), {i}), {j})});
+}
+
+TEST(HeuristicSchedule, KernelShapesOfRealModelsGetTheirTiles) {
+  OptimizeOptions avx2;
+  avx2.vector_bits = 256;
+  auto i32 = [](int64_t n) { return std::pair<Scalar, int64_t>{Scalar::Int32, n}; };
+  const std::vector<ShapeCase> cases = {
+      // Output channels x (rows x columns of the 14-wide map): the width gives 2 lanes,
+      // the height fills half a vector, the channels take the rest of the 64-lane tile;
+      // the map's rows (7 blocks) outermost over the channels' (2).
+      {"conv 3x3", [](KernelBuilder& k) { return conv3x3(k, 32, 4, 14); }, {i32(32 * 196), i32(4 * 256), i32(32 * 4 * 9)},
+       "split(0,16,upcast);split(1,2,upcast);split(2,2,upcast);reorder(1,0,6,7,2,8)"},
+      // A 56-wide map: 8 lanes of the width, 8 channels, the rows outermost.
+      {"conv 3x3 wide", [](KernelBuilder& k) { return conv3x3(k, 16, 2, 56); }, {i32(16 * 56 * 56), i32(2 * 58 * 58), i32(16 * 2 * 9)},
+       "split(0,8,upcast);split(2,8,upcast);reorder(1,0,6,2,7)"},
+      // Two vectors of the width, 4 independent rows of the height.
+      {"depthwise 3x3", [](KernelBuilder& k) { return window(k, 8, 16, 16, true); }, {i32(8 * 256), i32(8 * 18 * 18), i32(8 * 9)},
+       "split(1,4,upcast);split(2,16,upcast)"},
+      // 4 lanes of the 12-wide map filled with 2 rows, 4 channels in flight.
+      {"max pool 3x3", [](KernelBuilder& k) { return window(k, 4, 8, 12, false); }, {i32(4 * 96), i32(4 * 10 * 14)},
+       "split(0,4,upcast);split(1,2,upcast);split(2,4,upcast)"},
+      // Lanes along d (both operands contiguous there), 2 x 4 scores around them.
+      {"attention q k^T", [](KernelBuilder& k) { return attention_scores(k, 2, 8, 16); }, {i32(2 * 64), i32(2 * 128), i32(2 * 128)},
+       "split(1,2,upcast);split(2,4,upcast);split(3,8,upcast)"},
+      // The kept axis is the contiguous one: lanes along it, the sum over rows a loop.
+      {"sum over axis 0", [](KernelBuilder& k) { return column_sum(k, 16, 40); }, {i32(40), i32(16 * 40)}, "split(0,8,upcast)"},
+  };
+  for (const ShapeCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    {
+      KernelBuilder k;
+      const UOp* kernel = c.build(k);
+      EXPECT_EQ(heuristic_schedule(kernel, avx2).str(), c.avx2);
+      expect_schedule_agrees(k, kernel, c.avx2, c.slots);
+    }
+    KernelBuilder k;
+    const UOp* kernel = c.build(k);
+    std::string applied;
+    auto linear = lower(k.g, kernel, "", &applied);
+    ASSERT_TRUE(linear.ok()) << linear.status();
+    EXPECT_TRUE(has_vector_alu(*linear)) << applied;
+    testing::expect_cpu_matches_interpreter(kernel, *linear, c.slots);
   }
 }
 

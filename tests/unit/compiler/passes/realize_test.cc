@@ -1,6 +1,7 @@
 // plan_realize (compiler/passes/realize.h) on tensor graphs built by hand: what becomes a
 // buffer. Every output and every CONTIGUOUS; a reduction read through a broadcasting
-// EXPAND (softmax's max and sum); a reduction read by two kernels. Not realized, so fused
+// EXPAND (softmax's max and sum) or a PAD; a padded operand of a reduction; a reduction
+// read by two kernels. Not realized, so fused
 // into the kernel that reads it: elementwise values, a reduction with its elementwise
 // prologue and epilogue, a reduction one kernel reads twice without broadcasting it, the
 // EXPANDs inside a matmul. A graph whose shapes do not hold is refused with the shape
@@ -65,6 +66,47 @@ TEST(PlanRealize, AReductionReadThroughABroadcastIsRealized) {
   auto r = plan(g, tb.sink({out}));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(*r, (Set{out, m, s}));
+}
+
+// sum(pad(x * x), axis 1): the padded operand of a reduction (a convolution's padded
+// input) is realized, its elementwise source fused into it, so the reduction reads it
+// without the pad's gate.
+TEST(PlanRealize, APaddedOperandOfAReductionIsRealized) {
+  Graph g;
+  TensorBuilder tb(g);
+  const UOp* x = tb.input(Scalar::Float32, {4, 8});
+  const UOp* p = tb.pad(tb.alu(Op::MUL, {x, x}), {0, 1}, {0, 1});
+  const UOp* s = tb.reduce(p, ReduceOp::Add, {1});
+  auto r = plan(g, tb.sink({s}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, (Set{s, p}));
+}
+
+// A concatenation (two pads added) that a reduction reads through a permute: the sum of
+// the pads is realized, not each pad.
+TEST(PlanRealize, AConcatenationAReductionReadsIsRealized) {
+  Graph g;
+  TensorBuilder tb(g);
+  const UOp* a = tb.input(Scalar::Float32, {4, 4});
+  const UOp* b = tb.input(Scalar::Float32, {4, 4});
+  const UOp* c = tb.alu(Op::ADD, {tb.pad(a, {0, 0}, {0, 4}), tb.pad(b, {0, 4}, {0, 0})});
+  const UOp* s = tb.reduce(tb.permute(c, {1, 0}), ReduceOp::Add, {1});
+  auto r = plan(g, tb.sink({s}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, (Set{s, c}));
+}
+
+// pad(sum(x, axis 1)): fused, the reduction would run under the pad's gate over the
+// padded shape; realized, the pad is a kernel of its own reading it.
+TEST(PlanRealize, AReductionReadThroughAPadIsRealized) {
+  Graph g;
+  TensorBuilder tb(g);
+  const UOp* x = tb.input(Scalar::Float32, {4, 8});
+  const UOp* s = tb.reduce(x, ReduceOp::Add, {1});
+  const UOp* out = tb.pad(s, {1, 0}, {1, 0});
+  auto r = plan(g, tb.sink({out}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, (Set{out, s}));
 }
 
 // sum(x * 2, axis 1) + 1: the reduction with its prologue and epilogue stays one kernel.
