@@ -115,16 +115,16 @@ void elementwise(Plan& p, const OptimizeOptions&) {
   if (a >= 0) p.split(a, p.lanes(a, p.width));
 }
 
-// The lanes of a tile of accumulators one register file holds: eight vector registers.
-int64_t tile_budget(const Plan& p, const OptimizeOptions& o) { return std::min<int64_t>(o.max_lanes, 8 * p.width); }
+// The lanes of a tile of accumulators one register file holds: `registers` vector
+// registers, eight unless told.
+int64_t tile_budget(const Plan& p, const OptimizeOptions& o, int64_t registers = 8) {
+  return std::min<int64_t>(o.max_lanes, registers * p.width);
+}
 
 // A matmul's tile of accumulators: half the vector registers, the rest for the operands
 // in flight; 16 of AVX-512's 32 (a 1024 x 1024 fp32 matmul ran 2 to 2.5 times faster with
 // 8 x 32 accumulators than with 4 x 32), 8 of AVX2's 16.
-int64_t matmul_budget(const Plan& p, const OptimizeOptions& o) {
-  const int64_t registers = o.vector_bits >= 512 ? 32 : 16;
-  return std::min<int64_t>(o.max_lanes, registers / 2 * p.width);
-}
+int64_t matmul_budget(const Plan& p, const OptimizeOptions& o) { return tile_budget(p, o, (o.vector_bits >= 512 ? 32 : 16) / 2); }
 
 // Outputs and a reduction whose operands share lanes: a matmul (C[i, j] = A[i, k] B[k, j]),
 // a convolution (out[c, y, x] = in[k, y + u, x + v] w[c, k, u, v], the padded input
