@@ -107,7 +107,7 @@ struct ScheduleLimits {
   bool gpu = false;        // grid, tc, tile and tc_tile are allowed
   int sm = 0;              // the GPU's compute capability (tc, tc_tile need 80 or more)
   // The product of every Upcast range's trip count: the lanes one value may have.
-  int64_t max_lanes = 128;
+  int64_t max_lanes = 256;
 };
 
 // A RANGE's trip count when it is a constant, else -1.

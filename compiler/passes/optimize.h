@@ -54,8 +54,9 @@ struct OptimizeOptions {
   // Width of the target's vector registers in bits (512 with AVX-512, 256 with AVX2);
   // 0 turns upcasting off.
   int vector_bits = 256;
-  // Most lanes one value may have after upcasting.
-  int max_lanes = 128;
+  // Most lanes one value may have after upcasting: 16 AVX-512 registers of fp32 (a
+  // matmul's tile of accumulators), a bound on what expand makes of one value.
+  int max_lanes = 256;
 };
 
 // What the CPU lets a schedule do (ScheduleLimits for `opts`).

@@ -394,9 +394,9 @@ TEST(ApplySchedule, AStepThatDoesNotFitIsRefusedNamingIt) {
       {mm, "split(0,2,group_reduce)", "not group_reduce"},
       {mm, "split(0,2,thread)", "not thread"},
       {mm, "thread(2)", "axis 2 is a reduce axis"},
-      {mm, "split(1,16,upcast);split(0,8,upcast);split(2,2,upcast)",
-       "step 2 \"split(2,2,upcast)\": the Upcast ranges would make 256 lanes, at most 128"},
-      {mm, "split(1,16,upcast);split(2,8,upcast);split(0,2,upcast)", "would make 256 lanes, at most 128"},
+      {mm, "split(1,16,upcast);split(0,8,upcast);split(2,4,upcast)",
+       "step 2 \"split(2,4,upcast)\": the Upcast ranges would make 512 lanes, at most 256"},
+      {mm, "split(1,16,upcast);split(2,8,upcast);split(0,4,upcast)", "would make 512 lanes, at most 256"},
       {mm, "reorder(0)", "the STORE closes axes (0,1): a reorder lists each of them once"},
       {mm, "reorder(0,0)", "the STORE closes axes (0,1)"},
       {mm, "reorder(0,2)", "the STORE closes axes (0,1)"},
@@ -475,6 +475,30 @@ TEST(HeuristicSchedule, DividingSizesGetTheSchedulesOptimizeAlwaysChose) {
     off.vector_bits = 0;
     EXPECT_EQ(heuristic_schedule(elementwise(k, dtypes::float32, 4, 16), off).str(), "");
   }
+}
+
+// A matmul's tile of accumulators is half the register file: 8 AVX2 registers (4 rows x
+// 2 vectors of 8), 16 of AVX-512's 32 (8 rows x 2 vectors of 16); the column panel loop
+// outermost. The AVX-512 tile, 256 lanes, within the CPU's lane limit, runs as the
+// interpreter does.
+TEST(HeuristicSchedule, AMatmulTileIsHalfTheRegisterFile) {
+  struct Case {
+    int bits;
+    std::string schedule;
+  };
+  for (const Case& c : {Case{256, "split(0,4,upcast);split(1,16,upcast);reorder(1,0,3,4)"},
+                        Case{512, "split(0,8,upcast);split(1,32,upcast);reorder(1,0,3,4)"}}) {
+    SCOPED_TRACE(cat(c.bits, " bits"));
+    KernelBuilder k;
+    const UOp* kernel = matmul(k, 16, 64, 8);
+    EXPECT_EQ(heuristic_schedule(kernel, OptimizeOptions{.vector_bits = c.bits}).str(), c.schedule);
+    expect_schedule_agrees(k, kernel, c.schedule, matmul_slots(16, 64, 8));
+  }
+  // Fewer rows than the tile's: the rows the trip count allows, the rest not taken.
+  KernelBuilder k;
+  const UOp* kernel = matmul(k, 4, 64, 8);
+  EXPECT_EQ(heuristic_schedule(kernel, OptimizeOptions{.vector_bits = 512}).str(),
+            "split(0,4,upcast);split(1,32,upcast);reorder(1,0,3,4)");
 }
 
 // Trip counts the width does not divide vectorize too: a divisor above half the width
