@@ -98,13 +98,44 @@ def test_kernels_travel_as_uopd_graphs(uopd_device):
     assert [k.status for k in prg.last.kernels] and all(k.status in ("hit", "miss", "coalesced") for k in prg.last.kernels)
 
 
+def test_kernels_carry_tinygrads_kernel_names(uopd_device):
+    """Each kernel is named in uopd (its graph's SINK, the kernels of the Run's answer) by
+    tinygrad's name of it: its kind (E elementwise, r reduction) and loop sizes, in the
+    characters of a function name; the default name "test" is none of them."""
+    import re
+    from tinygrad import Tensor
+    from uopd.tinygrad import device
+    seen = []
+    run = device.UopdProgram.__call__
+
+    def spy(self, *bufs, **kw):
+        r = run(self, *bufs, **kw)
+        seen.append(self)
+        return r
+
+    device.UopdProgram.__call__ = spy
+    try:
+        a = Tensor(rng(5).standard_normal((12, 20)).astype(np.float32), device="UOPD")
+        b = Tensor(rng(6).standard_normal((20, 7)).astype(np.float32), device="UOPD")
+        (a * 3 + 1).realize()
+        (a @ b).realize()
+    finally:
+        device.UopdProgram.__call__ = run
+    names = [p.graph.nodes[-1].kernel_info.name for p in seen]
+    assert len(names) == 2, names
+    assert re.fullmatch(r"E_[0-9_]+", names[0]) and sorted(map(int, names[0].split("_")[1:])) in ([240], [12, 20]), names
+    assert re.fullmatch(r"r_[0-9_]+", names[1]) and sorted(map(int, names[1].split("_")[1:])) == [7, 12, 20], names
+    for p, name in zip(seen, names):
+        assert [k.name for k in p.last.kernels] == [name]  # what uopd's profiles and stats show
+
+
 def test_an_op_with_no_translation_is_refused_naming_it(uopd_device):
     from tinygrad import Tensor
     from tinygrad.uop.ops import Ops
     from uopd.tinygrad import device, translate
     asts = []
     orig = device.kernel_graph
-    device.kernel_graph = lambda sink: (asts.append(sink), orig(sink))[1]
+    device.kernel_graph = lambda sink, *a: (asts.append(sink), orig(sink, *a))[1]
     try:
         (Tensor(np.ones(4, np.float32), device="UOPD") + 3).numpy()
     finally:

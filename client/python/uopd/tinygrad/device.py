@@ -33,7 +33,8 @@ import numpy as np
 import tinygrad.codegen as _codegen
 import tinygrad.schedule.memory as _memory
 from tinygrad.device import Allocator, BufferSpec, Compiled, Program, TinyELF
-from tinygrad.helpers import PARALLEL
+from tinygrad.codegen.opt.postrange import Scheduler
+from tinygrad.helpers import PARALLEL, to_function_name
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import AddrSpace, Ops, ProgramInfo, UOp
 
@@ -63,12 +64,23 @@ class UopdRenderer(Renderer):
         return set(SUPPORTED_DTYPES)
 
 
+def kernel_name(ast: UOp, renderer: UopdRenderer) -> str:
+    """tinygrad's name of the kernel (r_64_56_56_64_3_3, E_4_4: its kind and loop sizes,
+    colored for tinygrad's DEBUG output), as its own lowering names it: the AST's name
+    unless that is the default "test", else the one tinygrad's Scheduler gives the kernel
+    with no opts applied (uopd's optimizer, not tinygrad's, chooses the kernel's schedule)."""
+    if ast.arg is not None and ast.arg.name != "test":
+        return ast.arg.name
+    return Scheduler(ast, renderer).get_optimized_ast().arg.name
+
+
 def program_of(ast: UOp, renderer: UopdRenderer) -> UOp:
     """A tinygrad PROGRAM for one kernel AST: its sink, its buffers' PARAMs (what tinygrad
     binds), a one-line description as the SOURCE, and the uopd graph's bytes as the BINARY."""
     if ast.op is not Ops.SINK:
         raise RuntimeError(f"the UOPD device lowers kernel SINKs, not {ast.op.name}")
-    graph, params = kernel_graph(ast)
+    name = kernel_name(ast, renderer)
+    graph, params = kernel_graph(ast, to_function_name(name))
     topo = ast.toposort()
     buffers = sorted({u.arg.slot: u for u in topo if u.op is Ops.PARAM and u.arg.addrspace != AddrSpace.ALU}.values(),
                      key=lambda u: u.arg.slot)
@@ -78,9 +90,9 @@ def program_of(ast: UOp, renderer: UopdRenderer) -> UOp:
             (outs if any(s.op is Ops.STORE and s.src[0] is u for s in topo) else ins).add(b.arg.slot)
     variables = tuple(sorted({u for u in topo if u.op is Ops.PARAM and u.arg.addrspace == AddrSpace.ALU},
                              key=lambda u: u.arg.name))
-    info = ProgramInfo(ast.arg.name, (1, 1, 1), None, variables, tuple(b.arg.slot for b in buffers), tuple(sorted(outs)),
+    info = ProgramInfo(name, (1, 1, 1), None, variables, tuple(b.arg.slot for b in buffers), tuple(sorted(outs)),
                        tuple(sorted(ins)), renderer.target)
-    desc = f"uopd graph of kernel {ast.arg.name}: {len(graph.nodes)} nodes, params {sorted(params)}"
+    desc = f"uopd graph of kernel {to_function_name(name)}: {len(graph.nodes)} nodes, params {sorted(params)}"
     # The PROGRAM's sink is the AST tagged: tinygrad substitutes the AST by the PROGRAM in its
     # schedule, which must not find the AST again inside it.
     return UOp(Ops.PROGRAM, src=(ast.replace(tag="uopd"), UOp(Ops.LINEAR, src=tuple(buffers)), UOp(Ops.SOURCE, arg=desc),

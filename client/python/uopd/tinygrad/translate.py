@@ -170,8 +170,8 @@ def _scalar_of(dt: DType, kernel: str, want: Optional[int] = None) -> int:
 
 
 class _Translator:
-    def __init__(self, sink: UOp):
-        self.kernel = sink.arg.name if sink.arg is not None and hasattr(sink.arg, "name") else "kernel"
+    def __init__(self, sink: UOp, name: str):
+        self.kernel = name
         self.out = _Graph(self.kernel)
         self.store_index: set = set()  # INDEX nodes a STORE writes through
 
@@ -361,9 +361,10 @@ class _Translator:
         return i
 
 
-def kernel_graph(sink: UOp) -> Tuple["ir.Graph", Dict[int, int]]:
-    """The uopd graph of one tinygrad kernel AST, and the wire index of each buffer's PARAM
-    by tinygrad's slot (what a run binds the kernel's buffers to)."""
+def kernel_graph(sink: UOp, name: str = "kernel") -> Tuple["ir.Graph", Dict[int, int]]:
+    """The uopd graph of one tinygrad kernel AST, named `name` (its SINK's kernel name, what
+    uopd's profiles and explain show), and the wire index of each buffer's PARAM by
+    tinygrad's slot (what a run binds the kernel's buffers to)."""
     if sink.op is not Ops.SINK:
         raise _refuse(f"kernel rooted at {sink.op.name}", "?")
     # What tinygrad's lowering does first, before any optimization: in-kernel UNSHARDs
@@ -372,6 +373,6 @@ def kernel_graph(sink: UOp) -> Tuple["ir.Graph", Dict[int, int]]:
     sink = graph_rewrite(sink, pm_mops, name="uopd: early movement ops", bottom_up=True)
     sink = graph_rewrite(sink, sym, name="uopd: tinygrad's algebraic simplification")
     sink = graph_rewrite(sink, _decompose, name="uopd: decompose ops uopd has not")
-    t = _Translator(sink)
+    t = _Translator(sink, name)
     t.node(sink, None)
     return t.out.g, dict(t.out.params)
