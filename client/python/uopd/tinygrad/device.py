@@ -145,6 +145,9 @@ class UopdBuffer:
         self.remote: Optional[uopd.Buffer] = None
         self.pending: Optional[bytearray] = None
 
+    def unwritten(self) -> bool:
+        return self.remote is None and self.pending is None
+
     def read(self, offset: int, nbytes: int) -> bytes:
         if self.remote is not None:
             return self.remote.read_bytes(offset, nbytes).tobytes()
@@ -260,20 +263,27 @@ class UopdProgram(Program["UopdDevice"]):
                  vals: Tuple[int, ...] = (), wait: bool = False, **kw: Any) -> Optional[float]:
         if len(bufs) != len(self.slots):
             raise RuntimeError(f"UOPD: kernel {self.name} takes {len(self.slots)} buffers, got {len(bufs)}")
-        inputs, views = {}, []
-        for slot, b in zip(self.slots, bufs):
+        inputs, views, fresh = {}, [], {}
+        for i, (slot, b) in enumerate(zip(self.slots, bufs)):
             wire, scalar, elements = self.params[slot]
             if isinstance(b, UopdView):  # a copy of the range, in a buffer of its own
                 tmp = UopdBuffer(self.dev, b.nbytes)
                 tmp.pending = bytearray(b.read(0, b.nbytes))
                 views.append((slot, b, tmp))
                 b = tmp
+            if b.unwritten() and elements * udt.itemsize(scalar) == b.nbytes and sum(x is b for x in bufs) == 1:
+                # Left unbound: the Run makes it (zeroed, as an unwritten buffer reads) and
+                # keeps it, one CreateBuffer round trip fewer (a new output each call).
+                fresh[slot] = b
+                continue
             inputs[wire] = b.bound(scalar, elements)
         graph = self._bound(tuple(vals)) if self.variables else self.encoded
         try:
             t0 = time.perf_counter()
             self.last = self.dev.session.execute(graph, inputs, keep_outputs=True)
             elapsed = time.perf_counter() - t0
+            for slot, b in fresh.items():  # the PARAMs by slot are the outputs, in order
+                b.remote = self.last.outputs[f"out{self.slots.index(slot)}"]
             for slot, view, tmp in views:
                 if slot in self.outs:
                     view.write(0, memoryview(tmp.read(0, tmp.nbytes)))
