@@ -12,7 +12,9 @@ whose kernels run on uopd (uopd.tinygrad's docstring says how tinygrad finds it)
 * Allocator: a tinygrad buffer is bytes; a uopd buffer has a dtype and an element count, so
   the uopd buffer is made when a kernel first binds it, with the dtype and size that kernel
   reads it as (bytes copied in before stay here until then), and remade if a later kernel
-  reads the same bytes as another dtype.
+  reads the same bytes as another dtype. A buffer nothing has written yet (a kernel's new
+  output) is left unbound in that kernel's Run, which makes it zeroed and keeps it: no
+  round trip of its own.
   A view (a shrink of a realized buffer, a bitcast) is a byte range of its base: copied in
   and out by range, bound to a kernel as a copy written back when the kernel stores to it.
   UOPD's buffers stay out of tinygrad's memory planner (which would make every
