@@ -27,6 +27,8 @@ session of its own on one connection to ``$UOPD_ADDRESS`` (else uopd's default a
 from __future__ import annotations
 
 import functools
+import queue
+import threading
 import time
 from typing import Any, Dict, Optional, Tuple
 
@@ -179,7 +181,7 @@ class UopdBuffer:
         s = self.dev.session
         if r is not None:
             data: Optional[bytes] = self.read(0, self.nbytes)
-            r.free()
+            self.dev.free_later(r)
             self.remote = None
         else:
             data = self.pending
@@ -192,10 +194,7 @@ class UopdBuffer:
 
     def free(self) -> None:
         if self.remote is not None:
-            try:
-                self.remote.free()
-            except uopd.Error:
-                pass  # the session is gone (closed at exit, or timed out): so is the buffer
+            self.dev.free_later(self.remote)
             self.remote = None
         self.pending = None
 
@@ -327,11 +326,30 @@ class UopdDevice(Compiled):
         super().__init__(device, UopdAllocator(self), [UopdRenderer], UopdProgram)
         self.uopd_device = f"CPU:{self.device_id}"
         self.session = client().session([self.uopd_device])
+        # Buffers tinygrad frees are freed in uopd by a thread of their own, beside the next
+        # Runs: nothing waits on a FreeBuffer (a train step frees about as many buffers as it
+        # runs kernels, each a round trip). A freed buffer is never bound again, so the order
+        # of frees and Runs does not matter.
+        self._frees: "queue.SimpleQueue[Optional[uopd.Buffer]]" = queue.SimpleQueue()
+        self._freer = threading.Thread(target=self._free_loop, name=f"uopd-free-{device}", daemon=True)
+        self._freer.start()
+
+    def free_later(self, b: uopd.Buffer) -> None:
+        self._frees.put(b)
+
+    def _free_loop(self) -> None:
+        while (b := self._frees.get()) is not None:
+            try:
+                b.free()
+            except uopd.Error:
+                pass  # the session is gone (closed at exit, or timed out): so is the buffer
 
     def synchronize(self) -> None:
         pass  # every Run has finished when it answers
 
     def finalize(self) -> None:
+        self._frees.put(None)  # the frees asked for so far, then the session
+        self._freer.join()
         try:
             self.session.close()
         except uopd.Error:
