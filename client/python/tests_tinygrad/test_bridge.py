@@ -2,6 +2,7 @@
 buffer views, refusals naming the op, a program with no C compiler on PATH, a training
 loop equal to tinygrad's own CPU device, and a second run of a program that is all cache
 hits. (conftest.py: the server, and the skip when tinygrad is absent.)"""
+import contextlib
 import json
 import os
 import shutil
@@ -20,6 +21,25 @@ TRAIN = HERE / "mlp_train.py"
 
 def rng(seed=0):
     return np.random.default_rng(seed)
+
+
+@contextlib.contextmanager
+def programs_run():
+    """The UopdPrograms run inside the block, in order (each after its Run answered)."""
+    from uopd.tinygrad import device
+    seen = []
+    run = device.UopdProgram.__call__
+
+    def spy(self, *bufs, **kw):
+        r = run(self, *bufs, **kw)
+        seen.append(self)
+        return r
+
+    device.UopdProgram.__call__ = spy
+    try:
+        yield seen
+    finally:
+        device.UopdProgram.__call__ = run
 
 
 def test_elementwise_reduce_and_matmul_match_numpy(uopd_device):
@@ -76,21 +96,9 @@ def test_tinyjit_replays_its_captured_kernels_on_new_inputs(uopd_device):
 def test_kernels_travel_as_uopd_graphs(uopd_device):
     from tinygrad import Tensor
     from uopd._stubs import ir
-    from uopd.tinygrad import device
-    seen = []
-    run = device.UopdProgram.__call__
-
-    def spy(self, *bufs, **kw):
-        r = run(self, *bufs, **kw)
-        seen.append(self)
-        return r
-
-    device.UopdProgram.__call__ = spy
-    try:
+    with programs_run() as seen:
         x = Tensor(np.arange(4, dtype=np.float32), device="UOPD")
         np.testing.assert_array_equal((x * x + 5).numpy(), [5, 6, 9, 14])
-    finally:
-        device.UopdProgram.__call__ = run
     assert seen, "no kernel ran on uopd"
     prg = seen[-1]
     sink = prg.graph.nodes[-1]
@@ -104,23 +112,11 @@ def test_kernels_carry_tinygrads_kernel_names(uopd_device):
     characters of a function name; the default name "test" is none of them."""
     import re
     from tinygrad import Tensor
-    from uopd.tinygrad import device
-    seen = []
-    run = device.UopdProgram.__call__
-
-    def spy(self, *bufs, **kw):
-        r = run(self, *bufs, **kw)
-        seen.append(self)
-        return r
-
-    device.UopdProgram.__call__ = spy
-    try:
+    with programs_run() as seen:
         a = Tensor(rng(5).standard_normal((12, 20)).astype(np.float32), device="UOPD")
         b = Tensor(rng(6).standard_normal((20, 7)).astype(np.float32), device="UOPD")
         (a * 3 + 1).realize()
         (a @ b).realize()
-    finally:
-        device.UopdProgram.__call__ = run
     names = [p.graph.nodes[-1].kernel_info.name for p in seen]
     assert len(names) == 2, names
     assert re.fullmatch(r"E_[0-9_]+", names[0]) and sorted(map(int, names[0].split("_")[1:])) in ([240], [12, 20]), names
