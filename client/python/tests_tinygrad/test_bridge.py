@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -123,6 +124,32 @@ def test_kernels_carry_tinygrads_kernel_names(uopd_device):
     assert re.fullmatch(r"r_[0-9_]+", names[1]) and sorted(map(int, names[1].split("_")[1:])) == [7, 12, 20], names
     for p, name in zip(seen, names):
         assert [k.name for k in p.last.kernels] == [name]  # what uopd's profiles and stats show
+
+
+def test_a_kernel_with_a_new_output_is_one_round_trip(uopd_device):
+    """A realize whose output is a new buffer waits on its one Run alone: the Run makes the
+    output (no CreateBuffer), and the buffer it replaces is freed off the caller's path."""
+    import collections
+    from tinygrad import Tensor
+    import uopd.client as uc
+    a = Tensor(rng(7).standard_normal((16, 16)).astype(np.float32), device="UOPD").realize()
+    (a * 2).realize()  # compiled, and a's buffer made, before counting
+    calls = collections.Counter()
+    execute = uc.Client._execute
+
+    async def counting(self, call):
+        if threading.current_thread() is threading.main_thread():
+            calls[getattr(call, "method", type(call).__name__)] += 1
+        return await execute(self, call)
+
+    uc.Client._execute = counting
+    try:
+        outs = [(a * 2).realize() for _ in range(3)]
+    finally:
+        uc.Client._execute = execute
+    assert calls == {"Run": 3}, dict(calls)
+    for o in outs:
+        np.testing.assert_array_equal(o.numpy(), a.numpy() * 2)
 
 
 def test_an_op_with_no_translation_is_refused_naming_it(uopd_device):
