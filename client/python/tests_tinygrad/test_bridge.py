@@ -2,11 +2,13 @@
 buffer views, refusals naming the op, a program with no C compiler on PATH, a training
 loop equal to tinygrad's own CPU device, and a second run of a program that is all cache
 hits. (conftest.py: the server, and the skip when tinygrad is absent.)"""
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +22,25 @@ TRAIN = HERE / "mlp_train.py"
 
 def rng(seed=0):
     return np.random.default_rng(seed)
+
+
+@contextlib.contextmanager
+def programs_run():
+    """The UopdPrograms run inside the block, in order (each after its Run answered)."""
+    from uopd.tinygrad import device
+    seen = []
+    run = device.UopdProgram.__call__
+
+    def spy(self, *bufs, **kw):
+        r = run(self, *bufs, **kw)
+        seen.append(self)
+        return r
+
+    device.UopdProgram.__call__ = spy
+    try:
+        yield seen
+    finally:
+        device.UopdProgram.__call__ = run
 
 
 def test_elementwise_reduce_and_matmul_match_numpy(uopd_device):
@@ -76,26 +97,59 @@ def test_tinyjit_replays_its_captured_kernels_on_new_inputs(uopd_device):
 def test_kernels_travel_as_uopd_graphs(uopd_device):
     from tinygrad import Tensor
     from uopd._stubs import ir
-    from uopd.tinygrad import device
-    seen = []
-    run = device.UopdProgram.__call__
-
-    def spy(self, *bufs, **kw):
-        r = run(self, *bufs, **kw)
-        seen.append(self)
-        return r
-
-    device.UopdProgram.__call__ = spy
-    try:
+    with programs_run() as seen:
         x = Tensor(np.arange(4, dtype=np.float32), device="UOPD")
         np.testing.assert_array_equal((x * x + 5).numpy(), [5, 6, 9, 14])
-    finally:
-        device.UopdProgram.__call__ = run
     assert seen, "no kernel ran on uopd"
     prg = seen[-1]
     sink = prg.graph.nodes[-1]
     assert sink.op == ir.SINK and sink.kernel_info.kernel  # a kernel-level graph, not source
     assert [k.status for k in prg.last.kernels] and all(k.status in ("hit", "miss", "coalesced") for k in prg.last.kernels)
+
+
+def test_kernels_carry_tinygrads_kernel_names(uopd_device):
+    """Each kernel is named in uopd (its graph's SINK, the kernels of the Run's answer) by
+    tinygrad's name of it: its kind (E elementwise, r reduction) and loop sizes, in the
+    characters of a function name; the default name "test" is none of them."""
+    import re
+    from tinygrad import Tensor
+    with programs_run() as seen:
+        a = Tensor(rng(5).standard_normal((12, 20)).astype(np.float32), device="UOPD")
+        b = Tensor(rng(6).standard_normal((20, 7)).astype(np.float32), device="UOPD")
+        (a * 3 + 1).realize()
+        (a @ b).realize()
+    names = [p.graph.nodes[-1].kernel_info.name for p in seen]
+    assert len(names) == 2, names
+    assert re.fullmatch(r"E_[0-9_]+", names[0]) and sorted(map(int, names[0].split("_")[1:])) in ([240], [12, 20]), names
+    assert re.fullmatch(r"r_[0-9_]+", names[1]) and sorted(map(int, names[1].split("_")[1:])) == [7, 12, 20], names
+    for p, name in zip(seen, names):
+        assert [k.name for k in p.last.kernels] == [name]  # what uopd's profiles and stats show
+
+
+def test_a_kernel_with_a_new_output_is_one_round_trip(uopd_device):
+    """A realize whose output is a new buffer waits on its one Run alone: the Run makes the
+    output (no CreateBuffer), and the buffer it replaces is freed off the caller's path."""
+    import collections
+    from tinygrad import Tensor
+    import uopd.client as uc
+    a = Tensor(rng(7).standard_normal((16, 16)).astype(np.float32), device="UOPD").realize()
+    (a * 2).realize()  # compiled, and a's buffer made, before counting
+    calls = collections.Counter()
+    execute = uc.Client._execute
+
+    async def counting(self, call):
+        if threading.current_thread() is threading.main_thread():
+            calls[getattr(call, "method", type(call).__name__)] += 1
+        return await execute(self, call)
+
+    uc.Client._execute = counting
+    try:
+        outs = [(a * 2).realize() for _ in range(3)]
+    finally:
+        uc.Client._execute = execute
+    assert calls == {"Run": 3}, dict(calls)
+    for o in outs:
+        np.testing.assert_array_equal(o.numpy(), a.numpy() * 2)
 
 
 def test_an_op_with_no_translation_is_refused_naming_it(uopd_device):
@@ -104,7 +158,7 @@ def test_an_op_with_no_translation_is_refused_naming_it(uopd_device):
     from uopd.tinygrad import device, translate
     asts = []
     orig = device.kernel_graph
-    device.kernel_graph = lambda sink: (asts.append(sink), orig(sink))[1]
+    device.kernel_graph = lambda sink, *a: (asts.append(sink), orig(sink, *a))[1]
     try:
         (Tensor(np.ones(4, np.float32), device="UOPD") + 3).numpy()
     finally:

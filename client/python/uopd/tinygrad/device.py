@@ -12,7 +12,9 @@ whose kernels run on uopd (uopd.tinygrad's docstring says how tinygrad finds it)
 * Allocator: a tinygrad buffer is bytes; a uopd buffer has a dtype and an element count, so
   the uopd buffer is made when a kernel first binds it, with the dtype and size that kernel
   reads it as (bytes copied in before stay here until then), and remade if a later kernel
-  reads the same bytes as another dtype.
+  reads the same bytes as another dtype. A buffer nothing has written yet (a kernel's new
+  output) is left unbound in that kernel's Run, which makes it zeroed and keeps it: no
+  round trip of its own.
   A view (a shrink of a realized buffer, a bitcast) is a byte range of its base: copied in
   and out by range, bound to a kernel as a copy written back when the kernel stores to it.
   UOPD's buffers stay out of tinygrad's memory planner (which would make every
@@ -25,6 +27,8 @@ session of its own on one connection to ``$UOPD_ADDRESS`` (else uopd's default a
 from __future__ import annotations
 
 import functools
+import queue
+import threading
 import time
 from typing import Any, Dict, Optional, Tuple
 
@@ -33,7 +37,8 @@ import numpy as np
 import tinygrad.codegen as _codegen
 import tinygrad.schedule.memory as _memory
 from tinygrad.device import Allocator, BufferSpec, Compiled, Program, TinyELF
-from tinygrad.helpers import PARALLEL
+from tinygrad.codegen.opt.postrange import Scheduler
+from tinygrad.helpers import PARALLEL, to_function_name
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import AddrSpace, Ops, ProgramInfo, UOp
 
@@ -63,12 +68,23 @@ class UopdRenderer(Renderer):
         return set(SUPPORTED_DTYPES)
 
 
+def kernel_name(ast: UOp, renderer: UopdRenderer) -> str:
+    """tinygrad's name of the kernel (r_64_56_56_64_3_3, E_4_4: its kind and loop sizes,
+    colored for tinygrad's DEBUG output), as its own lowering names it: the AST's name
+    unless that is the default "test", else the one tinygrad's Scheduler gives the kernel
+    with no opts applied (uopd's optimizer, not tinygrad's, chooses the kernel's schedule)."""
+    if ast.arg is not None and ast.arg.name != "test":
+        return ast.arg.name
+    return Scheduler(ast, renderer).get_optimized_ast().arg.name
+
+
 def program_of(ast: UOp, renderer: UopdRenderer) -> UOp:
     """A tinygrad PROGRAM for one kernel AST: its sink, its buffers' PARAMs (what tinygrad
     binds), a one-line description as the SOURCE, and the uopd graph's bytes as the BINARY."""
     if ast.op is not Ops.SINK:
         raise RuntimeError(f"the UOPD device lowers kernel SINKs, not {ast.op.name}")
-    graph, params = kernel_graph(ast)
+    name = kernel_name(ast, renderer)
+    graph, params = kernel_graph(ast, to_function_name(name))
     topo = ast.toposort()
     buffers = sorted({u.arg.slot: u for u in topo if u.op is Ops.PARAM and u.arg.addrspace != AddrSpace.ALU}.values(),
                      key=lambda u: u.arg.slot)
@@ -78,9 +94,9 @@ def program_of(ast: UOp, renderer: UopdRenderer) -> UOp:
             (outs if any(s.op is Ops.STORE and s.src[0] is u for s in topo) else ins).add(b.arg.slot)
     variables = tuple(sorted({u for u in topo if u.op is Ops.PARAM and u.arg.addrspace == AddrSpace.ALU},
                              key=lambda u: u.arg.name))
-    info = ProgramInfo(ast.arg.name, (1, 1, 1), None, variables, tuple(b.arg.slot for b in buffers), tuple(sorted(outs)),
+    info = ProgramInfo(name, (1, 1, 1), None, variables, tuple(b.arg.slot for b in buffers), tuple(sorted(outs)),
                        tuple(sorted(ins)), renderer.target)
-    desc = f"uopd graph of kernel {ast.arg.name}: {len(graph.nodes)} nodes, params {sorted(params)}"
+    desc = f"uopd graph of kernel {to_function_name(name)}: {len(graph.nodes)} nodes, params {sorted(params)}"
     # The PROGRAM's sink is the AST tagged: tinygrad substitutes the AST by the PROGRAM in its
     # schedule, which must not find the AST again inside it.
     return UOp(Ops.PROGRAM, src=(ast.replace(tag="uopd"), UOp(Ops.LINEAR, src=tuple(buffers)), UOp(Ops.SOURCE, arg=desc),
@@ -133,6 +149,9 @@ class UopdBuffer:
         self.remote: Optional[uopd.Buffer] = None
         self.pending: Optional[bytearray] = None
 
+    def unwritten(self) -> bool:
+        return self.remote is None and self.pending is None
+
     def read(self, offset: int, nbytes: int) -> bytes:
         if self.remote is not None:
             return self.remote.read_bytes(offset, nbytes).tobytes()
@@ -162,7 +181,7 @@ class UopdBuffer:
         s = self.dev.session
         if r is not None:
             data: Optional[bytes] = self.read(0, self.nbytes)
-            r.free()
+            self.dev.free_later(r)
             self.remote = None
         else:
             data = self.pending
@@ -175,10 +194,7 @@ class UopdBuffer:
 
     def free(self) -> None:
         if self.remote is not None:
-            try:
-                self.remote.free()
-            except uopd.Error:
-                pass  # the session is gone (closed at exit, or timed out): so is the buffer
+            self.dev.free_later(self.remote)
             self.remote = None
         self.pending = None
 
@@ -248,20 +264,27 @@ class UopdProgram(Program["UopdDevice"]):
                  vals: Tuple[int, ...] = (), wait: bool = False, **kw: Any) -> Optional[float]:
         if len(bufs) != len(self.slots):
             raise RuntimeError(f"UOPD: kernel {self.name} takes {len(self.slots)} buffers, got {len(bufs)}")
-        inputs, views = {}, []
-        for slot, b in zip(self.slots, bufs):
+        inputs, views, fresh = {}, [], {}
+        for i, (slot, b) in enumerate(zip(self.slots, bufs)):
             wire, scalar, elements = self.params[slot]
             if isinstance(b, UopdView):  # a copy of the range, in a buffer of its own
                 tmp = UopdBuffer(self.dev, b.nbytes)
                 tmp.pending = bytearray(b.read(0, b.nbytes))
                 views.append((slot, b, tmp))
                 b = tmp
+            if b.unwritten() and elements * udt.itemsize(scalar) == b.nbytes and sum(x is b for x in bufs) == 1:
+                # Left unbound: the Run makes it (zeroed, as an unwritten buffer reads) and
+                # keeps it, one CreateBuffer round trip fewer (a new output each call).
+                fresh[slot] = b
+                continue
             inputs[wire] = b.bound(scalar, elements)
         graph = self._bound(tuple(vals)) if self.variables else self.encoded
         try:
             t0 = time.perf_counter()
             self.last = self.dev.session.execute(graph, inputs, keep_outputs=True)
             elapsed = time.perf_counter() - t0
+            for slot, b in fresh.items():  # the PARAMs by slot are the outputs, in order
+                b.remote = self.last.outputs[f"out{self.slots.index(slot)}"]
             for slot, view, tmp in views:
                 if slot in self.outs:
                     view.write(0, memoryview(tmp.read(0, tmp.nbytes)))
@@ -303,11 +326,30 @@ class UopdDevice(Compiled):
         super().__init__(device, UopdAllocator(self), [UopdRenderer], UopdProgram)
         self.uopd_device = f"CPU:{self.device_id}"
         self.session = client().session([self.uopd_device])
+        # Buffers tinygrad frees are freed in uopd by a thread of their own, beside the next
+        # Runs: nothing waits on a FreeBuffer (a train step frees about as many buffers as it
+        # runs kernels, each a round trip). A freed buffer is never bound again, so the order
+        # of frees and Runs does not matter.
+        self._frees: "queue.SimpleQueue[Optional[uopd.Buffer]]" = queue.SimpleQueue()
+        self._freer = threading.Thread(target=self._free_loop, name=f"uopd-free-{device}", daemon=True)
+        self._freer.start()
+
+    def free_later(self, b: uopd.Buffer) -> None:
+        self._frees.put(b)
+
+    def _free_loop(self) -> None:
+        while (b := self._frees.get()) is not None:
+            try:
+                b.free()
+            except uopd.Error:
+                pass  # the session is gone (closed at exit, or timed out): so is the buffer
 
     def synchronize(self) -> None:
         pass  # every Run has finished when it answers
 
     def finalize(self) -> None:
+        self._frees.put(None)  # the frees asked for so far, then the session
+        self._freer.join()
         try:
             self.session.close()
         except uopd.Error:

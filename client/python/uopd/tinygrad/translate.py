@@ -6,8 +6,11 @@ kernel level (compiler/ir/README.md, "Kernel level") nearly one for one; what di
 
 * tinygrad's INDEX is a value where it is read: the reading INDEX becomes
   LOAD(buf, INDEX(buf, idx)), the one a STORE writes through stays an INDEX.
-* A gated access is INDEX(buf, WHERE(gate, idx, Invalid)) in tinygrad and
-  INDEX(buf, idx, gate) in uopd (a gated LOAD reads 0 where the gate is off).
+* A gated access is INDEX(buf, WHERE(gate, idx, Invalid)) in tinygrad. A gated STORE is
+  uopd's INDEX(buf, idx, gate); a gated read is WHERE(gate, LOAD(buf, INDEX(buf, idx')), 0)
+  with idx' the index clamped into the buffer: a load without a gate is branch-free, where
+  uopd's gated scalar load is a branch (a convolution's padded window reads inside its
+  reduction).
 * tinygrad's weak dtypes: `weakint` (the index type of RANGEs and address arithmetic) is
   uopd's `index`; a weak constant or expression feeding an op of a concrete dtype takes
   that dtype (weakfloat with no concrete neighbour: float32, tinygrad's default float).
@@ -167,8 +170,8 @@ def _scalar_of(dt: DType, kernel: str, want: Optional[int] = None) -> int:
 
 
 class _Translator:
-    def __init__(self, sink: UOp):
-        self.kernel = sink.arg.name if sink.arg is not None and hasattr(sink.arg, "name") else "kernel"
+    def __init__(self, sink: UOp, name: str):
+        self.kernel = name
         self.out = _Graph(self.kernel)
         self.store_index: set = set()  # INDEX nodes a STORE writes through
 
@@ -229,7 +232,11 @@ class _Translator:
             lin = xi if lin is None else self.out.add(ir.ADD, S.INDEX, [self.out.add(ir.MUL, S.INDEX, [lin, self.out.const(d, S.INDEX)]), xi])
         return lin, gate
 
-    def _index(self, u: UOp, scalar: int) -> Tuple[int, int, bool]:
+    def _index(self, u: UOp, scalar: int, read: bool = False) -> Tuple[int, int, Optional[int]]:
+        """(buffer, INDEX node, gate or None). A read's gate is left out of its INDEX (the
+        caller selects by it): the clamped index is in the buffer either way, and an ungated
+        load is branch-free where a gated one is a branch per lane (a convolution's padded
+        window inside its reduction ran 5x slower than tinygrad's CPU device)."""
         buf = self._buffer(u.src[0])
         idx, gate = self._address(u)
         if gate is not None:
@@ -240,8 +247,8 @@ class _Translator:
             g, last = self.out, math.prod(self._param_shape(u.src[0])) - 1
             idx = g.add(ir.MAX, S.INDEX, [idx, g.const(0, S.INDEX)])
             idx = g.add(ir.NEG, S.INDEX, [g.add(ir.MAX, S.INDEX, [g.add(ir.NEG, S.INDEX, [idx]), g.const(-last, S.INDEX)])])
-        src = [buf, idx] + ([gate] if gate is not None else [])
-        return buf, self.out.add(ir.INDEX, scalar, src), gate is not None
+        src = [buf, idx] + ([gate] if gate is not None and not read else [])
+        return buf, self.out.add(ir.INDEX, scalar, src), gate
 
     def _emit(self, u: UOp, want: Optional[int]) -> int:
         g, op = self.out, u.op
@@ -280,10 +287,11 @@ class _Translator:
             t = ir.RangeArg.REDUCE if kind is AxisType.REDUCE else ir.RangeArg.LOOP
             return g.add(ir.RANGE, S.INDEX, [self.value(u.src[0], S.INDEX)] + [self.node(s, None) for s in u.src[1:]],
                          range=ir.RangeArg(axis_id=int(axis), type=t))
-        if op is Ops.INDEX:  # read: LOAD(buf, INDEX(buf, idx [, gate]) [, 0])
+        if op is Ops.INDEX:  # read: LOAD(buf, INDEX(buf, idx)), under WHERE(gate, ..., 0) if gated
             s = _scalar_of(u.dtype, self.kernel)
-            buf, index, gated = self._index(u, s)
-            return g.add(ir.LOAD, s, [buf, index] + ([g.const(0, s)] if gated else []))
+            buf, index, gate = self._index(u, s, read=True)
+            load = g.add(ir.LOAD, s, [buf, index])
+            return load if gate is None else g.add(ir.WHERE, s, [gate, load, g.const(0, s)])
         if op is Ops.REDUCE:
             if not isinstance(u.arg, tuple) or u.arg[0] not in _REDUCE_OPS or u.arg[1] != 0:
                 raise _refuse(f"REDUCE {u.arg}", self.kernel)
@@ -353,9 +361,10 @@ class _Translator:
         return i
 
 
-def kernel_graph(sink: UOp) -> Tuple["ir.Graph", Dict[int, int]]:
-    """The uopd graph of one tinygrad kernel AST, and the wire index of each buffer's PARAM
-    by tinygrad's slot (what a run binds the kernel's buffers to)."""
+def kernel_graph(sink: UOp, name: str = "kernel") -> Tuple["ir.Graph", Dict[int, int]]:
+    """The uopd graph of one tinygrad kernel AST, named `name` (its SINK's kernel name, what
+    uopd's profiles and explain show), and the wire index of each buffer's PARAM by
+    tinygrad's slot (what a run binds the kernel's buffers to)."""
     if sink.op is not Ops.SINK:
         raise _refuse(f"kernel rooted at {sink.op.name}", "?")
     # What tinygrad's lowering does first, before any optimization: in-kernel UNSHARDs
@@ -364,6 +373,6 @@ def kernel_graph(sink: UOp) -> Tuple["ir.Graph", Dict[int, int]]:
     sink = graph_rewrite(sink, pm_mops, name="uopd: early movement ops", bottom_up=True)
     sink = graph_rewrite(sink, sym, name="uopd: tinygrad's algebraic simplification")
     sink = graph_rewrite(sink, _decompose, name="uopd: decompose ops uopd has not")
-    t = _Translator(sink)
+    t = _Translator(sink, name)
     t.node(sink, None)
     return t.out.g, dict(t.out.params)
