@@ -225,8 +225,10 @@ absl::StatusOr<TuneResult> Tuner::tune(const Plan& plan, size_t kernel, const st
                                        absl::Duration budget) {
   if (opts_.mode == SearchMode::Off) return absl::FailedPreconditionError("schedule search is off (uopd --search=off)");
   if (kernel >= plan.kernels.size()) return absl::InvalidArgumentError(cat("the plan has no kernel ", kernel));
+  // A caller may ask for less time than --search-budget-s, never more: the operator's
+  // budget is what one kernel's search may cost the server.
   return search(plan, kernel, device, tenant, cache_namespace, who, width > 0 ? width : opts_.width,
-                budget > absl::ZeroDuration() ? budget : opts_.budget);
+                budget > absl::ZeroDuration() ? std::min(budget, opts_.budget) : opts_.budget);
 }
 
 absl::StatusOr<TuneResult> Tuner::search(const Plan& plan, size_t ki, const std::string& device, const std::string& tenant,

@@ -141,7 +141,7 @@ class Tuner {
 
   // Tunes plan.kernels[kernel] now for the CPU (the heuristic's kernel and a record are
   // what a CUDA kernel keeps: skipped says so), on `device`'s worker for `tenant`: its
-  // record if there is one, else a search (width and budget 0: the options'). The winner's
+  // record if there is one, else a search (width and budget 0: the options'; a budget past the options' is cut to it). The winner's
   // record is written to every tier. FAILED_PRECONDITION with mode off.
   absl::StatusOr<TuneResult> tune(const Plan& plan, size_t kernel, const std::string& device, const std::string& tenant,
                                   std::string_view cache_namespace, const Requester& who, int width = 0,
