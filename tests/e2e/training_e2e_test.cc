@@ -326,6 +326,38 @@ TEST(TrainingE2E, HeldGraphsAndAssignsRefuseWhatIsWrong) {
   ::uopd::v1::RunRequest by_digest = base;
   by_digest.set_graph_digest(root->digest().hex());
   EXPECT_TRUE(run_raw(by_digest).ok());
+
+  // A kernel-level graph writes its output in the buffer bound to it: assigning that output
+  // would swap the buffer's memory for itself and free it. Refused, and the buffer lives.
+  auto kernel = decode_json(R"({"format_version": "FORMAT_VERSION_1", "nodes": [
+    {"op": "PARAM", "dtype": {"scalar": "FLOAT32", "ptr": true, "size": "4"}, "param": {"slot": "0", "size": "4"}},
+    {"op": "PARAM", "dtype": {"scalar": "FLOAT32", "ptr": true, "size": "4"}, "param": {"slot": "1", "size": "4"}},
+    {"op": "CONST", "dtype": {"scalar": "INDEX"}, "const_value": {"i": "4"}},
+    {"op": "RANGE", "dtype": {"scalar": "INDEX"}, "src": [2], "range": {"axis_id": "0", "type": "LOOP"}},
+    {"op": "INDEX", "dtype": {"scalar": "FLOAT32"}, "src": [1, 3]},
+    {"op": "LOAD", "dtype": {"scalar": "FLOAT32"}, "src": [1, 4]},
+    {"op": "ADD", "dtype": {"scalar": "FLOAT32"}, "src": [5, 5]},
+    {"op": "INDEX", "dtype": {"scalar": "FLOAT32"}, "src": [0, 3]},
+    {"op": "STORE", "dtype": {"scalar": "VOID"}, "src": [7, 6, 3]},
+    {"op": "SINK", "dtype": {"scalar": "VOID"}, "src": [8], "kernel_info": {"kernel": true, "name": "twice"}}],
+    "names": [{"name": "out", "node": 0}, {"name": "in", "node": 1}]})");
+  ASSERT_TRUE(kernel.ok()) << kernel.status();
+  ::uopd::v1::RunRequest in_place;
+  in_place.set_session_id(session.id());
+  encode_proto(kernel->root, kernel->names, in_place.mutable_graph());
+  for (auto [name, id] : {std::pair{"out", *dst}, std::pair{"in", *in}}) {
+    auto* bind = in_place.add_inputs();
+    bind->set_name(name);
+    bind->set_buffer_id(id);
+  }
+  ASSERT_TRUE(run_raw(in_place).ok());
+  auto* a = in_place.add_assign();
+  a->set_output(0);
+  a->set_buffer_id(*dst);
+  expect_refused(in_place, absl::StatusCode::kInvalidArgument, "a kernel-level graph writes its outputs");
+  auto still = session.download(*dst);
+  ASSERT_TRUE(still.ok()) << still.status();
+  EXPECT_EQ(*still, want.data);  // 2 * x, from the kernel's run before the refused one
 }
 
 }  // namespace
