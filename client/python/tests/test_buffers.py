@@ -72,6 +72,28 @@ def test_large_transfer_is_chunked_with_progress(session):
         assert [d for d, _ in seen] == sorted(d for d, _ in seen) and seen[-1] == (a.nbytes, a.nbytes)
 
 
+def test_download_into_populated_pages_keeps_every_byte(session):
+    # Past POPULATE_BYTES a download's destination is populated by a thread of its own
+    # while the chunks are copied in: every byte must still be the one uploaded.
+    a = values("uint8", (transfers.POPULATE_BYTES + 3 * transfers.DEFAULT_CHUNK_BYTES + 777,), seed=5)
+    buf = session.put(a)
+    for _ in range(2):
+        np.testing.assert_array_equal(buf.numpy(), a)
+
+
+def test_populating_pages_never_changes_what_is_in_them():
+    # Filled front to back while the populating thread runs over it: nothing written
+    # before, during or after is lost (MADV_POPULATE_WRITE maps pages, never writes).
+    out = np.empty(transfers.POPULATE_BYTES * 4, dtype=np.uint8)
+    pattern = np.arange(1 << 20, dtype=np.uint32).view(np.uint8)
+    t = transfers.populate_ahead(out)
+    for at in range(0, out.nbytes, pattern.nbytes):
+        out[at:at + pattern.nbytes] = pattern
+    if t is not None:
+        t.join()
+    assert (out.reshape(-1, pattern.nbytes) == pattern).all()
+
+
 def test_put_on_a_device_of_the_session(client):
     with client.session(["CPU:0", "CPU:1"]) as s:
         a = values("int32", (7,), seed=5)

@@ -10,7 +10,9 @@ tqdm is installed and stderr is a terminal; ``progress=False`` shows nothing.
 """
 from __future__ import annotations
 
+import ctypes
 import sys
+import threading
 from typing import Any, Callable, Iterator, Optional, Tuple, Union
 
 import numpy as np
@@ -24,6 +26,9 @@ MAX_CHUNK_BYTES = (4 << 20) - (4 << 10)
 INLINE_INPUT_BYTES = 1 << 20
 # Transfers this large get a progress bar by default (tqdm on a terminal).
 BAR_BYTES = 64 << 20
+# Downloads this large have their destination's pages populated ahead of the data by a
+# thread of their own (populate_ahead).
+POPULATE_BYTES = 16 << 20
 
 ProgressFn = Callable[[int, int], None]
 ProgressArg = Union[ProgressFn, bool, None]
@@ -96,6 +101,51 @@ def chunks(first: bytes, data: memoryview, chunk_bytes: int, progress: Progress,
     progress.close()
 
 
+_MADV_POPULATE_WRITE = 23  # Linux 5.14 and later
+_PAGE = 4096
+
+
+def _madvise() -> Optional[Callable[[int, int, int], int]]:
+    """libc's madvise where there is one (Linux; elsewhere None)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_MADVISE = _madvise()
+
+
+def populate_ahead(out: np.ndarray) -> Optional[threading.Thread]:
+    """Populates the pages of a freshly allocated array in a thread of its own, front to
+    back, while the caller fills it. A new array's pages are mapped on first write, and
+    those page faults (zeroing each page) cost a 256 MiB download about a third of its
+    time when they happen inside the copies from gRPC's messages; here they happen while
+    the calling thread waits for the next message (ctypes lets go of the GIL).
+    MADV_POPULATE_WRITE maps the pages as a write would, without writing: a page the
+    caller has filled already keeps its data, so the two threads never race. The thread
+    holds `out` until it is done; a kernel without it (EINVAL) just faults as before."""
+    if _MADVISE is None or out.nbytes < POPULATE_BYTES:
+        return None
+    start = out.ctypes.data & ~(_PAGE - 1)
+    end = out.ctypes.data + out.nbytes
+
+    def run(keep: np.ndarray = out) -> None:
+        step = 8 << 20  # in pieces, so the front is ready first
+        for at in range(start, end, step):
+            if _MADVISE(at, min(step, end - at), _MADV_POPULATE_WRITE) != 0:
+                return
+
+    t = threading.Thread(target=run, name="uopd-populate", daemon=True)
+    t.start()
+    return t
+
+
 class Assembler:
     """A download's chunks into one preallocated array of `nbytes`, checked as they come:
     each must start where the last ended and none may overrun what was asked for
@@ -104,6 +154,7 @@ class Assembler:
     def __init__(self, buffer_id: str, offset: int, nbytes: int, progress: Progress):
         self.buffer_id, self.offset = buffer_id, offset
         self.out = np.empty(nbytes, dtype=np.uint8)
+        populate_ahead(self.out)
         self._view = memoryview(self.out)
         self.filled = 0
         self.progress = progress
