@@ -1,7 +1,12 @@
 #!/usr/bin/python3
 """tinygrad on uopd against tinygrad's own CPU device, measured in the same run (by hand,
 never in CI): a 1024 x 1024 float32 matmul, a conv forward (1 x 64 x 56 x 56, 64 3x3
-filters, padding 1) and an MLP train step (784 -> 256 -> 10, batch 64, SGD).
+filters, padding 1), an MLP train step (784 -> 256 -> 10, batch 64, SGD), and the first
+run of a fresh kernel (`fresh_kernel`: (a * c + b).relu().sum(1) over 256 x 256, c a constant
+never used before, so each timed call schedules, compiles and runs a kernel neither
+tinygrad's clang path nor uopd's caches have seen: tinygrad renders C and runs clang in
+the process, uopd compiles on the server; warmup calls use fresh kernels too, to take
+the process's own start out of the figure).
 
     PYTHONPATH=client/python:build/release/client/python:../shared/peers/tinygrad \\
         tests/bench/tinygrad/bench_tinygrad.py [--iterations 10 --warmup 3 --rounds 2] [--json]
@@ -24,7 +29,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
-CASES = ("matmul_1024", "conv2d_64x56x56", "mlp_train_step")
+CASES = ("matmul_1024", "conv2d_64x56x56", "mlp_train_step", "fresh_kernel")
 
 
 def case(name):
@@ -53,6 +58,14 @@ def case(name):
                 opt.step()
                 loss.realize()
         return step
+    if name == "fresh_kernel":
+        a, b = f32(256, 256), f32(256, 256)
+        seen = [time.time_ns() % 1000003]
+
+        def fresh():
+            seen[0] += 1  # a constant no earlier call (nor an earlier run, in all likelihood) used
+            return (a * (1.0 + seen[0] * 1e-7) + b).relu().sum(1).realize()
+        return fresh
     raise SystemExit(f"unknown case {name}")
 
 
