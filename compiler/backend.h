@@ -50,7 +50,7 @@ class Backend {
   // The target in cache keys and artifacts (Artifact.target): the CPU's triple, cpu and
   // features; "cuda/sm_90".
   virtual std::string target_id() const = 0;
-  // The code generator and what it was built with ("uopd-llvm-cpu/2 abi-3 llvm-19.1.7"):
+  // The code generator and what it was built with ("uopd-llvm-cpu/3 abi-3 llvm-19.1.7"):
   // part of every cache key, so a new code generator never hits an old artifact.
   virtual std::string build_id() const = 0;
   // Whatever else decides the artifact's bytes, as cache-key text ("vector_bits=512"; "").

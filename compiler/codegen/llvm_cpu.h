@@ -48,7 +48,7 @@
 namespace uop {
 
 // Names this backend, its kernel ABI and the LLVM it was built with, e.g.
-// "uopd-llvm-cpu/2 abi-3 llvm-19.1.7". Part of every cache key: a change in code
+// "uopd-llvm-cpu/3 abi-3 llvm-19.1.7". Part of every cache key: a change in code
 // generation bumps the backend version, a change in the ABI its version.
 std::string compiler_build_id();
 

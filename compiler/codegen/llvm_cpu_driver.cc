@@ -26,7 +26,9 @@
 namespace uop {
 namespace {
 
-constexpr int kBackendVersion = 2;  // 2: the stop word
+// The heuristic's choices are part of what this names (docs/ARCHITECTURE.md, The compile cache):
+// a change in heuristic_schedule bumps it too.
+constexpr int kBackendVersion = 3;  // 2: the stop word; 3: convolution tiles of half the register file, masked pixel tiles
 
 void init_llvm_targets() {
   static std::once_flag once;
