@@ -548,27 +548,8 @@ struct ShapeCase {
   std::string avx2;  // heuristic_schedule's text at 256 bits
 };
 
-// a * s + b, as index arithmetic.
-const UOp* affine(KernelBuilder& k, const UOp* a, int64_t s, const UOp* b) { return k.alu(Op::ADD, k.alu(Op::MUL, a, k.ix(s)), b); }
-
-// out[c, y, x] = sum over k, u, v of in[k, y + u, x + v] * w[c, k, u, v]: C output
-// channels, K input channels, an H x H output from an (H + 2) x (H + 2) padded input.
-const UOp* conv3x3(KernelBuilder& k, int64_t C, int64_t K, int64_t H) {
-  const int64_t P = H + 2;
-  const UOp* out = k.param(0, dtypes::int32, C * H * H);
-  const UOp* in = k.param(1, dtypes::int32, K * P * P);
-  const UOp* w = k.param(2, dtypes::int32, C * K * 9);
-  const UOp* c = k.range(C);
-  const UOp* y = k.range(H);
-  const UOp* x = k.range(H);
-  const UOp* ic = k.range(K, AxisType::Reduce);
-  const UOp* u = k.range(3, AxisType::Reduce);
-  const UOp* v = k.range(3, AxisType::Reduce);
-  const UOp* at_in = affine(k, affine(k, ic, P, k.alu(Op::ADD, y, u)), P, k.alu(Op::ADD, x, v));
-  const UOp* at_w = affine(k, affine(k, affine(k, c, K, ic), 3, u), 3, v);
-  const UOp* sum = k.reduce(ReduceOp::Add, k.alu(Op::MUL, k.load(in, at_in), k.load(w, at_w)), {ic, u, v});
-  return k.sink({k.store(out, affine(k, affine(k, c, H, y), H, x), sum, {c, y, x})});
-}
+using testing::affine;
+using testing::conv3x3;
 
 // out[c, y, x] = op over u, v of in[c, y + u, x + v] (times w[c, u, v] for a depthwise
 // convolution): every operand reads the channel.

@@ -41,6 +41,18 @@ OptimizeOptions with_bits(int bits) {
   return o;
 }
 
+// The optimized kernel through the rest of the CPU lowering (expand, lower_reduce,
+// linearize) and the CPU backend computes what the interpreter computes on `before`.
+void expect_lowered_on_cpu_agrees(KernelBuilder& k, const UOp* before, const UOp* after, const testing::Slots& slots) {
+  auto expanded = expand_upcasts(k.g, after);
+  ASSERT_TRUE(expanded.ok()) << expanded.status();
+  auto lowered = lower_reduce(k.g, *expanded);
+  ASSERT_TRUE(lowered.ok()) << lowered.status();
+  auto linear = linearize(k.g, *lowered);
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  testing::expect_cpu_matches_interpreter(before, *linear, slots);
+}
+
 // out[cols i + j] = in[cols i + j] + 1 over rows x cols, of `dt`.
 const UOp* elementwise(KernelBuilder& k, DType dt, int64_t rows, int64_t cols) {
   const UOp* out = k.param(0, dt, rows * cols);
@@ -144,45 +156,17 @@ TEST(Optimize, AMatmulKeepsATileOfAccumulators) {
   EXPECT_EQ(store->src(2)->arg_as<RangeArg>().axis_id, 1) << "the column-panel loop j is outermost";
   testing::expect_interpreter_agrees(before, *after, {{Scalar::Float32, 128}, {Scalar::Float32, 64}, {Scalar::Float32, 128}});
 
-  auto expanded = expand_upcasts(k.g, *after);
-  ASSERT_TRUE(expanded.ok()) << expanded.status();
-  auto lowered = lower_reduce(k.g, *expanded);
-  ASSERT_TRUE(lowered.ok()) << lowered.status();
-  auto linear = linearize(k.g, *lowered);
-  ASSERT_TRUE(linear.ok()) << linear.status();
-  testing::expect_cpu_matches_interpreter(before, *linear, {{Scalar::Float32, 128}, {Scalar::Float32, 64}, {Scalar::Float32, 128}});
+  expect_lowered_on_cpu_agrees(k, before, *after, {{Scalar::Float32, 128}, {Scalar::Float32, 64}, {Scalar::Float32, 128}});
 }
 
-// A 3x3 convolution over a 7 x 7 map (ResNet's last stage), 512-bit vectors:
-// out[c, y, x] = sum over k, u, v of in[k, y + u, x + v] * w[c, k, u, v], the input padded to
-// 9 x 9. No power of two divides 7, so the map's part of the tile is 4 columns x 2 rows
-// with their tails masked (the STORE gated), and the channels the rest, 32: each weight
-// loaded serves 8 pixels instead of one. Values by the interpreter and through the CPU
-// backend.
+// A 3x3 convolution over a 7 x 7 map (ResNet's last stage), 512-bit vectors: no power of
+// two divides 7, so the map's part of the tile is 4 columns x 2 rows with their tails
+// masked (the STORE gated), and the channels the rest, 32: each weight loaded serves 8
+// pixels instead of one. Values by the interpreter and through the CPU backend.
 TEST(Optimize, AConvolutionOverASmallOddMapMasksItsPixelTile) {
   KernelBuilder k;
-  constexpr int64_t C = 64, K = 2, H = 7, P = H + 2;
-  const UOp* out = k.param(0, dtypes::float32, C * H * H);
-  const UOp* in = k.param(1, dtypes::float32, K * P * P);
-  const UOp* w = k.param(2, dtypes::float32, C * K * 9);
-  const UOp* c = k.range(C);
-  const UOp* y = k.range(H);
-  const UOp* x = k.range(H);
-  const UOp* ch = k.range(K, AxisType::Reduce);
-  const UOp* u = k.range(3, AxisType::Reduce);
-  const UOp* v = k.range(3, AxisType::Reduce);
-  auto lin = [&](std::vector<std::pair<const UOp*, int64_t>> terms) {
-    const UOp* at = nullptr;
-    for (auto [r, stride] : terms) {
-      const UOp* t = stride == 1 ? r : k.alu(Op::MUL, r, k.ix(stride));
-      at = at ? k.alu(Op::ADD, at, t) : t;
-    }
-    return at;
-  };
-  const UOp* pixel = k.load(in, lin({{ch, P * P}, {k.alu(Op::ADD, y, u), P}, {k.alu(Op::ADD, x, v), 1}}));
-  const UOp* weight = k.load(w, lin({{c, K * 9}, {ch, 9}, {u, 3}, {v, 1}}));
-  const UOp* before = k.sink({k.store(out, lin({{c, H * H}, {y, H}, {x, 1}}),
-                                      k.reduce(ReduceOp::Add, k.alu(Op::MUL, pixel, weight), {ch, u, v}), {c, y, x})});
+  constexpr int64_t C = 64, K = 4, H = 7, P = H + 2;
+  const UOp* before = testing::conv3x3(k, C, K, H);
   auto after = optimize_cpu(k.g, before, with_bits(512));
   ASSERT_TRUE(after.ok()) << after.status();
   std::vector<int64_t> upcast = testing::trips_of(*after, AxisType::Upcast);
@@ -191,16 +175,9 @@ TEST(Optimize, AConvolutionOverASmallOddMapMasksItsPixelTile) {
   const UOp* index = (*after)->src(0)->src(0);
   ASSERT_EQ(index->op(), Op::INDEX);
   EXPECT_EQ(index->num_src(), 3u) << "the STORE is gated: 8 x 8 pixel slots for 7 x 7";
-  const std::vector<std::pair<Scalar, int64_t>> bufs{{Scalar::Float32, C * H * H}, {Scalar::Float32, K * P * P},
-                                                     {Scalar::Float32, C * K * 9}};
+  const testing::Slots bufs{{Scalar::Int32, C * H * H}, {Scalar::Int32, K * P * P}, {Scalar::Int32, C * K * 9}};
   testing::expect_interpreter_agrees(before, *after, bufs);
-  auto expanded = expand_upcasts(k.g, *after);
-  ASSERT_TRUE(expanded.ok()) << expanded.status();
-  auto lowered = lower_reduce(k.g, *expanded);
-  ASSERT_TRUE(lowered.ok()) << lowered.status();
-  auto linear = linearize(k.g, *lowered);
-  ASSERT_TRUE(linear.ok()) << linear.status();
-  testing::expect_cpu_matches_interpreter(before, *linear, bufs);
+  expect_lowered_on_cpu_agrees(k, before, *after, bufs);
 }
 
 // A full reduction has no output loop: its reduce loop is upcast by 4 x 8 = 32 lanes when
