@@ -175,7 +175,7 @@ void register_tile(Plan& p, const OptimizeOptions& o, int64_t a, const std::vect
   // channels x 4 x 2 pixels, on 14 x 14 1.3 times with 32 x 2 x 4, than with the unmasked
   // 32 x 1 and 32 x 2 x 2; MobileNet's 1x1 convolutions on 7 x 7, 4 to 10 times).
   if (cl * sl < w / 2 && p.maskable[a] && n > cl) {
-    cl = std::min<int64_t>(4, n);
+    cl = std::max(cl, std::min<int64_t>(4, n));  // never fewer lanes than the power of two gave
     if (cl * sl < w / 2 && s < 0) fill(w / 2, true);
   }
   const int64_t bl = b >= 0 ? pow2_lanes(p.trip[b], std::min<int64_t>(32, budget / (cl * sl))) : 1;
