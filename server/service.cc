@@ -404,17 +404,28 @@ grpc::Status UopdService::CloseSession(grpc::ServerContext* ctx, const pb::Close
   return finish("CloseSession", absl::OkStatus());
 }
 
+absl::StatusOr<std::vector<std::string>> UopdService::devices_for(const std::string& session, const std::string& who,
+                                                                  const std::string& device) {
+  if (!device.empty()) {
+    auto known = d_.sessions->devices(session, who);
+    if (!known.ok()) return known.status();
+    if (std::find(known->begin(), known->end(), device) == known->end()) {
+      auto w = d_.workers->worker_for(device, absl::Seconds(5), who);
+      if (!w.ok()) return absl::Status(w.status().code(), cat("device ", device.substr(0, 64), ": ", w.status().message()));
+    }
+  }
+  return d_.sessions->use_device(session, device, who);
+}
+
 grpc::Status UopdService::CreateBuffer(grpc::ServerContext* ctx, const pb::CreateBufferRequest* req,
                                        pb::CreateBufferResponse* resp) {
   InFlight in_flight(in_flight_);
   auto tenant = admit(ctx);
   if (!tenant.ok()) return finish("CreateBuffer", tenant.status());
   const std::string& who = (*tenant)->name();
-  auto devices = d_.sessions->devices(req->session_id(), who);
+  auto devices = devices_for(req->session_id(), who, req->device());
   if (!devices.ok()) return finish("CreateBuffer", devices.status());
-  std::string device = req->device().empty() ? devices->front() : req->device();
-  if (std::find(devices->begin(), devices->end(), device) == devices->end())
-    return finish("CreateBuffer", absl::InvalidArgumentError(cat("device ", device, " is not one of the session's")));
+  const std::string device = devices->front();
   auto scalar = static_cast<Scalar>(req->dtype());
   if (req->dtype() <= 0 || req->dtype() >= kNumScalars || scalar_bytes(scalar) == 0)
     return finish("CreateBuffer", absl::InvalidArgumentError(cat("dtype ", static_cast<int>(req->dtype()), " is not a value type")));
@@ -609,7 +620,7 @@ grpc::Status UopdService::Run(grpc::ServerContextBase* ctx, pb::RunRequest* req,
   InFlight in_flight(in_flight_);
   auto tenant = admit(ctx);
   if (!tenant.ok()) return finish("Run", tenant.status());
-  auto devices = d_.sessions->devices(req->session_id(), (*tenant)->name());
+  auto devices = devices_for(req->session_id(), (*tenant)->name(), req->device());
   if (!devices.ok()) return finish("Run", devices.status());
   auto g = run_request_graph(**tenant, req);
   if (!g.ok()) return finish("Run", g.status());
@@ -815,6 +826,8 @@ absl::Status UopdService::run_graph(grpc::ServerContextBase* ctx, Tenant& tenant
   for (size_t i = 0; i < p.outputs.size(); ++i) {
     pb::Output* o = resp->add_outputs();
     o->set_name(run_output_name(p, *g, out_nodes, i));
+    const std::string& on = p.multi_device() ? p.buffers[p.outputs[i].buffer].device : "";
+    o->set_device(on.empty() ? devices.front() : on);
     o->set_dtype(static_cast<::uop::v1::DType::Scalar>(p.outputs[i].dtype));
     for (int64_t d : p.outputs[i].shape) o->add_shape(d);
     if (keep[i] && bound(i)) {

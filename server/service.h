@@ -125,6 +125,11 @@ class UopdService final : public UopdServiceBase {
   // A Run's graph: decoded from the request (and held by the session with hold_graph), or
   // the one the session holds under graph_digest.
   absl::StatusOr<std::shared_ptr<const DecodedGraph>> run_request_graph(Tenant& tenant, ::uopd::v1::RunRequest* req);
+  // The session's devices with the one a call names first (empty: the session's first);
+  // a device of the server the session has not used yet joins it (SessionManager::use_device),
+  // one the server lacks is the worker pool's error naming it.
+  absl::StatusOr<std::vector<std::string>> devices_for(const std::string& session, const std::string& who,
+                                                       const std::string& device);
   // RunRequest.assign checked against the plan and the session: per plan output, the
   // buffer it is written into ("" none); assigned outputs are marked in `keep`.
   absl::StatusOr<std::vector<std::string>> check_assign(const Plan& p, const std::string& device, const std::string& who,

@@ -90,6 +90,23 @@ absl::StatusOr<std::vector<std::string>> SessionManager::devices(const std::stri
   return (*s)->devices;
 }
 
+absl::StatusOr<std::vector<std::string>> SessionManager::use_device(const std::string& session, const std::string& device,
+                                                                  const std::string& tenant) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto s = find(session, tenant);
+  if (!s.ok()) return s.status();
+  std::vector<std::string> devices = (*s)->devices;
+  if (device.empty()) return devices;
+  auto it = std::find(devices.begin(), devices.end(), device);
+  if (it == devices.end()) {
+    (*s)->devices.push_back(device);
+    devices.insert(devices.begin(), device);
+  } else {
+    std::rotate(devices.begin(), it, it + 1);
+  }
+  return devices;
+}
+
 absl::Status SessionManager::touch(const std::string& session, const std::string& tenant) {
   std::lock_guard<std::mutex> l(mu_);
   return find(session, tenant).status();

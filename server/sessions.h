@@ -75,6 +75,11 @@ class SessionManager {
   // The calls below take the caller's tenant: a session of another tenant is NOT_FOUND.
   // NOT_FOUND naming the session when it does not exist (or timed out).
   absl::StatusOr<std::vector<std::string>> devices(const std::string& session, const std::string& tenant = "");
+  // The session's devices with `device` first, `device` joining them when the session has
+  // not used it before (a session grows onto the devices a CreateBuffer or a Run names; the
+  // caller has checked that the server has it). Empty `device`: the session's first.
+  absl::StatusOr<std::vector<std::string>> use_device(const std::string& session, const std::string& device,
+                                                      const std::string& tenant = "");
   // Marks the session used now.
   absl::Status touch(const std::string& session, const std::string& tenant = "");
 

@@ -135,6 +135,31 @@ def test_session_on_another_device(client, examples):
         assert np.asarray(r.outputs["sumsq"]).sum() == pytest.approx(32.0)
 
 
+def test_a_session_grows_onto_the_devices_it_is_asked_to_use(client, examples):
+    """One session, buffers and runs on two devices: a Run names the device a single-device
+    graph runs on; its bound buffers must live there, and a device the server lacks is
+    refused naming it."""
+    with client.session(["CPU:0"]) as s:
+        x = np.arange(32, dtype=np.float32)
+        on1 = s.put(x, device="CPU:1")
+        assert on1.device == "CPU:1"
+        r = s.execute(examples / "reduction.json", x=on1, device="CPU:1", keep_outputs=True)
+        assert r.device == "CPU:1"
+        out = r.outputs["sumsq"]
+        assert out.device == "CPU:1"
+        assert np.asarray(out.numpy()).sum() == pytest.approx(float((x * x).sum()))
+        # A CPU:1 buffer bound to a Run on the session's first device is refused by name.
+        with pytest.raises(uopd.InvalidArgument, match="on CPU:1; the graph wants .* on CPU:0"):
+            s.execute(examples / "reduction.json", x=on1)
+        with pytest.raises(uopd.Unavailable, match="device CPU:9"):
+            s.execute(examples / "reduction.json", x=x, device="CPU:9")
+        with pytest.raises(uopd.Unavailable, match="device CPU:9"):
+            s.put(x, device="CPU:9")
+        # The buffers on both devices stay usable.
+        on0 = s.put(x)
+        assert np.array_equal(on0.numpy(), x) and np.array_equal(on1.numpy(), x)
+
+
 def test_closed_session_frees_its_buffers(client):
     before = client.stats().buffers
     s = client.session()

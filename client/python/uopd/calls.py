@@ -178,6 +178,7 @@ Inputs = Mapping[Union[str, int], Any]
 _RUN_FIELDS = ("SESSION_ID", "INPUTS", "KEEP_OUTPUTS", "PROFILE")
 _SESSION_ID, _INPUTS, _KEEP_OUTPUTS, _PROFILE = (getattr(pb.RunRequest, f"{n}_FIELD_NUMBER") for n in _RUN_FIELDS)
 _SUBJECT = pb.RunRequest.GRAPH_FIELD_NUMBER
+_DEVICE = pb.RunRequest.DEVICE_FIELD_NUMBER  # RunRequest's alone
 if not (all(getattr(pb.RunModelRequest, f"{n}_FIELD_NUMBER") == getattr(pb.RunRequest, f"{n}_FIELD_NUMBER")
             for n in _RUN_FIELDS) and pb.RunModelRequest.MODEL_ID_FIELD_NUMBER == _SUBJECT):
     raise ImportError("uopd.v1.RunRequest and RunModelRequest no longer number their fields alike (uopd.calls.run)")
@@ -256,7 +257,7 @@ def _outputs(resp: "pb.RunResponse", keep_outputs: bool,
             continue
         _, shape, _ = dtypes.header(f"output {name}", o.dtype, o.shape)
         if keep_outputs:
-            outputs[name] = make_buffer(o.buffer_id, o.dtype, shape, resp.device)
+            outputs[name] = make_buffer(o.buffer_id, o.dtype, shape, o.device or resp.device)
         else:
             outputs[name] = None
             kept.append((name, o, shape))
@@ -264,11 +265,13 @@ def _outputs(resp: "pb.RunResponse", keep_outputs: bool,
 
 
 def run(session_id: str, method: str, subject: bytes, inputs: Inputs, keep_outputs: bool, profile: bool,
-        chunk_bytes: int, make_buffer: Callable[[str, int, Tuple[int, ...], str], Any]) -> Flow:
+        chunk_bytes: int, make_buffer: Callable[[str, int, Tuple[int, ...], str], Any],
+        device: Optional[str] = None) -> Flow:
     """Run (`subject`: a graph's encoding, graphs.encode) or RunModel (a held model's id):
     binds `inputs`, runs, answers; the buffers made here for large inputs and outputs are
-    freed whatever happens. (Plain functions do the work of a Run that needs no upload or
-    download, generators only what does: each layer costs a cached Run's time.)"""
+    freed whatever happens. `device` (Run only): the session's device the graph runs on,
+    where its large inputs are uploaded. (Plain functions do the work of a Run that needs
+    no upload or download, generators only what does: each layer costs a cached Run's time.)"""
     temporaries: List[str] = []
     try:
         parts: List[wire.Part] = [wire.bytes_field(_SESSION_ID, session_id.encode()),
@@ -276,13 +279,15 @@ def run(session_id: str, method: str, subject: bytes, inputs: Inputs, keep_outpu
         bindings, large = _bindings(inputs)
         parts += bindings
         for name, arr in large:
-            buffer_id, _, _ = yield from put(session_id, arr, None, None, chunk_bytes, None)
+            buffer_id, _, _ = yield from put(session_id, arr, device, None, chunk_bytes, None)
             temporaries.append(buffer_id)
             parts.append(_buffer_binding(name, buffer_id))
         if keep_outputs:
             parts.append(wire.uint_field(_KEEP_OUTPUTS, 1))
         if profile:
             parts.append(wire.uint_field(_PROFILE, 1))
+        if device:
+            parts.append(wire.bytes_field(_DEVICE, device.encode()))
         resp = yield Unary(method, b"".join(parts))
         outputs, kept = _outputs(resp, keep_outputs, make_buffer)
         for i, (name, o, shape) in enumerate(kept):
@@ -308,9 +313,10 @@ def with_graph(request: Any, field_number: int, data: bytes) -> bytes:
 
 
 def run_graph(session_id: str, graph: graphs.GraphLike, inputs: Inputs, keep_outputs: bool, profile: bool,
-              chunk_bytes: int, make_buffer: Callable[[str, int, Tuple[int, ...], str], Any]) -> Flow:
+              chunk_bytes: int, make_buffer: Callable[[str, int, Tuple[int, ...], str], Any],
+              device: Optional[str] = None) -> Flow:
     data = graphs.encode(graph)  # now: a bad graph fails before anything is sent
-    return run(session_id, "Run", data, inputs, keep_outputs, profile, chunk_bytes, make_buffer)
+    return run(session_id, "Run", data, inputs, keep_outputs, profile, chunk_bytes, make_buffer, device)
 
 
 def compile_graph(graph: graphs.GraphLike, target_text: str, include_binary: bool, include_source: bool) -> Flow:

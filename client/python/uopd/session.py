@@ -108,13 +108,15 @@ class Session:
     # -- graphs ---------------------------------------------------------------------------
 
     def execute(self, graph: GraphLike, inputs: Optional[calls.Inputs] = None, *, keep_outputs: bool = False,
-                profile: bool = False, **named: Any) -> results.RunResult:
-        """Runs the graph on the session's device with its inputs bound by name (or wire
+                profile: bool = False, device: Optional[str] = None, **named: Any) -> results.RunResult:
+        """Runs the graph on `device` (default: the session's first; a device of the server
+        the session has not used yet joins it) with its inputs bound by name (or wire
         index): arrays (inline up to 1 MiB, larger ones uploaded as buffers and freed
-        after) or Buffers. The whole answer: outputs (Buffers with keep_outputs), kernels
-        with their cache status, timings, and with profile each kernel's launches timed."""
+        after) or Buffers on that device. The whole answer: outputs (Buffers with
+        keep_outputs), kernels with their cache status, timings, and with profile each
+        kernel's launches timed. A multi-device graph names its devices itself."""
         flow = calls.run_graph(self.id, graph, {**(inputs or {}), **named}, keep_outputs, profile,
-                               self._chunk_bytes, self._make_buffer)
+                               self._chunk_bytes, self._make_buffer, device)
         return self._drive(flow)
 
     def run(self, graph: GraphLike, inputs: Optional[calls.Inputs] = None, *, keep_outputs: bool = False,
