@@ -92,6 +92,50 @@ TEST_F(RedisTierTest, TtlIsApplied) {
   EXPECT_LE(ttl, 3600);
 }
 
+// The schedule search's lease (server/tuner.h): taken once, then extended and removed by
+// its holder's token only; another token, or a lease that is gone, is left as it is.
+TEST_F(RedisTierTest, ALeaseIsExtendedAndRemovedByItsHolderOnly) {
+  auto t = tier();
+  const std::string lease = "uopd:tune-lease:v1:test";
+  ASSERT_EQ(t->set_if_absent(lease, "mine", 1000).value_or(false), true);
+  EXPECT_EQ(t->set_if_absent(lease, "theirs", 1000).value_or(true), false);
+
+  auto extended = t->extend_if_holds(lease, "mine", 600000);
+  ASSERT_TRUE(extended.ok()) << extended.status();
+  EXPECT_TRUE(*extended);
+  EXPECT_GT(std::stoll(raw({"PTTL", lease})), 1000) << "the holder's lease lives ttl_ms from the extension";
+
+  auto other = t->extend_if_holds(lease, "theirs", 1);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_FALSE(*other);
+  EXPECT_GT(std::stoll(raw({"PTTL", lease})), 1000) << "another token does not shorten it";
+  auto not_theirs = t->remove_if_holds(lease, "theirs");
+  ASSERT_TRUE(not_theirs.ok()) << not_theirs.status();
+  EXPECT_FALSE(*not_theirs);
+  EXPECT_EQ(raw({"GET", lease}), "mine") << "another token does not remove it";
+
+  auto removed = t->remove_if_holds(lease, "mine");
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_TRUE(*removed);
+  EXPECT_EQ(raw({"EXISTS", lease}), "0");
+  // Gone: nothing to extend (PEXPIRE makes no key) nor remove.
+  EXPECT_EQ(t->extend_if_holds(lease, "mine", 600000).value_or(true), false);
+  EXPECT_EQ(t->remove_if_holds(lease, "mine").value_or(true), false);
+  EXPECT_EQ(raw({"EXISTS", lease}), "0");
+
+  // Taken by another server after it expired: the old holder touches nothing.
+  ASSERT_EQ(raw({"SET", lease, "theirs", "PX", "600000"}), "OK");
+  EXPECT_EQ(t->extend_if_holds(lease, "mine", 1).value_or(true), false);
+  EXPECT_EQ(t->remove_if_holds(lease, "mine").value_or(true), false);
+  EXPECT_EQ(raw({"GET", lease}), "theirs");
+  EXPECT_GT(std::stoll(raw({"PTTL", lease})), 1000);
+
+  // Redis gone: UNAVAILABLE, not "not held".
+  redis_.kill();
+  EXPECT_EQ(t->extend_if_holds(lease, "theirs", 1000).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(t->remove_if_holds(lease, "theirs").status().code(), absl::StatusCode::kUnavailable);
+}
+
 TEST_F(RedisTierTest, CorruptValuesAreDataLossAndDeleted) {
   auto t = tier();
   std::string k = key_of("kernel");
