@@ -386,11 +386,14 @@ TEST(RedisAuth, RequirepassTakesTheRightPasswordOnly) {
   EXPECT_EQ(cache.stats()[1].second.put_errors, 1u);
 }
 
+// The cache's keys and the search's leases (server/cache/README.md: the ACL uopd needs; the
+// lease scripts' PEXPIRE is checked against it too).
 TEST(RedisAuth, AnAclUserConfinedToTheCacheKeys) {
   if (!RedisServer::installed()) GTEST_SKIP() << testing::kRedisServer << " is not installed";
   RedisServer::Config c;
   c.args = {"--user", "default", "off",
-            "--user", "uopd", "on", ">uopd-pw", "~uopd:cache:*", "+get", "+set", "+del", "+ping",
+            "--user", "uopd", "on", ">uopd-pw", "~uopd:cache:*", "~uopd:tune-lease:*", "+get", "+set", "+del",
+            "+ping", "+eval", "+pexpire",
             "--user", "admin", "on", ">admin-pw", "~*", "&*", "+@all"};
   c.admin.user = "admin";
   c.admin.password = "admin-pw";
@@ -402,6 +405,12 @@ TEST(RedisAuth, AnAclUserConfinedToTheCacheKeys) {
   ASSERT_TRUE(t->put(k, "v").ok());
   EXPECT_EQ(get_ok(*t, k), "v");
   EXPECT_TRUE(redis.raw({"GET", t->redis_key(k)}).starts_with("UOPDCACHE2"));
+  const std::string lease = "uopd:tune-lease:v1:" + k;
+  EXPECT_EQ(t->set_if_absent(lease, "token", 1000).value_or(false), true);
+  auto extended = t->extend_if_holds(lease, "token", 1000);
+  EXPECT_TRUE(extended.ok() && *extended) << extended.status();
+  auto removed = t->remove_if_holds(lease, "token");
+  EXPECT_TRUE(removed.ok() && *removed) << removed.status();
 
   ep.password = "admin-pw";  // another user's password
   auto r = make_tier(ep, options())->get(k);
