@@ -58,6 +58,21 @@ std::string cache_dir(std::string_view name) {
   return d.string();
 }
 
+// A real Redis for servers to share and the flags each needs for it: --redis and one
+// --cache-key-file (in cache_dir(name)). ok() once it answers.
+struct SharedRedis {
+  testing::RedisServer redis;
+  std::string redis_flag, key_flag;
+  explicit SharedRedis(std::string_view name) {
+    if (!redis.start()) return;
+    const std::string key_dir = cache_dir(name);
+    std::filesystem::create_directories(key_dir);
+    key_flag = "--cache-key-file=" + testing::write_cache_key_file(key_dir + "/cache.key");
+    redis_flag = cat("--redis=127.0.0.1:", redis.port());
+  }
+  bool ok() const { return !redis_flag.empty(); }
+};
+
 // y = relu(x @ w) for x 16 x 48, w 48 x 32: one kernel.
 struct Layer {
   Graph g;
@@ -130,12 +145,9 @@ TEST(TuneE2e, ATunedGraphRunsLikeTheInterpreterWithItsRecordsSchedule) {
 
 TEST(TuneE2e, TwoServersSharingARedisSearchAKernelOnce) {
   if (!testing::RedisServer::installed()) GTEST_SKIP() << "redis-server is not installed";
-  testing::RedisServer redis;
-  ASSERT_TRUE(redis.start());
-  const std::string flag = cat("--redis=127.0.0.1:", redis.port());
-  const std::string key_dir = cache_dir("redis-key");
-  std::filesystem::create_directories(key_dir);
-  const std::string key = "--cache-key-file=" + testing::write_cache_key_file(key_dir + "/cache.key");
+  SharedRedis shared("redis-key");
+  ASSERT_TRUE(shared.ok());
+  const std::string &flag = shared.redis_flag, &key = shared.key_flag;
   Server a = Server::start({"--cache-dir=" + cache_dir("redis-a"), flag, key, "--search-budget-s=20"});
   Server b = Server::start({"--cache-dir=" + cache_dir("redis-b"), flag, key, "--search-budget-s=20"});
   ASSERT_TRUE(a.client && b.client);
@@ -166,12 +178,10 @@ TEST(TuneE2e, TwoServersSharingARedisSearchAKernelOnce) {
 // search then takes the kernel over and publishes its record.
 TEST(TuneE2e, WhenTheSearchingServerDiesAnotherSearchesTheKernelAfterItsLease) {
   if (!testing::RedisServer::installed()) GTEST_SKIP() << "redis-server is not installed";
-  testing::RedisServer redis;
-  ASSERT_TRUE(redis.start());
-  const std::string flag = cat("--redis=127.0.0.1:", redis.port());
-  const std::string key_dir = cache_dir("lease-key");
-  std::filesystem::create_directories(key_dir);
-  const std::string key = "--cache-key-file=" + testing::write_cache_key_file(key_dir + "/cache.key");
+  SharedRedis shared("lease-key");
+  ASSERT_TRUE(shared.ok());
+  const std::string &flag = shared.redis_flag, &key = shared.key_flag;
+  testing::RedisServer& redis = shared.redis;
   Server a = Server::start(
       {"--cache-dir=" + cache_dir("lease-a"), flag, key, "--search-budget-s=600", "--search-lease-s=1"});
   Server b = Server::start({"--cache-dir=" + cache_dir("lease-b"), flag, key, "--search-budget-s=20",
