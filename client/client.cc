@@ -438,6 +438,8 @@ absl::StatusOr<Stats> Client::stats() {
   out.candidates_dropped_mismatch = r.candidates_dropped_mismatch();
   out.candidates_dropped_crash = r.candidates_dropped_crash();
   out.candidates_dropped_timeout = r.candidates_dropped_timeout();
+  out.leases_held_elsewhere = r.leases_held_elsewhere();
+  out.leases_lost = r.leases_lost();
   out.tuning_records_memory = r.tuning_records_memory();
   out.tuning_records_disk = r.tuning_records_disk();
   out.tuning_records_redis = r.tuning_records_redis();

@@ -156,6 +156,9 @@ struct Stats {
            candidates_dropped_timeout = 0;
   uint64_t tuning_records_memory = 0, tuning_records_disk = 0, tuning_records_redis = 0;
   uint64_t tuning_record_misses = 0, tuning_record_errors = 0, tuning_records_written = 0;
+  // Searches whose cluster lease another server held (left to it), and searches another
+  // server took over mid-search (stopped without a record).
+  uint64_t leases_held_elsewhere = 0, leases_lost = 0;
   std::string search;
   // Data clients sent (uploads, inline bindings, models) and the graphs Runs carried (one
   // that names a held graph by digest carries none), since uopd started.

@@ -346,7 +346,8 @@ int cmd_stats(Context& c) {
             << "schedule search (" << s->search << "): " << s->searches << " searches, " << s->candidates_timed
             << " candidates timed; dropped " << s->candidates_dropped_compile << " compile, "
             << s->candidates_dropped_mismatch << " mismatch, " << s->candidates_dropped_crash << " crash, "
-            << s->candidates_dropped_timeout << " timeout\n"
+            << s->candidates_dropped_timeout << " timeout; leases " << s->leases_held_elsewhere
+            << " held elsewhere, " << s->leases_lost << " lost\n"
             << "tuning records: found " << s->tuning_records_memory << " memory, " << s->tuning_records_disk << " disk, "
             << s->tuning_records_redis << " redis; missing " << s->tuning_record_misses << "; refused "
             << s->tuning_record_errors << "; written " << s->tuning_records_written << "\n"

@@ -155,6 +155,11 @@ flags::Tool uopd_flags() {
            "heuristic");
   c.integer("search-budget-s", "N", "the longest one kernel's search may take (uop tune may ask for another)", 30)
       .range(1, 3600);
+  c.integer("search-lease-s", "N",
+            "with --redis: a search's cluster lease lives this long, renewed every third of it while the search "
+            "runs; a server that dies mid-search keeps others from its kernel this long, then one takes it over",
+            10)
+      .range(1, 3600);
   c.flag("allow-custom", "accept CUSTOM / CUSTOMI / CUSTOM_FUNCTION ops (inline code)");
   c.string("tokens-file", "PATH",
            "tenants, bearer tokens and quotas (format: server/auth.h); every request then needs a token; none: one "
@@ -207,6 +212,12 @@ std::vector<SampledFamily> sample(CompileCache& cache, WorkerPool& pool, Planner
                   {{{"reason", "mismatch"}}, double(t.dropped_mismatch)},
                   {{{"reason", "crash"}}, double(t.dropped_crash)},
                   {{{"reason", "timeout"}}, double(t.dropped_timeout)}}});
+  out.push_back({"uopd_schedule_search_leases_total",
+                 "searches of a kernel whose cluster lease (Redis) another server held: left to it (held_elsewhere), or "
+                 "taken over by it mid-search, stopped without a record (lost)",
+                 true,
+                 {{{{"outcome", "held_elsewhere"}}, double(t.leases_held_elsewhere)},
+                  {{{"outcome", "lost"}}, double(t.leases_lost)}}});
   SampledFamily records{"uopd_tuning_records_total", "tuning records found, by tier (missing: in none)", true, {}};
   for (const auto& [tier, n] : t.record_hits) records.samples.push_back({{{"tier", tier}}, double(n)});
   records.samples.push_back({{{"tier", "missing"}}, double(t.record_misses)});
@@ -563,6 +574,7 @@ int run(int argc, char** argv) {
     return 2;
   }
   search.budget = absl::Seconds(f.integer("search-budget-s"));
+  search.lease = absl::Seconds(f.integer("search-lease-s"));
   Tuner tuner(search, &planner, &executor, &cache);
   if (search.mode != SearchMode::Off)
     planner.set_schedule_source([&tuner](const PlannedKernel& k, const Backend& b, std::string_view ns) {

@@ -930,6 +930,8 @@ grpc::Status UopdService::Stats(grpc::ServerContext* ctx, const pb::StatsRequest
     resp->set_candidates_dropped_mismatch(t.dropped_mismatch);
     resp->set_candidates_dropped_crash(t.dropped_crash);
     resp->set_candidates_dropped_timeout(t.dropped_timeout);
+    resp->set_leases_held_elsewhere(t.leases_held_elsewhere);
+    resp->set_leases_lost(t.leases_lost);
     for (const auto& [tier, n] : t.record_hits) {
       if (tier == "memory") resp->set_tuning_records_memory(n);
       if (tier == "disk") resp->set_tuning_records_disk(n);

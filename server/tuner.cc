@@ -17,6 +17,7 @@
 #include "compiler/support/strings.h"
 #include "compiler/support/timing.h"
 #include "server/cache/redis_tier.h"
+#include "transport/cluster_auth.h"
 
 namespace uop::server {
 namespace {
@@ -134,7 +135,12 @@ absl::StatusOr<TuningRecord> decode_tuning_record(std::string_view bytes, const 
 }
 
 Tuner::Tuner(SearchOptions options, Planner* planner, Executor* executor, CompileCache* cache)
-    : opts_(std::move(options)), planner_(planner), executor_(executor), cache_(cache), record_hits_(cache->tiers().size()) {
+    : opts_(std::move(options)),
+      planner_(planner),
+      executor_(executor),
+      cache_(cache),
+      lease_token_(cluster_auth::random_hex(16)),
+      record_hits_(cache->tiers().size()) {
   if (opts_.mode == SearchMode::Beam) worker_ = std::thread([this] { background(); });
 }
 
@@ -201,15 +207,82 @@ std::string Tuner::recorded_schedule(const PlannedKernel& k, const Backend& back
   return r->schedule;
 }
 
-bool Tuner::take_lease(const std::string& key, absl::Duration ttl) {
+// A cluster lease a search holds, renewed every third of its time to live by a thread of
+// its own. A thread rather than the search loop's progress: one step of the search (a
+// batch of LLVM compiles on a busy pool, the heuristic's first timing, bounded only by the
+// budget) can take longer than the lease, and a live search must not lose its kernel for
+// being slow, nor the lease be as long as the slowest step, which is what a server that
+// dies would block the cluster for. The search itself is bounded by its budget, so the
+// renewals end with it; a process that dies or stops renews nothing.
+class Tuner::Lease {
+ public:
+  Lease(RedisTier* redis, std::string name, std::string token, absl::Duration ttl, std::atomic<uint64_t>* lost_count)
+      : redis_(redis), name_(std::move(name)), token_(std::move(token)), ttl_(ttl), lost_count_(lost_count) {
+    thread_ = std::thread([this] { renew(); });
+  }
+  // Stops the renewals; removes the lease if it is still this search's.
+  ~Lease() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    // Best effort: a lease left behind expires within ttl_.
+    if (!lost()) (void)redis_->remove_if_holds(name_, token_);
+  }
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+
+  // Another server holds the lease now: the search stops without a record.
+  bool lost() const { return lost_.load(std::memory_order_acquire); }
+
+ private:
+  void renew() {
+    const int64_t ttl_ms = absl::ToInt64Milliseconds(ttl_);
+    std::unique_lock<std::mutex> l(mu_);
+    while (!cv_.wait_for(l, absl::ToChronoMilliseconds(ttl_ / 3), [this] { return done_; })) {
+      l.unlock();
+      absl::StatusOr<bool> held = redis_->extend_if_holds(name_, token_, ttl_ms);
+      // Gone (it expired while no renewal got through and no one took it, or Redis lost
+      // it): this search's again if it is still free.
+      if (held.ok() && !*held) held = redis_->set_if_absent(name_, token_, ttl_ms);
+      l.lock();
+      // Redis not answering: the search goes on, as when the lease could not be taken, and
+      // the next renewal tries again.
+      if (held.ok() && !*held) {
+        lost_.store(true, std::memory_order_release);
+        lost_count_->fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+    }
+  }
+
+  RedisTier* const redis_;
+  const std::string name_, token_;
+  const absl::Duration ttl_;
+  std::atomic<uint64_t>* const lost_count_;
+  std::atomic<bool> lost_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;  // guarded by mu_
+  std::thread thread_;
+};
+
+bool Tuner::take_lease(const std::string& key, std::unique_ptr<Lease>* held) {
   for (const auto& t : cache_->tiers()) {
     auto* redis = dynamic_cast<RedisTier*>(t.get());
     if (!redis) continue;
-    auto took = redis->set_if_absent(cat("uopd:tune-lease:v1:", key), "1", absl::ToInt64Milliseconds(ttl));
+    const std::string name = cat("uopd:tune-lease:v1:", key);
+    auto took = redis->set_if_absent(name, lease_token_, absl::ToInt64Milliseconds(opts_.lease));
     // A Redis that does not answer cannot coordinate: search here rather than never.
     if (!took.ok()) return true;
-    if (!*took) leases_elsewhere_.fetch_add(1, std::memory_order_relaxed);
-    return *took;
+    if (!*took) {
+      leases_elsewhere_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    *held = std::make_unique<Lease>(redis, name, lease_token_, opts_.lease, &leases_lost_);
+    return true;
   }
   return true;
 }
@@ -277,10 +350,14 @@ absl::StatusOr<TuneResult> Tuner::search(const Plan& plan, size_t ki, const std:
     known_[key] = r->schedule;
     return done();
   }
-  if (!take_lease(key, budget + absl::Seconds(30))) {
+  // Destroyed before `release`: the lease is removed before this process may search the
+  // kernel again.
+  std::unique_ptr<Lease> lease;
+  if (!take_lease(key, &lease)) {
     res.skipped = "another server sharing the Redis is searching it";
     return done();
   }
+  auto lost = [&] { return lease && lease->lost(); };
   searches_.fetch_add(1, std::memory_order_relaxed);
 
   // The heuristic's kernel: the reference output and the time to beat.
@@ -365,7 +442,7 @@ absl::StatusOr<TuneResult> Tuner::search(const Plan& plan, size_t ki, const std:
   std::vector<Candidate> beam{{*start, base_ms}};
   Candidate best{*start, base_ms};
   const int threads = 4;  // candidates compiled at once: the pool's threads take them in turn
-  while (absl::Now() < end) {
+  while (absl::Now() < end && !lost()) {
     std::vector<LoopSchedule> next;
     for (const Candidate& c : beam)
       for (const LoopStep& st : candidate_steps(kernel, c.schedule, limits)) {
@@ -378,11 +455,13 @@ absl::StatusOr<TuneResult> Tuner::search(const Plan& plan, size_t ki, const std:
       }
     if (next.empty()) break;
     std::vector<Candidate> timed;
-    for (size_t at = 0; at < next.size() && absl::Now() < end; at += threads) {
+    for (size_t at = 0; at < next.size() && absl::Now() < end && !lost(); at += threads) {
       std::vector<std::string> texts;
       for (size_t i = at; i < std::min(next.size(), at + threads); ++i) texts.push_back(next[i].str());
       Requester pool_who = who;
       pool_who.deadline = end;
+      // A lost lease abandons the compiles too: their kernels are another server's to try.
+      pool_who.gone = [&] { return lost() || (who.gone && who.gone()); };
       auto compiled = planner_->compile_candidates(k, backend, texts, cache_namespace, pool_who);
       for (size_t i = 0; i < compiled.size(); ++i) {
         if (!compiled[i].ok()) {
@@ -392,6 +471,7 @@ absl::StatusOr<TuneResult> Tuner::search(const Plan& plan, size_t ki, const std:
         }
         CompiledKernel ck = *std::move(compiled[i]);
         if (opts_.corrupt_candidate) opts_.corrupt_candidate(texts[i], ck);
+        if (lost()) break;
         // Ten times the heuristic's time, and a second for the round trip, past which it is
         // a kernel that will not end: the worker is told to stop, then ended.
         const absl::Time deadline =
@@ -423,6 +503,10 @@ absl::StatusOr<TuneResult> Tuner::search(const Plan& plan, size_t ki, const std:
   d_mismatch_.fetch_add(res.dropped_mismatch, std::memory_order_relaxed);
   d_crash_.fetch_add(res.dropped_crash, std::memory_order_relaxed);
   d_timeout_.fetch_add(res.dropped_timeout, std::memory_order_relaxed);
+  if (lost()) {
+    res.skipped = "another server sharing the Redis took its lease over and searches it now";
+    return done();
+  }
   // The heuristic kept is a record too ("" schedule): the kernel is not searched again.
   res.schedule = best.ms < base_ms ? best.schedule.str() : "";
   res.after_ms = res.schedule.empty() ? base_ms : best.ms;
@@ -475,6 +559,7 @@ TunerStats Tuner::stats() const {
   s.dropped_crash = d_crash_.load();
   s.dropped_timeout = d_timeout_.load();
   s.leases_held_elsewhere = leases_elsewhere_.load();
+  s.leases_lost = leases_lost_.load();
   for (size_t i = 0; i < record_hits_.size(); ++i)
     s.record_hits.emplace_back(std::string(cache_->tiers()[i]->name()), record_hits_[i].load());
   s.record_misses = record_misses_.load();

@@ -32,10 +32,21 @@
 // schedule; in the disk and Redis tiers it is also authenticated like every entry
 // (server/cache/README.md). A record whose schedule is "" says the heuristic won.
 //
-// Once per cluster: with a Redis tier, a search first takes a lease (SET NX PX) named by
-// the record's key, so servers sharing that Redis search a kernel once; the others keep
-// the heuristic kernel and pick the record up when it appears (a miss is asked again
-// after kMissRecheck).
+// Once per cluster: with a Redis tier, a search first takes a lease named by the record's
+// key (SET NX PX `uopd:tune-lease:v1:<record key>`, its value a random token of this
+// Tuner's), so servers sharing that Redis search a kernel once; the others keep the
+// heuristic kernel and pick the record up when it appears (a miss is asked again after
+// kMissRecheck). The lease is short (SearchOptions::lease, `uopd --search-lease-s`) and a
+// thread of the search renews it every third of that while the search runs, so a server
+// that dies mid-search holds its kernel for at most one lease: then another server's
+// search of it takes the lease over. A renewal that finds the lease another server's (it
+// expired and was taken: a renewal came too late, say while Redis was unreachable) stops
+// the search at its next candidate without a record, since that server searches it now
+// (TunerStats::leases_lost); one that finds it gone and free takes it again. A search that
+// ends, with a record or without, removes its lease if it still holds it. The lease is
+// extended and removed only while it holds this Tuner's token (RedisTier::extend_if_holds,
+// remove_if_holds: one Lua script each), never another server's. A Redis that does not
+// answer cannot coordinate: the search goes on (taken or renewed, it is tried again).
 #pragma once
 
 #include <atomic>
@@ -69,6 +80,9 @@ struct SearchOptions {
   SearchMode mode = SearchMode::Heuristic;
   int width = 4;                             // schedules kept per round
   absl::Duration budget = absl::Seconds(30);  // per kernel
+  // The cluster lease's time to live (with a Redis tier): renewed every third of it while
+  // the search runs; how long a server that died mid-search keeps others from its kernel.
+  absl::Duration lease = absl::Seconds(10);
   // Tests only: called on every candidate after it compiled and before it is timed (a
   // test rigs one to compute something else). Never set by uopd. The worker keeps what it
   // loaded under the candidate's cache key, so a test must not run a rigged schedule
@@ -116,6 +130,7 @@ struct TunerStats {
   uint64_t searches = 0, candidates_timed = 0;
   uint64_t dropped_compile = 0, dropped_mismatch = 0, dropped_crash = 0, dropped_timeout = 0;
   uint64_t leases_held_elsewhere = 0;  // searches left to another server
+  uint64_t leases_lost = 0;            // searches stopped, no record: another server took their lease
   std::vector<std::pair<std::string, uint64_t>> record_hits;  // per tier, in order
   uint64_t record_misses = 0, record_errors = 0, records_written = 0;
 };
@@ -156,13 +171,15 @@ class Tuner {
 
  private:
   struct Candidate;
+  class Lease;
   // The record in the first tier that has a good one (copied into the tiers above), or
   // nullopt; counts hits, misses and refused records.
   std::optional<TuningRecord> find_record(const std::string& key, const Digest& kernel, const Backend& backend);
   void put_record(const std::string& key, const TuningRecord& r);
   // Whether this server may search the kernel of `key` now (the cluster lease, when Redis
-  // is a tier).
-  bool take_lease(const std::string& key, absl::Duration ttl);
+  // is a tier); `held` the lease taken, renewed until it is destroyed (null: no Redis tier,
+  // or one that did not answer).
+  bool take_lease(const std::string& key, std::unique_ptr<Lease>* held);
   // `queued`: the background's search of a kernel after_run made pending (any other call
   // first waits for a pending search of its kernel, then finds that search's record).
   absl::StatusOr<TuneResult> search(const Plan& plan, size_t kernel, const std::string& device, const std::string& tenant,
@@ -174,6 +191,9 @@ class Tuner {
   Planner* planner_;
   Executor* executor_;
   CompileCache* cache_;
+  // The value of every lease this Tuner takes: random, so that no other server's is the
+  // same. One value per Tuner is enough: it searches a kernel once at a time (pending_).
+  const std::string lease_token_;
 
   mutable std::mutex mu_;
   // Records seen in this process: key -> schedule; misses -> when to ask again.
@@ -195,7 +215,7 @@ class Tuner {
   std::thread worker_;  // the background search, in beam mode
 
   std::atomic<uint64_t> searches_{0}, timed_{0}, d_compile_{0}, d_mismatch_{0}, d_crash_{0}, d_timeout_{0};
-  std::atomic<uint64_t> leases_elsewhere_{0}, record_misses_{0}, record_errors_{0}, records_written_{0};
+  std::atomic<uint64_t> leases_elsewhere_{0}, leases_lost_{0}, record_misses_{0}, record_errors_{0}, records_written_{0};
   std::vector<std::atomic<uint64_t>> record_hits_;  // per tier
 };
 

@@ -12,6 +12,13 @@ bool refuses_access(const RedisReply& r) {
   return e.starts_with("NOAUTH") || e.starts_with("WRONGPASS") || e.starts_with("NOPERM");
 }
 
+// KEYS[1] the lease, ARGV[1] the holder's token (ARGV[2] the time to live, ms). A GET of a
+// missing key is false in Lua, never equal to a token.
+constexpr std::string_view kExtendIfHolds =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0";
+constexpr std::string_view kRemoveIfHolds =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RedisTier>> RedisTier::create(RedisEndpoint endpoint, ClusterKey key,
@@ -115,6 +122,27 @@ absl::StatusOr<bool> RedisTier::set_if_absent(std::string_view name, std::string
   absl::StatusOr<RedisReply> reply = command({"SET", name, value, "NX", "PX", ttl});
   if (!reply.ok()) return reply.status();
   return reply->type == RedisReply::Type::Status;  // OK; nil when the name exists
+}
+
+absl::StatusOr<bool> RedisTier::eval_if_holds(std::string_view script, std::string_view name,
+                                              const std::vector<std::string_view>& args) {
+  std::vector<std::string_view> argv = {"EVAL", script, "1", name};
+  argv.insert(argv.end(), args.begin(), args.end());
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<RedisReply> reply = command(argv);
+  if (!reply.ok()) return reply.status();
+  if (reply->type != RedisReply::Type::Integer)
+    return absl::UnavailableError(cat("redis ", address_, ": EVAL on ", name, ": a reply that is not an integer"));
+  return reply->integer == 1;
+}
+
+absl::StatusOr<bool> RedisTier::extend_if_holds(std::string_view name, std::string_view token, int64_t ttl_ms) {
+  const std::string ttl = std::to_string(std::max<int64_t>(ttl_ms, 1));
+  return eval_if_holds(kExtendIfHolds, name, {token, ttl});
+}
+
+absl::StatusOr<bool> RedisTier::remove_if_holds(std::string_view name, std::string_view token) {
+  return eval_if_holds(kRemoveIfHolds, name, {token});
 }
 
 }  // namespace uop

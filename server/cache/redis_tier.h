@@ -59,6 +59,14 @@ class RedisTier : public CacheTier {
   // false when it exists already; UNAVAILABLE when Redis cannot say. `name` is used as it
   // is, outside the cache's key prefix.
   absl::StatusOr<bool> set_if_absent(std::string_view name, std::string_view value, int64_t ttl_ms);
+  // The lease's holder renews and ends it: while `name` holds `token`, extend_if_holds sets
+  // its time to live to ttl_ms (PEXPIRE) and remove_if_holds deletes it (DEL). Each is one
+  // Lua script (EVAL), so the GET and what follows it are atomic: a lease that expired and
+  // that another server took in between is never extended nor deleted by the one that lost
+  // it. true when `name` held `token` (extended, removed), false when it is gone or holds
+  // another value; UNAVAILABLE when Redis cannot say.
+  absl::StatusOr<bool> extend_if_holds(std::string_view name, std::string_view token, int64_t ttl_ms);
+  absl::StatusOr<bool> remove_if_holds(std::string_view name, std::string_view token);
 
   const std::string& address() const { return address_; }  // "host:port"
   std::string redis_key(std::string_view key) const { return cat(options_.key_prefix, key); }
@@ -73,6 +81,9 @@ class RedisTier : public CacheTier {
   absl::StatusOr<RedisReply> command(const std::vector<std::string_view>& args)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status fail(std::string error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // EVAL of a script that answers 1 (it held) or 0 on the key `name`.
+  absl::StatusOr<bool> eval_if_holds(std::string_view script, std::string_view name,
+                                     const std::vector<std::string_view>& args);
 
   const RedisConnector connector_;
   const ClusterKey mac_key_;

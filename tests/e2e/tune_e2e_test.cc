@@ -1,10 +1,13 @@
 // `Tune` end to end: a real uopd and its uop-worker. A graph tuned then run computes what
 // the interpreter computes, compiled with its record's schedule; a second uopd on the same
 // cache directory finds the record on disk and searches nothing; two uopd sharing a real
-// Redis, asked to tune one kernel at once, search it once between them; --search=beam
+// Redis, asked to tune one kernel at once, search it once between them; one that dies
+// mid-search holds the kernel only until its lease expires, then the other searches it;
+// --search=beam
 // searches a kernel after its first run, in the background; --search=off refuses Tune
 // and never searches; bad Tune requests are refused naming what is wrong, and the server
 // keeps serving.
+#include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -19,6 +22,7 @@
 #include "compiler/interp/interp.h"
 #include "compiler/ir/tensor_builder.h"
 #include "compiler/support/strings.h"
+#include "tests/e2e/metrics_scrape.h"
 #include "tests/unit/server/cache/test_util.h"
 
 namespace uop {
@@ -32,8 +36,8 @@ struct Server {
   std::unique_ptr<Client> client;
   static Server start(std::vector<std::string> args) {
     Server s;
-    args.push_back("--workers=1");
-    args.push_back("--metrics-listen=");
+    // First, so that a test's own args say otherwise (a later flag wins).
+    args.insert(args.begin(), {"--workers=1", "--metrics-listen="});
     auto p = EmbeddedServer::start(UOPD_BINARY, args);
     EXPECT_TRUE(p.ok()) << p.status();
     if (!p.ok()) return s;
@@ -53,6 +57,21 @@ std::string cache_dir(std::string_view name) {
   std::filesystem::remove_all(d);
   return d.string();
 }
+
+// A real Redis for servers to share and the flags each needs for it: --redis and one
+// --cache-key-file (in cache_dir(name)). ok() once it answers.
+struct SharedRedis {
+  testing::RedisServer redis;
+  std::string redis_flag, key_flag;
+  explicit SharedRedis(std::string_view name) {
+    if (!redis.start()) return;
+    const std::string key_dir = cache_dir(name);
+    std::filesystem::create_directories(key_dir);
+    key_flag = "--cache-key-file=" + testing::write_cache_key_file(key_dir + "/cache.key");
+    redis_flag = cat("--redis=127.0.0.1:", redis.port());
+  }
+  bool ok() const { return !redis_flag.empty(); }
+};
 
 // y = relu(x @ w) for x 16 x 48, w 48 x 32: one kernel.
 struct Layer {
@@ -126,12 +145,9 @@ TEST(TuneE2e, ATunedGraphRunsLikeTheInterpreterWithItsRecordsSchedule) {
 
 TEST(TuneE2e, TwoServersSharingARedisSearchAKernelOnce) {
   if (!testing::RedisServer::installed()) GTEST_SKIP() << "redis-server is not installed";
-  testing::RedisServer redis;
-  ASSERT_TRUE(redis.start());
-  const std::string flag = cat("--redis=127.0.0.1:", redis.port());
-  const std::string key_dir = cache_dir("redis-key");
-  std::filesystem::create_directories(key_dir);
-  const std::string key = "--cache-key-file=" + testing::write_cache_key_file(key_dir + "/cache.key");
+  SharedRedis shared("redis-key");
+  ASSERT_TRUE(shared.ok());
+  const std::string &flag = shared.redis_flag, &key = shared.key_flag;
   Server a = Server::start({"--cache-dir=" + cache_dir("redis-a"), flag, key, "--search-budget-s=20"});
   Server b = Server::start({"--cache-dir=" + cache_dir("redis-b"), flag, key, "--search-budget-s=20"});
   ASSERT_TRUE(a.client && b.client);
@@ -154,6 +170,92 @@ TEST(TuneE2e, TwoServersSharingARedisSearchAKernelOnce) {
   ASSERT_TRUE(later.ok()) << later.status();
   EXPECT_TRUE(later->from_record);
   expect_run_matches_interpreter(*other.client, l);
+}
+
+// A searches a kernel and cannot finish (its worker stopped: the heuristic kernel's first
+// timing waits); its lease, a second long, lives on while A does (renewed), and B's search
+// of the kernel is left to A. A is killed: its lease expires a second later, and B's
+// search then takes the kernel over and publishes its record.
+TEST(TuneE2e, WhenTheSearchingServerDiesAnotherSearchesTheKernelAfterItsLease) {
+  if (!testing::RedisServer::installed()) GTEST_SKIP() << "redis-server is not installed";
+  SharedRedis shared("lease-key");
+  ASSERT_TRUE(shared.ok());
+  const std::string &flag = shared.redis_flag, &key = shared.key_flag;
+  testing::RedisServer& redis = shared.redis;
+  Server a = Server::start(
+      {"--cache-dir=" + cache_dir("lease-a"), flag, key, "--search-budget-s=600", "--search-lease-s=1"});
+  Server b = Server::start({"--cache-dir=" + cache_dir("lease-b"), flag, key, "--search-budget-s=20",
+                            "--search-lease-s=1", "--metrics-listen=127.0.0.1:0"});
+  ASSERT_TRUE(a.client && b.client);
+  const std::string b_metrics = testing::metrics_address(*b.proc);
+  auto leases = [&](std::string_view outcome) {
+    return testing::metric(b_metrics, cat("uopd_schedule_search_leases_total{outcome=\"", outcome, "\"}"));
+  };
+  EXPECT_EQ(leases("held_elsewhere"), 0);
+  EXPECT_EQ(leases("lost"), 0);
+  auto sa = a.client->stats();
+  ASSERT_TRUE(sa.ok()) << sa.status();
+  ASSERT_EQ(sa->workers.size(), 1u);
+  const pid_t a_worker = static_cast<pid_t>(sa->workers[0].pid);
+  ASSERT_GT(a_worker, 0);
+  ASSERT_EQ(::kill(a_worker, SIGSTOP), 0);
+  Layer l;
+  auto on_a = std::async(std::launch::async, [&] { return a.client->tune(l.root, l.names, ""); });
+  std::string lease;
+  ASSERT_TRUE(testing::wait_until([&] {
+    lease = redis.raw({"KEYS", "uopd:tune-lease:v1:*"});
+    return !lease.empty();
+  })) << "A took the kernel's lease";
+  const std::string token = redis.raw({"GET", lease});
+  // Its time to live is the lease's, not the budget's; and it is renewed while A lives: a
+  // time to live that grew again four times (a renewal every third of it) outlived one lease.
+  int64_t ttl = std::stoll(redis.raw({"PTTL", lease}));
+  EXPECT_GT(ttl, 0);
+  EXPECT_LE(ttl, 1000);
+  int renewals = 0;
+  ASSERT_TRUE(testing::wait_until([&] {
+    const int64_t now = std::stoll(redis.raw({"PTTL", lease}));
+    renewals += now > ttl;
+    ttl = now;
+    return renewals >= 4;
+  })) << "A's lease was not renewed";
+  EXPECT_EQ(redis.raw({"GET", lease}), token) << "still A's";
+
+  auto held = b.client->tune(l.root, l.names, "");
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_NE(held->skipped.find("another server"), std::string::npos) << held->skipped;
+  auto sb = b.client->stats();
+  ASSERT_TRUE(sb.ok());
+  EXPECT_EQ(sb->searches, 0u);
+  EXPECT_EQ(sb->leases_held_elsewhere, 1u);
+  EXPECT_EQ(leases("held_elsewhere"), 1);
+
+  ASSERT_EQ(::kill(a.proc->pid(), SIGKILL), 0);
+  ::kill(a_worker, SIGKILL);
+  EXPECT_FALSE(on_a.get().ok()) << "A died mid-search";
+  ASSERT_TRUE(testing::wait_until([&] { return redis.raw({"EXISTS", lease}) == "0"; }))
+      << "the dead server's lease expired";
+  auto took = b.client->tune(l.root, l.names, "");
+  ASSERT_TRUE(took.ok()) << took.status();
+  EXPECT_TRUE(took->skipped.empty()) << took->skipped;
+  EXPECT_FALSE(took->from_record);
+  EXPECT_GT(took->candidates_timed, 0u);
+  sb = b.client->stats();
+  ASSERT_TRUE(sb.ok());
+  EXPECT_EQ(sb->searches, 1u);
+  EXPECT_EQ(sb->tuning_records_written, 1u);
+  EXPECT_EQ(sb->leases_held_elsewhere, 1u);
+  EXPECT_EQ(sb->leases_lost, 0u);
+  EXPECT_EQ(leases("lost"), 0);
+  EXPECT_EQ(redis.raw({"EXISTS", lease}), "0") << "B removed its lease when it published the record";
+  // The record is in Redis: a fresh server finds it there.
+  Server c = Server::start({"--cache-dir=" + cache_dir("lease-c"), flag, key});
+  ASSERT_TRUE(c.client);
+  auto found = c.client->tune(l.root, l.names, "");
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_TRUE(found->from_record);
+  EXPECT_EQ(found->schedule, took->schedule);
+  expect_run_matches_interpreter(*c.client, l);
 }
 
 TEST(TuneE2e, BeamSearchesAKernelAfterItsFirstRunInTheBackground) {

@@ -6,7 +6,8 @@
 // and the search goes on; records that are truncated,
 // corrupt, foreign or of another build are misses, in the record codec and in the tiers;
 // --search=off never searches nor uses a record; servers sharing a real Redis search a
-// kernel once (the lease), the other picks the record up.
+// kernel once (the lease), the other picks the record up; a search whose lease another
+// server took over stops without a record.
 #include "server/tuner.h"
 
 #include <gtest/gtest.h>
@@ -23,6 +24,7 @@
 #include "server/cache/disk_tier.h"
 #include "server/cache/memory_tier.h"
 #include "server/cache/redis_tier.h"
+#include "tests/e2e/worker_proc.h"
 #include "tests/unit/server/cache/test_util.h"
 
 namespace uop::server {
@@ -401,6 +403,54 @@ TEST(Tuner, ServersSharingARedisSearchAKernelOnce) {
   EXPECT_FALSE(ro->skipped.empty());
   EXPECT_EQ(b.tuner->stats().searches, 0u);
   EXPECT_EQ(b.tuner->stats().leases_held_elsewhere, 1u);
+}
+
+// The lease expired and another server took it (its token in Redis now): this search's
+// next renewal finds it so, and the search stops at its next candidate, timing nothing
+// more and publishing no record, and leaves the other server's lease alone.
+TEST(Tuner, ASearchWhoseLeaseAnotherServerTookStopsWithoutARecord) {
+  if (!testing::RedisServer::installed()) GTEST_SKIP() << "redis-server is not installed";
+  testing::RedisServer redis;
+  ASSERT_TRUE(redis.start());
+  SearchOptions o = beam();
+  o.lease = absl::Seconds(1);  // renewed every third of a second
+  Tuner* tuner = nullptr;
+  std::string lease;
+  int candidates = 0;
+  bool lost = false;
+  // At the first candidate (the search holds its lease): another server's token in it,
+  // then the candidate waits for a renewal to find that.
+  o.corrupt_candidate = [&](const std::string&, CompiledKernel&) {
+    if (candidates++) return;
+    ASSERT_EQ(redis.raw({"GET", lease}).size(), 32u) << "the search holds its lease, a random token";
+    ASSERT_EQ(redis.raw({"SET", lease, "another server", "PX", "600000"}), "OK");
+    lost = testing::wait_until([&] { return tuner->stats().leases_lost == 1; });
+  };
+  Server s(o, redis.port());
+  tuner = s.tuner.get();
+  Matmul m;
+  auto p = s.plan(m.root);
+  ASSERT_TRUE(p);
+  const std::string key = tuning_record_key(p->kernels[0].digest, *s.planner->host(), "");
+  lease = cat("uopd:tune-lease:v1:", key);
+  auto r = s.tune(*p);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(lost) << "a renewal found the lease another server's";
+  EXPECT_EQ(candidates, 1) << "no candidate after the lease was lost";
+  EXPECT_EQ(r->candidates_timed, 0u);
+  EXPECT_NE(r->skipped.find("took its lease over"), std::string::npos) << r->skipped;
+  EXPECT_EQ(r->schedule, "");
+  TunerStats st = s.tuner->stats();
+  EXPECT_EQ(st.searches, 1u);
+  EXPECT_EQ(st.leases_lost, 1u);
+  EXPECT_EQ(st.leases_held_elsewhere, 0u);
+  EXPECT_EQ(st.records_written, 0u);
+  for (const auto& t : s.cache->tiers()) {
+    auto got = t->get(key);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_FALSE(got->has_value()) << "a record in tier " << t->name();
+  }
+  EXPECT_EQ(redis.raw({"GET", lease}), "another server") << "the other server's lease is left alone";
 }
 
 }  // namespace

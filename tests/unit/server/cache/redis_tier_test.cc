@@ -92,6 +92,50 @@ TEST_F(RedisTierTest, TtlIsApplied) {
   EXPECT_LE(ttl, 3600);
 }
 
+// The schedule search's lease (server/tuner.h): taken once, then extended and removed by
+// its holder's token only; another token, or a lease that is gone, is left as it is.
+TEST_F(RedisTierTest, ALeaseIsExtendedAndRemovedByItsHolderOnly) {
+  auto t = tier();
+  const std::string lease = "uopd:tune-lease:v1:test";
+  ASSERT_EQ(t->set_if_absent(lease, "mine", 1000).value_or(false), true);
+  EXPECT_EQ(t->set_if_absent(lease, "theirs", 1000).value_or(true), false);
+
+  auto extended = t->extend_if_holds(lease, "mine", 600000);
+  ASSERT_TRUE(extended.ok()) << extended.status();
+  EXPECT_TRUE(*extended);
+  EXPECT_GT(std::stoll(raw({"PTTL", lease})), 1000) << "the holder's lease lives ttl_ms from the extension";
+
+  auto other = t->extend_if_holds(lease, "theirs", 1);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_FALSE(*other);
+  EXPECT_GT(std::stoll(raw({"PTTL", lease})), 1000) << "another token does not shorten it";
+  auto not_theirs = t->remove_if_holds(lease, "theirs");
+  ASSERT_TRUE(not_theirs.ok()) << not_theirs.status();
+  EXPECT_FALSE(*not_theirs);
+  EXPECT_EQ(raw({"GET", lease}), "mine") << "another token does not remove it";
+
+  auto removed = t->remove_if_holds(lease, "mine");
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_TRUE(*removed);
+  EXPECT_EQ(raw({"EXISTS", lease}), "0");
+  // Gone: nothing to extend (PEXPIRE makes no key) nor remove.
+  EXPECT_EQ(t->extend_if_holds(lease, "mine", 600000).value_or(true), false);
+  EXPECT_EQ(t->remove_if_holds(lease, "mine").value_or(true), false);
+  EXPECT_EQ(raw({"EXISTS", lease}), "0");
+
+  // Taken by another server after it expired: the old holder touches nothing.
+  ASSERT_EQ(raw({"SET", lease, "theirs", "PX", "600000"}), "OK");
+  EXPECT_EQ(t->extend_if_holds(lease, "mine", 1).value_or(true), false);
+  EXPECT_EQ(t->remove_if_holds(lease, "mine").value_or(true), false);
+  EXPECT_EQ(raw({"GET", lease}), "theirs");
+  EXPECT_GT(std::stoll(raw({"PTTL", lease})), 1000);
+
+  // Redis gone: UNAVAILABLE, not "not held".
+  redis_.kill();
+  EXPECT_EQ(t->extend_if_holds(lease, "theirs", 1000).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(t->remove_if_holds(lease, "theirs").status().code(), absl::StatusCode::kUnavailable);
+}
+
 TEST_F(RedisTierTest, CorruptValuesAreDataLossAndDeleted) {
   auto t = tier();
   std::string k = key_of("kernel");
@@ -342,11 +386,14 @@ TEST(RedisAuth, RequirepassTakesTheRightPasswordOnly) {
   EXPECT_EQ(cache.stats()[1].second.put_errors, 1u);
 }
 
+// The cache's keys and the search's leases (server/cache/README.md: the ACL uopd needs; the
+// lease scripts' PEXPIRE is checked against it too).
 TEST(RedisAuth, AnAclUserConfinedToTheCacheKeys) {
   if (!RedisServer::installed()) GTEST_SKIP() << testing::kRedisServer << " is not installed";
   RedisServer::Config c;
   c.args = {"--user", "default", "off",
-            "--user", "uopd", "on", ">uopd-pw", "~uopd:cache:*", "+get", "+set", "+del", "+ping",
+            "--user", "uopd", "on", ">uopd-pw", "~uopd:cache:*", "~uopd:tune-lease:*", "+get", "+set", "+del",
+            "+ping", "+eval", "+pexpire",
             "--user", "admin", "on", ">admin-pw", "~*", "&*", "+@all"};
   c.admin.user = "admin";
   c.admin.password = "admin-pw";
@@ -358,6 +405,12 @@ TEST(RedisAuth, AnAclUserConfinedToTheCacheKeys) {
   ASSERT_TRUE(t->put(k, "v").ok());
   EXPECT_EQ(get_ok(*t, k), "v");
   EXPECT_TRUE(redis.raw({"GET", t->redis_key(k)}).starts_with("UOPDCACHE2"));
+  const std::string lease = "uopd:tune-lease:v1:" + k;
+  EXPECT_EQ(t->set_if_absent(lease, "token", 1000).value_or(false), true);
+  auto extended = t->extend_if_holds(lease, "token", 1000);
+  EXPECT_TRUE(extended.ok() && *extended) << extended.status();
+  auto removed = t->remove_if_holds(lease, "token");
+  EXPECT_TRUE(removed.ok() && *removed) << removed.status();
 
   ep.password = "admin-pw";  // another user's password
   auto r = make_tier(ep, options())->get(k);

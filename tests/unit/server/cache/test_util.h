@@ -197,7 +197,8 @@ class RedisServer {
 
   // One command on a fresh connection of the fixture's own, for tests that poke at values
   // by hand: the reply as text ("" for nil, the number for an integer, "ERR: message" for
-  // an error reply, "FAILED: status" when no reply came).
+  // an error reply, an array's strings one a line (KEYS), "FAILED: status" when no reply
+  // came).
   std::string raw(std::vector<std::string> args) const {
     auto connector = RedisConnector::create(endpoint());
     if (!connector.ok()) return cat("FAILED: ", connector.status().ToString());
@@ -211,6 +212,11 @@ class RedisServer {
       case RedisReply::Type::Integer: return std::to_string(r->integer);
       case RedisReply::Type::Error: return cat("ERR: ", r->str);
       case RedisReply::Type::Nil: return "";
+      case RedisReply::Type::Array: {
+        std::string lines;
+        for (const RedisReply& e : r->elements) lines += cat(lines.empty() ? "" : "\n", e.str);
+        return lines;
+      }
       default: return r->str;
     }
   }
