@@ -5,6 +5,7 @@ tests/CMakeLists.txt passes in). Without tinygrad the run exits 77, which ctest 
 as skipped, saying why. (tinygrad's own test_ops.py runs under uopd_tinygrad_plugin
 instead: it needs --noconftest.)"""
 import os
+import socket
 import sys
 
 import pytest
@@ -17,10 +18,21 @@ def pytest_configure(config):
     require_tinygrad()
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
+    """uopd with two CPU workers; its /metrics at `server.metrics` (what the collectives
+    count is read from: the server's own account, not the bridge's)."""
+    metrics = f"127.0.0.1:{_free_port()}"
     srv = uopd.EmbeddedServer(os.environ.get("UOPD_BINARY") or None,
-                              ["--workers=2", f"--cache-dir={tmp_path_factory.mktemp('cache')}"])
+                              ["--workers=2", f"--cache-dir={tmp_path_factory.mktemp('cache')}",
+                               f"--metrics-listen={metrics}"])
+    srv.metrics = metrics
     yield srv
     srv.stop()
 

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -170,18 +171,40 @@ def test_an_op_with_no_translation_is_refused_naming_it(uopd_device):
         translate.kernel_graph(bad)
 
 
-def test_a_tensor_sharded_over_two_uopd_devices(uopd_device):
-    """UOPD and UOPD:1 are uopd's CPU:0 and CPU:1, each a session of its own; tinygrad's
-    own cross-device reduce (its allreduce kernels and copies) runs over them."""
+def collectives_run(server) -> float:
+    """uopd_collectives_total from the server's /metrics."""
+    with urllib.request.urlopen(f"http://{server.metrics}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("uopd_collectives_total"):
+                return float(line.split()[-1])
+    raise AssertionError("uopd's /metrics has no uopd_collectives_total")
+
+
+def test_a_tensor_sharded_over_two_uopd_devices(uopd_device, server):
+    """UOPD and UOPD:1 are uopd's CPU:0 and CPU:1 in one session; a reduce over the shard
+    axis is tinygrad's ALLREDUCE, run as uopd's: one collective between uopd's workers,
+    no tinygrad copies between the devices."""
     from tinygrad import Device, Tensor
     a_np = rng(5).standard_normal((8, 6)).astype(np.float32)
     w_np = rng(6).standard_normal((6, 3)).astype(np.float32)
     a = Tensor(a_np).shard(("UOPD:0", "UOPD:1"), axis=0)
     w = Tensor(w_np).shard(("UOPD:0", "UOPD:1"))
-    assert [Device[d].session.devices for d in a.device] == [["CPU:0"], ["CPU:1"]]
+    assert Device["UOPD:0"].session is Device["UOPD:1"].session
+    assert [Device[d].uopd_device for d in a.device] == ["CPU:0", "CPU:1"]
     np.testing.assert_allclose((a * 2 + 1).numpy(), a_np * 2 + 1, rtol=1e-6)
-    np.testing.assert_allclose(a.sum(axis=0).numpy(), a_np.sum(axis=0), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose((a @ w).numpy(), a_np @ w_np, rtol=1e-5, atol=1e-5)
+    for reduce, want in ((lambda t: t.sum(axis=0), a_np.sum(axis=0)), (lambda t: t.max(axis=0), a_np.max(axis=0))):
+        before = collectives_run(server)
+        with programs_run() as seen:
+            got = reduce(a)
+            got.realize()
+        assert collectives_run(server) == before + 1
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+        # Each device's shard of the result: the whole reduction, replicated.
+        for shard in got.uop.buffer.bufs:
+            np.testing.assert_allclose(np.frombuffer(shard.as_memoryview(force_zero_copy=False), np.float32), want,
+                                       rtol=1e-5, atol=1e-5)
+        assert seen, "the partials are uopd kernels"
 
 
 def test_a_dtype_with_no_translation_is_refused_naming_it(uopd_device):
@@ -226,8 +249,8 @@ def test_a_program_runs_with_no_c_compiler_on_path(uopd_env, tmp_path):
     assert got["sum"] == 66.0
 
 
-def train(env, dev, steps):
-    cmd = [sys.executable] + (["-m", "uopd.tinygrad"] if dev == "UOPD" else []) + [str(TRAIN), str(steps)]
+def train(env, dev, steps, shards=1):
+    cmd = [sys.executable] + (["-m", "uopd.tinygrad"] if dev == "UOPD" else []) + [str(TRAIN), str(steps), str(shards)]
     r = subprocess.run(cmd, env=dict(env, DEV=dev), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"DEV={dev}: {r.stderr[-4000:]}"
     return np.array(json.loads(r.stdout.strip().splitlines()[-1])["losses"])
@@ -241,6 +264,24 @@ def test_training_loop_reaches_the_loss_of_tinygrads_cpu_device(uopd_env):
     assert len(on_uopd) == len(on_cpu) == steps
     assert on_cpu[-1] < 0.5 * on_cpu[0]  # it learns: the comparison is not of two flat lines
     np.testing.assert_allclose(on_uopd, on_cpu, rtol=1e-4, atol=1e-6)
+
+
+def test_sharded_training_reduces_its_gradients_on_uopds_workers(uopd_env, server):
+    """The same loop data-parallel over UOPD and UOPD:1 (batch split, weights replicated):
+    the losses of tinygrad's own CPU device sharded the same way, every weight gradient's
+    allreduce a collective between uopd's workers."""
+    if shutil.which("clang") is None:
+        pytest.skip("tinygrad's CPU device needs clang (deploy/setup.sh installs it)")
+    steps = 100
+    before = collectives_run(server)
+    on_uopd = train(uopd_env, "UOPD", steps, shards=2)
+    collectives = collectives_run(server) - before
+    on_cpu = train(uopd_env, "CPU", steps, shards=2)
+    assert on_cpu[-1] < 0.5 * on_cpu[0]
+    np.testing.assert_allclose(on_uopd, on_cpu, rtol=1e-4, atol=1e-6)
+    # Four weights, each gradient one allreduce a step (the mean's sum over the batch rows
+    # is a fifth): uopd ran them, not tinygrad's copies through the client.
+    assert collectives >= 4 * steps, collectives
 
 
 def test_a_second_run_of_a_program_is_all_cache_hits(uopd_env, server):

@@ -22,9 +22,12 @@ Only what tinygrad's lowering does before it optimizes is done here (in-kernel U
 movement ops folded into indices, its algebraic simplification): rewrites of the kernel's
 math, on which its numerics rely, not choices of its schedule.
 
-Multi-device: ``Tensor.shard`` over ``UOPD`` and ``UOPD:1`` runs, tinygrad's cross-device
-reduce being its own kernels and copies (through this client) between the two sessions;
-uopd's MULTI / ALLREDUCE are tensor-level ops, which a kernel-level handover never sends.
+Multi-device: ``Tensor.shard`` over ``UOPD``, ``UOPD:1``, ... runs each shard's kernels on its
+uopd device, and tinygrad's ALLREDUCE (a sum over the shard axis: a data-parallel step's
+gradients) is handed over at the tensor level instead: one uopd Run of uopd's MULTI /
+ALLREDUCE over the partials' session buffers, a collective between uopd's workers
+(uopd.tinygrad.collectives). tinygrad's scheduler makes the ALLREDUCE before it cuts
+kernels, so this is the one place the handover is above kernel level.
 
 Tested with the tinygrad snapshot at commit a9069c17 (2026-08-22).
 """
@@ -56,10 +59,48 @@ class _Finder(importlib.abc.MetaPathFinder):
         return importlib.machinery.ModuleSpec(fullname, _Loader(), origin="uopd.tinygrad.device")
 
 
+def _hook_schedule() -> None:
+    """uopd.tinygrad.device's hooks into tinygrad (its lowering, memory planner and
+    allreduce), made by importing it: tinygrad schedules (memory plan and allreduces
+    included) before it opens the devices that run the schedule."""
+    from uopd.tinygrad import device  # noqa: F401
+
+
+class _AfterTinygrad(importlib.abc.Loader):
+    """tinygrad's own loader of the `tinygrad` package, then _hook_schedule."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        _hook_schedule()
+
+
+class _TinygradFinder(importlib.abc.MetaPathFinder):
+    """Finds the `tinygrad` package as the path finder does, with _AfterTinygrad as its loader."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "tinygrad":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _AfterTinygrad(spec.loader)
+        return spec
+
+
 def install() -> None:
-    """Registers the UOPD device with tinygrad (done by importing this package); idempotent."""
+    """Registers the UOPD device with tinygrad (done by importing this package) and hooks its
+    scheduler's allreduce, now if tinygrad is imported already, else once it is; idempotent."""
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.append(_Finder())
+    if "tinygrad" in sys.modules:
+        _hook_schedule()
+    elif not any(isinstance(f, _TinygradFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _TinygradFinder())
 
 
 install()

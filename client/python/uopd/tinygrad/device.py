@@ -20,9 +20,12 @@ whose kernels run on uopd (uopd.tinygrad's docstring says how tinygrad finds it)
   UOPD's buffers stay out of tinygrad's memory planner (which would make every
   intermediate such a view).
 
-Device names: ``UOPD`` (``UOPD:0``) is uopd's ``CPU:0``, ``UOPD:n`` its ``CPU:n``; each has a
-session of its own on one connection to ``$UOPD_ADDRESS`` (else uopd's default address).
-``$UOPD_TOKEN`` is the tenant's token, as for every uopd client.
+Device names: ``UOPD`` (``UOPD:0``) is uopd's ``CPU:0``, ``UOPD:n`` its ``CPU:n``. All of a
+process's UOPD devices share one uopd session on one connection to ``$UOPD_ADDRESS`` (else
+uopd's default address), each device's buffers and kernels on its own uopd device (a
+session grows onto the devices it is asked to use): so one Run can bind buffers of several,
+which is how ``Tensor.shard``'s allreduce runs as uopd's ALLREDUCE on uopd's workers
+(uopd.tinygrad.collectives). ``$UOPD_TOKEN`` is the tenant's token, as for every uopd client.
 """
 from __future__ import annotations
 
@@ -45,6 +48,7 @@ from tinygrad.uop.ops import AddrSpace, Ops, ProgramInfo, UOp
 import uopd
 from uopd import dtypes as udt
 from uopd._stubs import ir
+from uopd.tinygrad import collectives
 from uopd.tinygrad.translate import ALU, SUPPORTED_DTYPES, kernel_graph
 
 
@@ -134,10 +138,48 @@ _can_plan.__uopd_original__ = _tinygrad_can_plan  # type: ignore[attr-defined]
 _memory._can_plan = _can_plan
 
 
+# The third hook: ALLREDUCEs over UOPD devices become uopd's (uopd.tinygrad.collectives).
+# This module is imported, and so every hook made, as soon as tinygrad is
+# (uopd.tinygrad.install): tinygrad schedules, memory plan included, before it opens the
+# devices that run the schedule.
+collectives.install()
+
+
 @functools.lru_cache(maxsize=None)
 def client() -> uopd.Client:
     """The process's connection to uopd ($UOPD_ADDRESS), made when a UOPD device opens."""
     return uopd.connect()
+
+
+class _SharedSession:
+    """The one session of the process's UOPD devices: opened on the first device's uopd
+    device when that device opens, closed when the last one finalizes."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.session: Optional[uopd.Session] = None
+        self.users = 0
+
+    def open(self, device: str) -> uopd.Session:
+        with self.lock:
+            if self.session is None:
+                self.session = client().session([device])
+            self.users += 1
+            return self.session
+
+    def close(self) -> None:
+        with self.lock:
+            self.users -= 1
+            if self.users > 0 or self.session is None:
+                return
+            s, self.session = self.session, None
+        try:
+            s.close()
+        except uopd.Error:
+            pass
+
+
+_shared = _SharedSession()
 
 
 class UopdBuffer:
@@ -186,11 +228,19 @@ class UopdBuffer:
         else:
             data = self.pending
         if data is None:
-            self.remote = s.empty(udt.name(scalar), (elements,))
+            self.remote = s.empty(udt.name(scalar), (elements,), device=self.dev.uopd_device)
         else:
-            self.remote = s.put(np.frombuffer(data, dtype=udt.numpy_dtype(scalar)), dtype=udt.name(scalar), progress=False)
+            self.remote = s.put(np.frombuffer(data, dtype=udt.numpy_dtype(scalar)), dtype=udt.name(scalar), progress=False,
+                                device=self.dev.uopd_device)
         self.pending = None
         return self.remote
+
+    def replace(self, remote: uopd.Buffer) -> None:
+        """These bytes are now `remote` (a Run's kept output on this device): the old ones go."""
+        if remote.device != self.dev.uopd_device or remote.nbytes != self.nbytes:
+            raise RuntimeError(f"UOPD: {remote} cannot hold {self.dev.device}'s buffer of {self.nbytes} bytes")
+        self.free()
+        self.remote = remote
 
     def free(self) -> None:
         if self.remote is not None:
@@ -281,7 +331,7 @@ class UopdProgram(Program["UopdDevice"]):
         graph = self._bound(tuple(vals)) if self.variables else self.encoded
         try:
             t0 = time.perf_counter()
-            self.last = self.dev.session.execute(graph, inputs, keep_outputs=True)
+            self.last = self.dev.session.execute(graph, inputs, keep_outputs=True, device=self.dev.uopd_device)
             elapsed = time.perf_counter() - t0
             for slot, b in fresh.items():  # the PARAMs by slot are the outputs, in order
                 b.remote = self.last.outputs[f"out{self.slots.index(slot)}"]
@@ -325,7 +375,7 @@ class UopdDevice(Compiled):
         PARALLEL.value = 0
         super().__init__(device, UopdAllocator(self), [UopdRenderer], UopdProgram)
         self.uopd_device = f"CPU:{self.device_id}"
-        self.session = client().session([self.uopd_device])
+        self.session = _shared.open(self.uopd_device)
         # Buffers tinygrad frees are freed in uopd by a thread of their own, beside the next
         # Runs: nothing waits on a FreeBuffer (a train step frees about as many buffers as it
         # runs kernels, each a round trip). A freed buffer is never bound again, so the order
@@ -348,12 +398,9 @@ class UopdDevice(Compiled):
         pass  # every Run has finished when it answers
 
     def finalize(self) -> None:
-        self._frees.put(None)  # the frees asked for so far, then the session
+        self._frees.put(None)  # the frees asked for so far, then the session (its last user)
         self._freer.join()
-        try:
-            self.session.close()
-        except uopd.Error:
-            pass
+        _shared.close()
 
 
 __all__ = ["UopdDevice", "UopdRenderer", "UopdProgram", "UopdAllocator", "program_of", "client"]

@@ -86,7 +86,7 @@ def _is_invalid(u: UOp) -> bool:
     return u.op is Ops.CONST and isinstance(u.arg, InvalidType)
 
 
-class _Graph:
+class GraphBuilder:
     """The uop.v1.Graph under construction: nodes appended sources first."""
 
     def __init__(self, kernel: str):
@@ -169,10 +169,17 @@ def _scalar_of(dt: DType, kernel: str, want: Optional[int] = None) -> int:
     return s
 
 
+def scalar_of(dt: DType) -> int:
+    """uopd's scalar of a concrete tinygrad dtype; NotImplementedError naming one it lacks."""
+    if dt not in SUPPORTED_DTYPES:
+        raise NotImplementedError(f"uopd: tinygrad's dtype {dt} has no translation to uopd's IR")
+    return _SCALARS[dt]
+
+
 class _Translator:
     def __init__(self, sink: UOp, name: str):
         self.kernel = name
-        self.out = _Graph(self.kernel)
+        self.out = GraphBuilder(self.kernel)
         self.store_index: set = set()  # INDEX nodes a STORE writes through
 
     # A value of dtype `want` where the consumer needs it (None: its own dtype).
