@@ -1,5 +1,10 @@
 """put / numpy round trips: every dtype uopd has, strided and odd layouts, chunked
 transfers with progress, the bfloat16 bits, buffers bound as inputs."""
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -92,6 +97,38 @@ def test_populating_pages_never_changes_what_is_in_them():
     if t is not None:
         t.join()
     assert (out.reshape(-1, pattern.nbytes) == pattern).all()
+
+
+MALLOC_CHILD = r"""
+import ctypes, json, sys
+import uopd
+from uopd import transfers
+with uopd.connect(sys.argv[1], tune_malloc=sys.argv[2] == "1") as client:
+    block = bytearray(4 << 20)  # a transfer's block
+    at = ctypes.addressof((ctypes.c_char * len(block)).from_buffer(block))
+    heap = [tuple(int(x, 16) for x in line.split()[0].split("-"))
+            for line in open("/proc/self/maps") if line.rstrip().endswith("[heap]")]
+    print(json.dumps({"tuned": transfers._malloc_tuned, "on_heap": any(lo <= at < hi for lo, hi in heap)}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux only")
+@pytest.mark.parametrize("how", ["default", "refused", "tunables"])
+def test_connect_raises_the_malloc_thresholds_unless_told_not_to(server, how):
+    # As the C++ client: a 4 MiB block comes from the heap (reused) once connect() has
+    # raised glibc's mmap threshold, which glibc otherwise serves as a fresh mapping.
+    env = dict(os.environ)
+    if how == "tunables":
+        env["GLIBC_TUNABLES"] = "glibc.malloc.check=0"
+    r = subprocess.run([sys.executable, "-c", MALLOC_CHILD, server.address, "0" if how == "refused" else "1"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    if how == "default":
+        assert got == {"tuned": True, "on_heap": True}
+    else:
+        assert got["tuned"] is (None if how == "refused" else False)
+        assert not got["on_heap"]
 
 
 def test_put_on_a_device_of_the_session(client):

@@ -187,9 +187,10 @@ class Client(_client.Client):
 
 async def connect(address: Optional[str] = None, *, token: Optional[str] = None, tls: _client.TLSArg = None,
                   embedded: bool = False, uopd: Optional[str] = None, uopd_args: Sequence[str] = (),
-                  deadline: float = 60.0, connect_timeout: float = 10.0, chunk_bytes: int = 0) -> Client:
+                  deadline: float = 60.0, connect_timeout: float = 10.0, chunk_bytes: int = 0,
+                  tune_malloc: bool = True) -> Client:
     """As uopd.connect, awaited (an embedded uopd starts in a thread)."""
-    conn = _client.connection(address, token, tls, deadline, connect_timeout, chunk_bytes, embedded)
+    conn = _client.connection(address, token, tls, deadline, connect_timeout, chunk_bytes, embedded, tune_malloc)
     server = await asyncio.to_thread(EmbeddedServer, uopd, uopd_args) if embedded else None
     if server is not None:
         conn.address = server.address

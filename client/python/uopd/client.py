@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import grpc
 import grpc.experimental
 
-from uopd import calls, errors, results
+from uopd import calls, errors, results, transfers
 from uopd._stubs import pb
 from uopd.embedded import EmbeddedServer
 from uopd.graphs import GraphLike
@@ -147,9 +147,12 @@ def methods(channel: Any) -> Dict[str, Any]:
 
 
 def connection(address: Optional[str], token: Optional[str], tls: TLSArg, deadline: float, connect_timeout: float,
-               chunk_bytes: int, embedded: bool) -> Connection:
+               chunk_bytes: int, embedded: bool, tune_malloc: bool = True) -> Connection:
     """The options as `uop` resolves them: address, else $UOPD_ADDRESS, else the default;
-    token, else $UOPD_TOKEN."""
+    token, else $UOPD_TOKEN. With tune_malloc, the process's malloc thresholds are raised
+    for transfers (transfers.tune_malloc) on the first connect."""
+    if tune_malloc:
+        transfers.tune_malloc()
     if embedded and address:
         raise errors.InvalidArgument("embedded=True and an address exclude each other")
     if not (deadline > 0):
@@ -258,7 +261,8 @@ class Client:
 
 def connect(address: Optional[str] = None, *, token: Optional[str] = None, tls: TLSArg = None,
             embedded: bool = False, uopd: Optional[str] = None, uopd_args: Sequence[str] = (),
-            deadline: float = 60.0, connect_timeout: float = 10.0, chunk_bytes: int = 0) -> Client:
+            deadline: float = 60.0, connect_timeout: float = 10.0, chunk_bytes: int = 0,
+            tune_malloc: bool = True) -> Client:
     """Connects to uopd and waits (at most connect_timeout) for the channel to be ready;
     Unavailable naming the address otherwise.
 
@@ -268,8 +272,10 @@ def connect(address: Optional[str] = None, *, token: Optional[str] = None, tls: 
     embedded: start a private uopd (uopd=PATH, else $UOPD_BINARY, the build tree's, PATH) on a
         free loopback port with `uopd_args`, stopped when the client closes.
     deadline: seconds for each request. chunk_bytes: transfer chunk size (0: 1 MiB).
+    tune_malloc: raise glibc's malloc thresholds once per process so that transfers reuse
+        their blocks (as the C++ client does; process-wide, skipped under GLIBC_TUNABLES).
     """
-    conn = connection(address, token, tls, deadline, connect_timeout, chunk_bytes, embedded)
+    conn = connection(address, token, tls, deadline, connect_timeout, chunk_bytes, embedded, tune_malloc)
     if not embedded:
         return Client(conn)
     server = EmbeddedServer(uopd, uopd_args)
