@@ -671,7 +671,7 @@ absl::Status Executor::load_programs(RunState& rs) {
     set_deadline(ctx, rs.deadline);
     wpb::LoadProgramRequest req;
     req.set_key(k.key);
-    req.set_object(k.object);
+    req.set_object(*k.object);
     req.set_abi(k.abi.serialize());
     wpb::LoadProgramResponse resp;
     auto st = stub(d.w);

@@ -374,8 +374,8 @@ absl::StatusOr<CompiledKernel> Planner::kernel_from_entry(const PlannedKernel& k
   ck.key = key;
   ck.name = k.name;
   ck.digest = k.digest;
-  ck.object = a.object();
-  ck.source = a.source();
+  ck.object = CompiledKernel::bytes(std::move(*a.mutable_object()));
+  ck.source = CompiledKernel::bytes(std::move(*a.mutable_source()));
   ck.abi = std::move(abi);
   ck.abi_text = a.abi();
   ck.outcome = entry.outcome;
@@ -407,10 +407,11 @@ absl::StatusOr<std::vector<CompiledKernel>> Planner::compile(const Plan& plan,
   struct Wanted {
     size_t kernel;    // the first kernel of the lookup
     std::string key;  // its cache key
+    std::shared_ptr<const CompiledKernel> resolved;  // resolved by an earlier request: no lookup
+    std::optional<CompileCache::Lookup> lookup;
   };
-  absl::flat_hash_map<std::string, size_t> first;  // cache key -> lookup
+  absl::flat_hash_map<std::string, size_t> first;  // cache key -> wanted
   std::vector<size_t> which(plan.kernels.size());
-  std::vector<CompileCache::Lookup> lookups;
   std::vector<Wanted> wanted;
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
     const PlannedKernel& k = plan.kernels[i];
@@ -422,32 +423,63 @@ absl::StatusOr<std::vector<CompiledKernel>> Planner::compile(const Plan& plan,
     std::string schedule = given != schedules.end() ? given->second : std::string();
     if (given == schedules.end() && schedule_source_) schedule = schedule_source_(k, *backend, cache_namespace);
     std::string key = cache_key(k.digest, *backend, cache_namespace, schedule);
-    auto [it, fresh] = first.emplace(key, lookups.size());
+    auto [it, fresh] = first.emplace(key, wanted.size());
     which[i] = it->second;
     if (!fresh) continue;
-    CompileCache::Compute compute = [this, k, backend, key, schedule](const std::function<bool()>& still_wanted) {
-      return build(k, *backend, key, schedule, still_wanted);
-    };
-    lookups.push_back(cache_->start(key, std::move(compute), on_pool, who.deadline, entry_check(k, key, backend->target_id())));
-    wanted.push_back({i, key});
+    Wanted w{i, key, cache_->first_tier_in_process() ? resolved(key) : nullptr, std::nullopt};
+    if (!w.resolved) {
+      CompileCache::Compute compute = [this, k, backend, key, schedule](const std::function<bool()>& still_wanted) {
+        return build(k, *backend, key, schedule, still_wanted);
+      };
+      w.lookup = cache_->start(key, std::move(compute), on_pool, who.deadline, entry_check(k, key, backend->target_id()));
+    }
+    wanted.push_back(std::move(w));
   }
   std::vector<CompiledKernel> done;
-  for (size_t j = 0; j < lookups.size(); ++j) {
-    const PlannedKernel& k = plan.kernels[wanted[j].kernel];
-    auto entry = cache_->finish(lookups[j], who.gone);
+  for (Wanted& w : wanted) {
+    const PlannedKernel& k = plan.kernels[w.kernel];
+    if (w.resolved) {
+      CompiledKernel ck = *w.resolved;
+      ck.name = k.name;  // one digest may carry other names (a client's)
+      ck.outcome = CacheOutcome::Hit;
+      ck.tier = cache_->count_first_tier_hit();
+      done.push_back(std::move(ck));
+      continue;
+    }
+    auto entry = cache_->finish(*w.lookup, who.gone);
     // Returning drops the other lookups: compiles that only this request wanted are
     // abandoned at their next stage.
     if (!entry.ok()) {
       if (is_stop(entry.status())) return absl::Status(entry.status().code(), cat("kernel ", k.name, ": ", entry.status().message()));
       return entry.status();
     }
-    ASSIGN_OR_RETURN(CompiledKernel ck,
-                     kernel_from_entry(k, wanted[j].key, per_kernel[wanted[j].kernel]->target_id(), *entry, std::nullopt));
+    ASSIGN_OR_RETURN(CompiledKernel ck, kernel_from_entry(k, w.key, per_kernel[w.kernel]->target_id(), *entry, std::nullopt));
+    remember(ck);
     done.push_back(std::move(ck));
   }
   std::vector<CompiledKernel> out;
+  out.reserve(plan.kernels.size());
   for (size_t i = 0; i < plan.kernels.size(); ++i) out.push_back(done[which[i]]);
   return out;
+}
+
+std::shared_ptr<const CompiledKernel> Planner::resolved(const std::string& key) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = resolved_.find(key);
+  return it == resolved_.end() ? nullptr : it->second;
+}
+
+void Planner::remember(const CompiledKernel& ck) {
+  const uint64_t bytes = ck.object->size() + ck.source->size() + ck.abi_text.size();
+  if (bytes > opts_.resolved_kernel_bytes) return;
+  std::lock_guard<std::mutex> l(mu_);
+  if (resolved_.contains(ck.key)) return;
+  if (resolved_bytes_ + bytes > opts_.resolved_kernel_bytes) {
+    resolved_.clear();  // rare: the kernels still in use come back at their next Run
+    resolved_bytes_ = 0;
+  }
+  resolved_.emplace(ck.key, std::make_shared<const CompiledKernel>(ck));
+  resolved_bytes_ += bytes;
 }
 
 std::vector<absl::StatusOr<CompiledKernel>> Planner::compile_candidates(const PlannedKernel& k,

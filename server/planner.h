@@ -107,18 +107,26 @@ struct Plan {
   double plan_ms = 0;
 };
 
-// One compiled kernel as a worker loads it.
+// One compiled kernel as a worker loads it. Its object and source are shared, never
+// copied: every warm Run resolves each of its kernels to one of these (Planner::compile),
+// and an object is tens of kilobytes.
 struct CompiledKernel {
   std::string key;     // hex cache key
   std::string name;
   Digest digest;
-  std::string object;
-  std::string source;
+  std::shared_ptr<const std::string> object = empty_bytes();
+  std::shared_ptr<const std::string> source = empty_bytes();
   KernelAbi abi;
   std::string abi_text;  // abi as the artifact carries it (KernelAbi::serialize)
   CacheOutcome outcome = CacheOutcome::Miss;
   std::string tier;    // for hits
   double compile_ms = 0;
+
+  static std::shared_ptr<const std::string> bytes(std::string s) { return std::make_shared<const std::string>(std::move(s)); }
+  static const std::shared_ptr<const std::string>& empty_bytes() {
+    static const auto* none = new std::shared_ptr<const std::string>(std::make_shared<const std::string>());
+    return *none;
+  }
 };
 
 // Loop schedules given for a compile (CompileRequest.schedules): kernel digest (hex) ->
@@ -141,6 +149,10 @@ struct ExplainOptions {
 
 struct PlannerOptions {
   size_t plan_cache_entries = 1024;
+  // Kernels resolved from cache entries (parsed and checked), kept so that a warm Run's
+  // kernels cost a key and a map lookup each instead of a tier read and a parse; bounded
+  // by the bytes of their objects and sources (forgotten all at once past it).
+  uint64_t resolved_kernel_bytes = uint64_t{128} << 20;
   int compile_threads = 2;
   // Bounds on the work one request can cause (compiler/pipeline.h PipelineLimits); 0 is
   // none. The largest kernels of the conformance models (bidirectional LSTM and GRU as
@@ -292,6 +304,11 @@ class Planner {
                                                           const std::string& target_id, const CacheResult& entry,
                                                           std::optional<double> compile_ms);
 
+  // The kernel an earlier compile() resolved the cache key to (null: none kept), and
+  // keeping one (resolved_kernel_bytes bounds them).
+  std::shared_ptr<const CompiledKernel> resolved(const std::string& key) const;
+  void remember(const CompiledKernel& ck);
+
   PlannerOptions opts_;
   CompileCache* cache_;
   std::shared_ptr<const CpuBackend> host_;
@@ -303,6 +320,11 @@ class Planner {
   uint64_t hits_ = 0, misses_ = 0;
   absl::flat_hash_map<const DecodedGraph*, std::weak_ptr<std::mutex>> planning_locks_;  // planning_lock's
   ScheduleSource schedule_source_;  // set before serving, read by every compile
+  // Cache key -> the kernel its entry holds, as kernel_from_entry made it (resolved_kernel_bytes).
+  // A key names a kernel, its target, namespace and schedule, so its entry never changes:
+  // one that was checked once is good for every later request of that key. Under mu_.
+  absl::flat_hash_map<std::string, std::shared_ptr<const CompiledKernel>> resolved_;
+  uint64_t resolved_bytes_ = 0;
   TaskQueue compiles_;  // last: its threads stop (finishing what they run) before the rest goes
 };
 

@@ -53,8 +53,8 @@ void fill_kernel(const CompiledKernel& k, bool binary, bool source, pb::Kernel* 
   out->set_tier(k.tier);
   out->set_compile_ms(k.compile_ms);
   out->set_abi(k.abi_text);
-  if (binary) out->set_binary(k.object);
-  if (source) out->set_source(k.source);
+  if (binary) out->set_binary(*k.object);
+  if (source) out->set_source(*k.source);
 }
 
 // CompileRequest.schedules as the planner takes them: each entry names a kernel of the

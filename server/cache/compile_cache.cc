@@ -75,6 +75,11 @@ std::optional<CacheResult> CompileCache::get_fast(std::string_view key, const Ve
   return CacheResult{*std::move(got), CacheOutcome::Hit, std::string(tiers_[0]->name())};
 }
 
+std::string CompileCache::count_first_tier_hit() {
+  ++counters_[0].hits;
+  return std::string(tiers_[0]->name());
+}
+
 absl::StatusOr<CacheResult> CompileCache::get_or_compute(
     std::string_view key, const std::function<absl::StatusOr<std::string>()>& compute, const Verifier& verify) {
   Lookup l = start(

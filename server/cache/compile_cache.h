@@ -93,6 +93,12 @@ class CompileCache {
   // counts it). An entry `verify` refuses is removed and counted, as in get_or_compute.
   std::optional<CacheResult> get_fast(std::string_view key, const Verifier& verify = nullptr);
 
+  // Whether the first tier is in this process's memory: then a caller may keep what it
+  // made of an entry (the planner's resolved kernels: the entry of a key never changes)
+  // and answer later lookups of the key itself, as that tier would have.
+  bool first_tier_in_process() const { return !tiers_.empty() && tiers_[0]->in_process(); }
+  // Such a hit, counted as the first tier's; its name.
+  std::string count_first_tier_hit();
   std::vector<std::pair<std::string, TierStats>> stats() const;  // per tier, in order
   uint64_t computes() const { return computes_.load(); }
   uint64_t compute_errors() const { return compute_errors_.load(); }

@@ -217,7 +217,7 @@ TEST(Tuner, ACandidateThatFailsOnTheWorkerIsDroppedAndTheSearchGoesOn) {
     std::lock_guard<std::mutex> l(mu);
     if (seen++ % 3) return;
     broken.push_back(schedule);
-    k.object = "not an ELF object";
+    k.object = CompiledKernel::bytes("not an ELF object");
   };
   Server s(o);
   Matmul m;

@@ -126,7 +126,7 @@ TEST_F(PlannerTest, CompiledKernelsComputeTheGraph) {
   for (const PlannedBuffer& b : p.buffers)
     bufs.push_back(b.role == PlannedBuffer::Role::Input ? x : HostTensor::zeros(b.dtype, {b.elements}));
   for (size_t i = 0; i < p.kernels.size(); ++i) {
-    auto prog = CpuProgram::load((*kernels)[i].object, (*kernels)[i].abi);
+    auto prog = CpuProgram::load(*(*kernels)[i].object, (*kernels)[i].abi);
     ASSERT_TRUE(prog.ok()) << prog.status();
     std::vector<HostTensor> slots;
     for (int b : p.kernels[i].buffers) slots.push_back(bufs[b]);
