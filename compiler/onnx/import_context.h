@@ -46,6 +46,7 @@ struct Value {
   Dims shape;
   const UOp* node = nullptr;
   std::optional<HostTensor> constant;
+  const UOp* repacked = nullptr;  // a convolution's weights stored in another order (ops_matmul_conv.cc)
 };
 
 // The state of one import, shared by every node's context.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <optional>
 
@@ -204,9 +205,37 @@ absl::Status add_bias(NodeContext& c, const UOp*& y) {
   return absl::OkStatus();
 }
 
+// A convolution's weights, known at import ([M, C, K...], group 1, at least 8 output
+// channels, not read as a tensor elsewhere), stored output channels innermost ([C, K..., M])
+// and viewed back as [M, C, K...]: the CPU's register tile reads one weight per
+// output-channel row at each step of the reduction, so those rows then lie side by side
+// instead of C * K elements apart (one cache line for 16 rows instead of 16). The view is a
+// permute: the kernel reads the same values at other addresses. uop bench p50, the same
+// run, alternating: resnet18 134-140 -> 125-128 ms, squeezenet1_1 58 -> 47, unet 41-42 ->
+// 32-39. A model held by the server keeps the repacked buffer as its weight.
+absl::StatusOr<const UOp*> conv_weights(NodeContext& c, int64_t group) {
+  ONNX_ASSIGN(Value * v, c.value(1));
+  if (group != 1 || !v->constant || v->node || v->constant->shape.size() < 3 || v->constant->shape[0] < 8)
+    return c.in(1);
+  if (v->repacked) return v->repacked;
+  const HostTensor& w = *v->constant;
+  const int64_t M = w.shape[0], rest = w.numel() / M, item = w.itemsize();
+  ONNX_TRY(c.state().spend(static_cast<uint64_t>(w.nbytes()), cat("the repacked weights of ", c.node().name())));
+  Dims shape(w.shape.begin() + 1, w.shape.end());
+  shape.push_back(M);
+  HostTensor t{w.dtype, shape, std::string(w.data.size(), '\0')};
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t r = 0; r < rest; ++r)
+      std::memcpy(t.data.data() + (r * M + m) * item, w.data.data() + (m * rest + r) * item, static_cast<size_t>(item));
+  std::vector<int64_t> perm = {static_cast<int64_t>(shape.size()) - 1};
+  for (size_t i = 0; i + 1 < shape.size(); ++i) perm.push_back(static_cast<int64_t>(i));
+  v->repacked = c.tb().permute(c.state().buffer_for(t), perm);
+  return v->repacked;
+}
+
 absl::Status conv(NodeContext& c) {
   ONNX_ASSIGN(const UOp* x, c.in(0));
-  ONNX_ASSIGN(const UOp* w, c.in(1));
+  ONNX_ASSIGN(const UOp* w, conv_weights(c, c.attr_int("group", 1)));
   const Dims xs = c.shape_of(x), ws = c.shape_of(w);
   if (xs.size() < 3 || ws.size() != xs.size()) return c.invalid("X and W must be [N, C, D...] and [M, C/group, K...]");
   Dims kernel = c.attr_ints("kernel_shape");
