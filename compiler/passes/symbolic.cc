@@ -209,7 +209,13 @@ const UOp* collect_terms(const Match& m) {
 
 // x = Q*c + R, where Q collects the terms whose coefficient c divides and R the rest. If
 // nothing wraps and x and R have one sign, trunc(x/c) = Q + trunc(R/c) and x%c = R%c
-// (trunc(q + t) = q + trunc(t) when t and q + t have one sign; here t = R/c).
+// (trunc(q + t) = q + trunc(t) when t and q + t have one sign; here t = R/c). For x%c a
+// term f * k of a non-negative f whose coefficient exceeds c splits too: f * (k div c)
+// into Q, f * (k mod c) into R (not for x/c, where Q + R/c would bound the quotient more
+// loosely than x/c does, and the bounds proof with it). A convolution's window read as movement ops (repeat, flatten,
+// reshape: op_helpers.h windows_last) indexes its input (x + 11 k) % 10 for a width of
+// 10, which becomes (x + k) % 10 and then, in range, x + k: a contiguous read instead of
+// a division per lane.
 const UOp* divmod_split(const Match& m) {
   const DType& T = m.root->dtype();
   i128 c = ival(m["c"]);
@@ -234,6 +240,14 @@ const UOp* divmod_split(const Match& m) {
       // The term is factor * k without wrapping only if that product fits.
       if (k % c == 0 && range.times(t->src(0), k).within(T)) {
         quot.push_back({t->src(0), k / c});
+        continue;
+      }
+      if (m.root->op() == Op::MOD && k > c && range(t->src(0)).lo >= 0 && range.times(t->src(0), k).within(T)) {
+        quot.push_back({t->src(0), k / c});
+        const UOp* part = m.g.alu(Op::MUL, {t->src(0), iconst(m.g, T, k % c)});
+        rem.push_back(part);
+        Interval pr = range.times(t->src(0), k % c);
+        R = {R.lo + pr.lo, R.hi + pr.hi};
         continue;
       }
     }

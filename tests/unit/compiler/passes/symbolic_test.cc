@@ -238,6 +238,21 @@ TEST_F(SymbolicTest, DivModWithBounds) {
   EXPECT_EQ(simp(mod(m * 4 - 3, 4)), c(-3).u);
 }
 
+// A coefficient above the divisor reduces modulo it under a MOD: a convolution's window
+// read through movement ops, (x + 11 u) % 10 for a padded row of 10, is x + u in range.
+TEST_F(SymbolicTest, ModReducesCoefficientsAboveTheDivisor) {
+  E x = var("x", 0, 7), u = var("u", 0, 2), y = var("y", 0, 9), n = var("n", -3, 3);
+  EXPECT_EQ(simp(mod(x + u * 11, 10)), simp(x + u));
+  EXPECT_EQ(simp(mod(x * 21 + u, 10)), simp(x + u));
+  // Out of range it stays a MOD, of the reduced sum: (y + 11 u) % 10 = (y + u) % 10.
+  EXPECT_EQ(simp(mod(y + u * 11, 10)), simp(mod(y + u, 10)));
+  // A factor that may be negative keeps its coefficient (truncating MOD follows the sign).
+  const UOp* kept = simp(mod(n * 11 + x, 10));
+  EXPECT_NE(kept, simp(mod(n + x, 10)));
+  // A quotient is not split so: it would be bounded more loosely than before.
+  EXPECT_EQ(simp(idiv(x + u * 11, 10)), idiv(x + u * 11, 10).u);
+}
+
 TEST_F(SymbolicTest, UnflattensRowMajorIndices) {
   // A (5, 3, 4, 6) tensor's flat index in Horner form, as rangeify writes it, and the
   // div / mod that a reshape back to its axes produces.
