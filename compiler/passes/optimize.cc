@@ -170,13 +170,16 @@ void register_tile(Plan& p, const OptimizeOptions& o, int64_t a, const std::vect
   if (cl < fill_to) fill(fill_to, false);
   // A small map of odd sides (ResNet's and MobileNet's 7 x 7, 14 x 14) has no power of two
   // to fill half a vector with, so each gathered weight served one or two pixels: there
-  // the width takes 4 lanes and the height what half a vector still lacks, their tails
-  // masked (a 3x3 convolution of 512 channels on 7 x 7 ran 4.7 times faster with 32
-  // channels x 4 x 2 pixels, on 14 x 14 1.3 times with 32 x 2 x 4, than with the unmasked
-  // 32 x 1 and 32 x 2 x 2; MobileNet's 1x1 convolutions on 7 x 7, 4 to 10 times).
+  // the width takes 4 lanes and the height what the tile's pixels still lack (half a
+  // vector, a whole one where a window reduction's tile has a whole vector of pixels),
+  // their tails masked (a 3x3 convolution of 512 channels on 7 x 7 ran 4.7 times faster
+  // with 32 channels x 4 x 2 pixels, on 14 x 14 1.3 times with 32 x 2 x 4, than with the
+  // unmasked 32 x 1 and 32 x 2 x 2; MobileNet's 1x1 convolutions on 7 x 7, 4 to 10 times;
+  // with AVX-512, 16 x 4 x 4 ran 1.1 to 1.3 times faster than 32 x 4 x 2 on ResNet's 7 x 7
+  // and 14 x 14 convolutions, the kernels alone, once their window reads were contiguous).
   if (cl * sl < w / 2 && p.maskable[a] && n > cl) {
     cl = std::max(cl, std::min<int64_t>(4, n));  // never fewer lanes than the power of two gave
-    if (cl * sl < w / 2 && s < 0) fill(w / 2, true);
+    if (cl * sl < w / 2 && s < 0) fill(window ? fill_to : w / 2, true);
   }
   const int64_t bl = b >= 0 ? pow2_lanes(p.trip[b], std::min<int64_t>(32, budget / (cl * sl))) : 1;
   // Rows first, then the filling loop, then the lanes: lane = (row * sl + fill) * cl +
