@@ -85,7 +85,7 @@ flags::Tool uopd_flags() {
            "shm");
   c.string("cache-dir", "DIR", "on-disk compile cache; empty: none").shown_default("$XDG_CACHE_HOME/uopd");
   c.integer("disk-cache-bytes", "N", "its size budget (LRU eviction)", int64_t{4} << 30).shown_default("4 GiB");
-  c.integer("memory-cache-bytes", "N", "in-memory compile cache budget", int64_t{512} << 20).shown_default("512 MiB");
+  c.integer("memory-cache-bytes", "N", "in-memory compile cache budget (and a quarter of it for the kernels the planner keeps parsed)", int64_t{512} << 20).shown_default("512 MiB");
   c.string("cache-key-file", "PATH",
            "the key that authenticates disk and Redis cache entries (HMAC-SHA256): a file of 32+ random bytes that "
            "only uopd's user may read (mode 0600). Whoever holds it can mint kernels the workers will run. Without "
@@ -537,6 +537,9 @@ int run(int argc, char** argv) {
   po.bucket_cap_bytes = static_cast<uint64_t>(f.integer("bucket-cap-mb")) << 20;
   po.allow_custom = f.on("allow-custom");
   po.keep_source = true;
+  // What the planner keeps of the entries it resolved (parsed artifacts) is bounded with
+  // the memory tier's budget: a quarter more.
+  po.resolved_kernel_bytes = static_cast<uint64_t>(std::max<int64_t>(f.integer("memory-cache-bytes"), 0)) / 4;
   if (auto arch = make_backend("cuda", f.get("cuda-arch")); !arch.ok()) {
     std::cerr << "uopd: --cuda-arch: " << arch.status().message() << "\n";
     pool.shutdown();
