@@ -443,16 +443,24 @@ absl::StatusOr<TuneResult> Tuner::search(const Plan& plan, size_t ki, const std:
   Candidate best{*start, base_ms};
   const int threads = 4;  // candidates compiled at once: the pool's threads take them in turn
   while (absl::Now() < end && !lost()) {
+    // Each of the beam's schedules one step longer, or one step changed (a split's factor
+    // halved or doubled, its last step dropped): the second lets the search trade lanes
+    // between loops once the tile takes every lane a schedule may have.
     std::vector<LoopSchedule> next;
-    for (const Candidate& c : beam)
+    auto consider = [&](LoopSchedule s) {
+      if (s.steps.size() > LoopSchedule::kMaxSteps) return;
+      auto a = apply_schedule(g, kernel, s, limits);
+      if (!a.ok() || !tried.insert((*a)->digest().hex()).second) return;
+      next.push_back(std::move(s));
+    };
+    for (const Candidate& c : beam) {
       for (const LoopStep& st : candidate_steps(kernel, c.schedule, limits)) {
         LoopSchedule s = c.schedule;
         s.steps.push_back(st);
-        if (s.steps.size() > LoopSchedule::kMaxSteps) continue;
-        auto a = apply_schedule(g, kernel, s, limits);
-        if (!a.ok() || !tried.insert((*a)->digest().hex()).second) continue;
-        next.push_back(std::move(s));
+        consider(std::move(s));
       }
+      for (LoopSchedule& s : schedule_neighbours(c.schedule)) consider(std::move(s));
+    }
     if (next.empty()) break;
     std::vector<Candidate> timed;
     for (size_t at = 0; at < next.size() && absl::Now() < end && !lost(); at += threads) {

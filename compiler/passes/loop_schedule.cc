@@ -371,6 +371,26 @@ std::vector<LoopStep> candidate_steps(const UOp* kernel, const LoopSchedule& sch
   return out;
 }
 
+std::vector<LoopSchedule> schedule_neighbours(const LoopSchedule& schedule) {
+  std::vector<LoopSchedule> out;
+  for (size_t i = 0; i < schedule.steps.size(); ++i) {
+    const LoopStep& st = schedule.steps[i];
+    if (st.kind != LoopStep::Kind::Split) continue;
+    for (int64_t f : {st.factor / 2, st.factor * 2}) {
+      if (f < 2 || f > LoopSchedule::kMaxNumber) continue;
+      LoopSchedule s = schedule;
+      s.steps[i].factor = f;
+      out.push_back(std::move(s));
+    }
+  }
+  if (!schedule.steps.empty()) {
+    LoopSchedule s = schedule;
+    s.steps.pop_back();
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 absl::StatusOr<const UOp*> apply_schedule(Graph& g, const UOp* kernel, const LoopSchedule& schedule,
                                           const ScheduleLimits& limits) {
   if (schedule.empty()) return kernel;

@@ -130,6 +130,14 @@ std::vector<const UOp*> schedule_axes(const UOp* kernel);
 // ...): apply_schedule is the judge. None for a kernel that is not one STORE.
 std::vector<LoopStep> candidate_steps(const UOp* kernel, const LoopSchedule& schedule, const ScheduleLimits& limits = {});
 
+// The schedules one change away from `schedule` without adding a step: each split's factor
+// halved (while at least 2) or doubled, and the last step dropped. A search that only
+// extended a schedule could never leave a tile that already takes every lane a schedule
+// may have (a matmul's or a convolution's heuristic tile); these let it trade one loop's
+// lanes for another's (32 channels x 4 x 2 pixels -> 16 x 4 x 4 in two moves). Neither
+// changes any other step's axis numbers. apply_schedule judges them like candidate_steps.
+std::vector<LoopSchedule> schedule_neighbours(const LoopSchedule& schedule);
+
 // `kernel` with `schedule` applied. INVALID_ARGUMENT naming the step's index and text for
 // a step that does not fit the kernel (an axis it does not have, a factor below 2 or above
 // the trip count, a trip count that is no constant, a type the target or the axis does not

@@ -262,6 +262,52 @@ TEST(ApplySchedule, EveryStepOnAnOddMatmulMatchesTheInterpreter) {
   }
 }
 
+// One change away: each split's factor halved and doubled, the last step dropped, in that
+// order; nothing else moves.
+TEST(ScheduleNeighbours, EachSplitHalvedAndDoubledAndTheLastStepDropped) {
+  std::vector<std::string> got;
+  for (const LoopSchedule& s : schedule_neighbours(parsed("split(0,32,upcast);split(1,2,upcast);reorder(1,0,2,3,4);thread(1)")))
+    got.push_back(s.str());
+  EXPECT_EQ(got, (std::vector<std::string>{
+                     "split(0,16,upcast);split(1,2,upcast);reorder(1,0,2,3,4);thread(1)",
+                     "split(0,64,upcast);split(1,2,upcast);reorder(1,0,2,3,4);thread(1)",
+                     "split(0,32,upcast);split(1,4,upcast);reorder(1,0,2,3,4);thread(1)",
+                     "split(0,32,upcast);split(1,2,upcast);reorder(1,0,2,3,4)",
+                 }));
+  EXPECT_TRUE(schedule_neighbours(LoopSchedule{}).empty());
+}
+
+// The heuristic's tile of a 3x3 convolution on a 7 x 7 map (AVX-512) takes every lane a
+// schedule may have: no split candidate_steps lists can be added to it, so a search that
+// only extends could never change the tile. Its neighbours can: some that change a
+// split's factor apply, and each neighbour that applies computes what the interpreter
+// computes.
+TEST(ScheduleNeighbours, TradeLanesWhereNoStepCanBeAdded) {
+  KernelBuilder k;
+  const UOp* kernel = testing::conv3x3(k, 64, 4, 7);
+  OptimizeOptions o;
+  o.vector_bits = 512;
+  const ScheduleLimits limits = cpu_schedule_limits(o);
+  const LoopSchedule h = heuristic_schedule(kernel, o);
+  ASSERT_FALSE(h.empty());
+  for (const LoopStep& st : candidate_steps(kernel, h, limits)) {
+    if (st.kind != LoopStep::Kind::Split) continue;
+    LoopSchedule s = h;
+    s.steps.push_back(st);
+    EXPECT_FALSE(apply_schedule(k.g, kernel, s, limits).ok()) << s.str() << " applies: the test's premise is gone";
+  }
+  const Slots slots{{Scalar::Int32, 64 * 49}, {Scalar::Int32, 4 * 81}, {Scalar::Int32, 64 * 4 * 9}};
+  size_t retiled = 0;
+  for (const LoopSchedule& s : schedule_neighbours(h)) {
+    auto after = apply_schedule(k.g, kernel, s, limits);
+    if (!after.ok()) continue;
+    retiled += s.steps.size() == h.steps.size();
+    SCOPED_TRACE(s.str());
+    testing::expect_interpreter_agrees(kernel, *after, slots);
+  }
+  EXPECT_GE(retiled, 2u) << "neighbours of " << h.str() << " with another tile";
+}
+
 // What a search may try after the heuristic's schedule (candidate_steps): every step it
 // lists either is refused by apply_schedule or, added to the schedule, computes what the
 // interpreter computes on the kernel, compiled for the CPU too; splits by each factor,
