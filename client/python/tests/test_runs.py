@@ -125,6 +125,16 @@ def test_compile_explain_profile_stats(session, client, examples):
     assert session.stats().sessions == st.sessions
     assert st.kernels_run > 0 and st.launches_timed >= 1 and st.sessions >= 1
     assert {w.device for w in st.workers} >= {"CPU:0", "CPU:1"}
+    assert st.search == "heuristic"  # the fixture's uopd runs with the default --search
+
+
+def test_stats_has_every_counter_uopd_sends():
+    # A field StatsResponse gains must reach Python's Stats too (the schedule search's were
+    # missing for a while): every one of the message's fields is one of the dataclass's.
+    import dataclasses
+    from uopd._stubs import pb
+    have = {f.name for f in dataclasses.fields(uopd.Stats)}
+    assert [f.name for f in pb.StatsResponse.DESCRIPTOR.fields if f.name not in have] == []
 
 
 def test_session_on_another_device(client, examples):

@@ -120,6 +120,24 @@ class Stats:
     model_weight_bytes_written: int = 0
     bytes_uploaded: int = 0
     run_graph_bytes: int = 0
+    # Schedule search (uop tune, --search=beam): searches, candidates timed and dropped by
+    # reason, tuning records found by tier / missing / refused / written, the server's
+    # --search, and searches left to (or taken over by) another server sharing the Redis.
+    searches: int = 0
+    candidates_timed: int = 0
+    candidates_dropped_compile: int = 0
+    candidates_dropped_mismatch: int = 0
+    candidates_dropped_crash: int = 0
+    candidates_dropped_timeout: int = 0
+    tuning_records_memory: int = 0
+    tuning_records_disk: int = 0
+    tuning_records_redis: int = 0
+    tuning_record_misses: int = 0
+    tuning_record_errors: int = 0
+    tuning_records_written: int = 0
+    search: str = ""
+    leases_held_elsewhere: int = 0
+    leases_lost: int = 0
     workers: List[WorkerStatus] = field(default_factory=list)
 
 
