@@ -411,6 +411,8 @@ absl::StatusOr<std::vector<CompiledKernel>> Planner::compile(const Plan& plan,
     std::optional<CompileCache::Lookup> lookup;
   };
   absl::flat_hash_map<std::string, size_t> first;  // cache key -> wanted
+  // Kernels resolved earlier answer as the first tier would, so only where it is memory.
+  const bool keep = cache_->first_tier_in_process();
   std::vector<size_t> which(plan.kernels.size());
   std::vector<Wanted> wanted;
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
@@ -426,7 +428,7 @@ absl::StatusOr<std::vector<CompiledKernel>> Planner::compile(const Plan& plan,
     auto [it, fresh] = first.emplace(key, wanted.size());
     which[i] = it->second;
     if (!fresh) continue;
-    Wanted w{i, key, cache_->first_tier_in_process() ? resolved(key) : nullptr, std::nullopt};
+    Wanted w{i, key, keep ? resolved(key) : nullptr, std::nullopt};
     if (!w.resolved) {
       CompileCache::Compute compute = [this, k, backend, key, schedule](const std::function<bool()>& still_wanted) {
         return build(k, *backend, key, schedule, still_wanted);
@@ -454,7 +456,7 @@ absl::StatusOr<std::vector<CompiledKernel>> Planner::compile(const Plan& plan,
       return entry.status();
     }
     ASSIGN_OR_RETURN(CompiledKernel ck, kernel_from_entry(k, w.key, per_kernel[w.kernel]->target_id(), *entry, std::nullopt));
-    remember(ck);
+    if (keep) remember(ck);
     done.push_back(std::move(ck));
   }
   std::vector<CompiledKernel> out;

@@ -206,7 +206,7 @@ absl::Status add_bias(NodeContext& c, const UOp*& y) {
 }
 
 // A convolution's weights, known at import ([M, C, K...], group 1, at least 8 output
-// channels, not read as a tensor elsewhere), stored output channels innermost ([C, K..., M])
+// channels, not made a tensor by an earlier node), stored output channels innermost ([C, K..., M])
 // and viewed back as [M, C, K...]: the CPU's register tile reads one weight per
 // output-channel row at each step of the reduction, so those rows then lie side by side
 // instead of C * K elements apart (one cache line for 16 rows instead of 16). The view is a

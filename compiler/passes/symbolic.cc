@@ -212,10 +212,10 @@ const UOp* collect_terms(const Match& m) {
 // (trunc(q + t) = q + trunc(t) when t and q + t have one sign; here t = R/c). For x%c a
 // term f * k of a non-negative f whose coefficient exceeds c splits too: f * (k div c)
 // into Q, f * (k mod c) into R (not for x/c, where Q + R/c would bound the quotient more
-// loosely than x/c does, and the bounds proof with it). A convolution's window read as movement ops (repeat, flatten,
-// reshape: op_helpers.h windows_last) indexes its input (x + 11 k) % 10 for a width of
-// 10, which becomes (x + k) % 10 and then, in range, x + k: a contiguous read instead of
-// a division per lane.
+// loosely than x/c does, and the bounds proof with it). A convolution's window read as
+// movement ops (repeat, flatten, reshape: op_helpers.h windows_last) indexes its input
+// (x + 11 k) % 10 for a width of 10, which becomes (x + k) % 10 and then, in range,
+// x + k: a contiguous read instead of a division per lane.
 const UOp* divmod_split(const Match& m) {
   const DType& T = m.root->dtype();
   i128 c = ival(m["c"]);
