@@ -75,7 +75,7 @@ Features host_features() {
   const bool apx = bit(l7s1.edx, 21) && apx_os;
   const bool avx512f = bit(l7.ebx, 16) && avx512_os;
 
-  return Features{
+  Features f{
       // Leaf 1.
       {"cx8", bit(l1.edx, 8)},
       {"cmov", bit(l1.edx, 15)},
@@ -197,6 +197,11 @@ Features host_features() {
       {"ptwrite", bit(l14.ebx, 4)},
       {"widekl", bit(l7.ecx, 23) && bit(l19.ebx, 2)},
   };
+  // LLVM names evex512 only where the OS saves AVX-512 state (a CPU without AVX-512, an
+  // AMD Zen 3 say, has neither +evex512 nor -evex512 in its list): the same here, so the
+  // target id is LLVM's on either kind of machine.
+  if (!avx512_os) std::erase_if(f, [](const auto& e) { return e.first == "evex512"; });
+  return f;
 }
 
 // Intel family 6 models, by the names LLVM gives them.
