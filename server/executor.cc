@@ -67,9 +67,13 @@ std::optional<absl::Status> execute_on_lane(ExecLane& lane, const wpb::ExecuteRe
                                             absl::Time deadline, wpb::ExecuteResponse* resp) {
   const size_t n = 1 + req.ByteSizeLong();
   // The reply's framing: a tag and a length per output, and run_ms; a profiled one's
-  // launch times are packed, 8 bytes each behind one tag and length.
-  const uint64_t reply_bound = reply_bytes + 16 * static_cast<uint64_t>(req.read_back_size()) + 16 +
-                               (req.profile() ? 8 * static_cast<uint64_t>(req.launches_size()) + 16 : 0);
+  // launch times are packed, 8 bytes each behind one tag and length; or, instead of all
+  // that, the keys of programs missing (at most one per launch, 64 hex digits each).
+  uint64_t launch_keys = 0;
+  for (const wpb::Launch& l : req.launches()) launch_keys += l.key().size() + 16;
+  const uint64_t reply_bound = std::max(reply_bytes + 16 * static_cast<uint64_t>(req.read_back_size()) + 16 +
+                                            (req.profile() ? 8 * static_cast<uint64_t>(req.launches_size()) + 16 : 0),
+                                        launch_keys);
   if (n > lane.capacity() || reply_bound > lane.capacity()) return std::nullopt;
   std::optional<ExecLane::Call> call = lane.claim();
   if (!call) return std::nullopt;
@@ -166,11 +170,27 @@ absl::Status Executor::flush_launches(RunState& rs, const std::vector<bool>* whi
     auto st = stub(d.w);
     status[k] = st.ok() ? from_grpc((*st)->Execute(&ctx, d.pending, &d.answer)) : st.status();
   };
+  // A worker that unloaded a program this batch launches (its program budget, for a load
+  // since this run's) did nothing: the programs are loaded again and the batch sent once
+  // more. Missing again, the budget is too small for the programs of one batch.
+  auto execute_loaded = [&](size_t k) {
+    RunState::Device& d = rs.devices[busy[k]];
+    execute(k);
+    if (!status[k].ok() || d.answer.missing_programs_size() == 0) return;
+    status[k] = load_missing(rs, busy[k]);
+    if (!status[k].ok()) return;
+    execute(k);
+    if (status[k].ok() && d.answer.missing_programs_size() > 0)
+      status[k] = absl::ResourceExhaustedError(
+          cat(d.w->describe(), " unloads kernels this run launches as fast as they are loaded: its program budget "
+                               "(uop-worker --max-program-bytes, uopd --worker-max-program-bytes) is smaller than the ",
+              d.pending.launches_size(), " kernels of one Execute"));
+  };
   // Kernels of different devices between two collectives never share a buffer: they
   // run side by side.
   std::vector<std::thread> threads;
-  for (size_t k = 1; k < busy.size(); ++k) threads.emplace_back(execute, k);
-  execute(0);
+  for (size_t k = 1; k < busy.size(); ++k) threads.emplace_back(execute_loaded, k);
+  execute_loaded(0);
   for (auto& t : threads) t.join();
   rs.out.run_ms += ms_since(t0);
   std::vector<std::pair<Worker, absl::Status>> failures;
@@ -667,17 +687,42 @@ absl::Status Executor::load_programs(RunState& rs) {
     const RunState::Device& d = rs.devices[di];
     const CompiledKernel& k = (*rs.kernels)[i];
     if (d.w->has_program(k.key)) continue;
-    grpc::ClientContext ctx;
-    set_deadline(ctx, rs.deadline);
-    wpb::LoadProgramRequest req;
-    req.set_key(k.key);
-    req.set_object(*k.object);
-    req.set_abi(k.abi.serialize());
-    wpb::LoadProgramResponse resp;
-    auto st = stub(d.w);
-    absl::Status s = st.ok() ? from_grpc((*st)->LoadProgram(&ctx, req, &resp)) : st.status();
-    if (!s.ok()) return failed(d.w, s, cat("loading kernel ", k.name), d.generation);
-    d.w->note_program(k.key, d.generation);
+    if (absl::Status s = load_program(rs, di, k); !s.ok()) return failed(d.w, s, cat("loading kernel ", k.name), d.generation);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::load_program(const RunState& rs, size_t device, const CompiledKernel& k) {
+  const RunState::Device& d = rs.devices[device];
+  grpc::ClientContext ctx;
+  set_deadline(ctx, rs.deadline);
+  wpb::LoadProgramRequest req;
+  req.set_key(k.key);
+  req.set_object(*k.object);
+  req.set_abi(k.abi.serialize());
+  wpb::LoadProgramResponse resp;
+  auto st = stub(d.w);
+  absl::Status s = st.ok() ? from_grpc((*st)->LoadProgram(&ctx, req, &resp)) : st.status();
+  if (!s.ok()) return s;
+  program_loads_.fetch_add(1, std::memory_order_relaxed);
+  d.w->note_program(k.key, d.generation);
+  if (resp.unloaded_size() > 0) {
+    programs_unloaded_.fetch_add(resp.unloaded_size(), std::memory_order_relaxed);
+    d.w->forget_programs(std::vector<std::string>(resp.unloaded().begin(), resp.unloaded().end()), d.generation);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::load_missing(const RunState& rs, size_t device) {
+  const RunState::Device& d = rs.devices[device];
+  const std::vector<std::string> missing(d.answer.missing_programs().begin(), d.answer.missing_programs().end());
+  d.w->forget_programs(missing, d.generation);
+  for (const std::string& key : missing) {
+    const CompiledKernel* k = nullptr;
+    for (const CompiledKernel& c : *rs.kernels)
+      if (c.key == key) k = &c;
+    if (!k) return absl::InternalError(cat("the worker asks for program ", key, ", which this run does not launch"));
+    RETURN_IF_ERROR(load_program(rs, device, *k));
   }
   return absl::OkStatus();
 }

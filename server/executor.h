@@ -132,10 +132,15 @@ class Executor {
   void free_later(const Worker& w, uint64_t generation, const std::vector<uint64_t>& ids);
 
   // Execute calls sent so far through execute lanes, and over gRPC.
+  // Programs loaded onto workers, and unloaded by workers to stay under their program
+  // budget (uop-worker --max-program-bytes), so far.
   struct ExecuteCounts {
     uint64_t lane = 0, grpc = 0;
+    uint64_t program_loads = 0, programs_unloaded = 0;
   };
-  ExecuteCounts execute_counts() const { return {lane_executes_.load(), grpc_executes_.load()}; }
+  ExecuteCounts execute_counts() const {
+    return {lane_executes_.load(), grpc_executes_.load(), program_loads_.load(), programs_unloaded_.load()};
+  }
   // Launches the workers timed for profiled runs, so far.
   uint64_t launches_timed() const { return launches_timed_.load(); }
   // Collective groups formed so far (each reused by every later collective of its device
@@ -186,6 +191,10 @@ class Executor {
   absl::Status stream_inputs(RunState& rs, const std::vector<StreamedInput>& streamed);
   // Each kernel's device, and the programs its worker does not have yet, loaded.
   absl::Status load_programs(RunState& rs);
+  // One kernel onto the worker of rs.devices[device]; what the worker unloaded for it is forgotten.
+  absl::Status load_program(const RunState& rs, size_t device, const CompiledKernel& k);
+  // The programs an Execute found missing (d.answer), loaded again.
+  absl::Status load_missing(const RunState& rs, size_t device);
   // The plan's steps: launches gather per device (add_launch) until a collective or a copy
   // needs their results; a collective runs beside the launches that do not need it.
   absl::Status run_steps(RunState& rs);
@@ -224,6 +233,7 @@ class Executor {
   WorkerPool* pool_;
   CollectiveOptions collectives_;
   std::atomic<uint64_t> lane_executes_{0}, grpc_executes_{0};
+  std::atomic<uint64_t> program_loads_{0}, programs_unloaded_{0};
   std::atomic<uint64_t> launches_timed_{0};
 };
 

@@ -79,6 +79,11 @@ flags::Tool uopd_flags() {
   c.string("worker-binary", "PATH", "the uop-worker to start").shown_default("next to uopd, then PATH");
   c.integer("worker-threads", "N", "threads per worker (0: all cores)", 0);
   c.integer("worker-max-buffer-bytes", "N", "buffer memory per worker").shown_default("the worker's");
+  c.integer("worker-max-program-bytes", "N",
+            "loaded kernels per worker (uop-worker --max-program-bytes): past it a worker unloads the least recently "
+            "launched, which uopd loads again when a Run needs one; 0: none")
+      .range(0, INT64_MAX)
+      .shown_default("the worker's, 256 MiB");
   c.choice("exec-lane", {"shm", "grpc"},
            "how a Run's Execute and buffer traffic reach embedded workers: a shared-memory lane (16 slots of 1 MiB; "
            "gRPC still for what does not fit) or gRPC only",
@@ -261,6 +266,11 @@ std::vector<SampledFamily> sample(CompileCache& cache, WorkerPool& pool, Planner
   const Executor::ExecuteCounts ex = executor.execute_counts();
   out.push_back({"uopd_worker_executes_total", "Execute calls to workers by transport (lane: shared memory to an embedded worker)",
                  true, {{{{"transport", "lane"}}, double(ex.lane)}, {{{"transport", "grpc"}}, double(ex.grpc)}}});
+  out.push_back({"uopd_worker_program_loads_total", "kernels loaded onto workers (again after an unload included)", true,
+                 {{{}, double(ex.program_loads)}}});
+  out.push_back({"uopd_worker_programs_unloaded_total",
+                 "kernels workers unloaded to stay under their program budget (--worker-max-program-bytes)", true,
+                 {{{}, double(ex.programs_unloaded)}}});
   const Executor::CollectiveCounts coll = executor.collective_counts();
   out.push_back({"uopd_collective_groups_formed_total",
                  "collective groups formed (each reused by its members' later collectives until one fails or a member leaves)",
@@ -522,6 +532,8 @@ int run(int argc, char** argv) {
   wo.threads_per_worker = static_cast<int>(f.integer("worker-threads"));
   wo.exec_lane = f.get("exec-lane") == "shm";
   if (f.has("worker-max-buffer-bytes")) wo.extra_args.push_back(cat("--max-buffer-bytes=", f.get("worker-max-buffer-bytes")));
+  if (f.has("worker-max-program-bytes"))
+    wo.extra_args.push_back(cat("--max-program-bytes=", f.get("worker-max-program-bytes")));
   cluster_auth::Gate internal_gate;
   cluster_auth::Dialer worker_dial;
   if (int rc = internal_credentials(f, &internal_gate, &worker_dial, &wo); rc != 0) return rc;

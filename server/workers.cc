@@ -140,6 +140,12 @@ void WorkerHandle::note_program(const std::string& key, std::optional<uint64_t> 
   programs_.insert(key);
 }
 
+void WorkerHandle::forget_programs(std::span<const std::string> keys, uint64_t generation) {
+  absl::MutexLock lock(&mu_);
+  if (generation != generation_) return;  // a new process holds none of them anyway
+  for (const std::string& k : keys) programs_.erase(k);
+}
+
 uint64_t WorkerHandle::new_buffer_id() {
   absl::MutexLock lock(&mu_);
   for (;;) {

@@ -138,6 +138,8 @@ class WorkerHandle {
   // With a generation, a record for an older process is ignored.
   bool has_program(const std::string& key) const;
   void note_program(const std::string& key, std::optional<uint64_t> generation = std::nullopt);
+  // The worker unloaded these (its program budget): the next Run that needs one loads it.
+  void forget_programs(std::span<const std::string> keys, uint64_t generation);
 
   WorkerHandle(std::string id, std::string device, bool embedded, std::string tenant = "")
       : id_(std::move(id)), device_(std::move(device)), tenant_(std::move(tenant)), embedded_(embedded) {}

@@ -71,6 +71,11 @@ const flags::Tool& worker_flags() {
     c.integer("threads", "N", "cpu: kernel threads").range(0, 4096).shown_default("the machine's hardware threads");
     c.integer("max-buffer-bytes", "N", "budget for all buffers together; 0: none")
         .shown_default("cpu 3/4 of RAM, cuda 15/16 of the GPU's free memory");
+    c.integer("max-program-bytes", "N",
+              "budget for loaded kernels together (each counts its object plus 64 KiB); past it the least recently "
+              "launched are unloaded, and the scheduler loads one again when it next needs it; 0: none",
+              256 << 20)
+        .range(0, INT64_MAX);
     c.string("scheduler", "HOST:PORT",
              "register with this scheduler's Registry (retries until it works), then again every heartbeat: a "
              "restarted scheduler learns this worker back within one period");
@@ -140,6 +145,7 @@ struct Flags {
   std::string listen = "127.0.0.1:0";
   int threads = 0;
   std::optional<uint64_t> max_buffer_bytes;
+  uint64_t max_program_bytes = 0;
   std::string scheduler;
   std::string advertise;
   int heartbeat_seconds = 5;
@@ -198,6 +204,7 @@ std::optional<int> parse(int argc, char** argv, Flags* f) {
   f->listen = a.get("listen");
   f->threads = static_cast<int>(a.integer("threads"));
   if (a.has("max-buffer-bytes")) f->max_buffer_bytes = static_cast<uint64_t>(a.integer("max-buffer-bytes"));
+  f->max_program_bytes = static_cast<uint64_t>(a.integer("max-program-bytes"));
   f->scheduler = a.get("scheduler");
   f->advertise = a.get("advertise");
   f->heartbeat_seconds = static_cast<int>(a.integer("heartbeat-seconds"));
@@ -559,6 +566,7 @@ int run(int argc, char** argv) {
   opts.threads = f.threads;
   opts.rendezvous_dial = std::make_shared<const cluster_auth::Dialer>(auth.dial);
   opts.watchdog.grace = absl::Milliseconds(f.stop_grace_ms);
+  opts.max_program_bytes = f.max_program_bytes;
   std::unique_ptr<DeviceBackend> backend;
   if (f.device.rfind("CUDA:", 0) == 0) {
     // After the signal mask: the driver starts threads of its own.
@@ -625,7 +633,8 @@ int run(int argc, char** argv) {
   WorkerInfo info = runtime.info();
   log("serving ", f.device, " (", info.backend, " ", info.target, ") on ", listening,
       info.threads ? cat(" with ", info.threads, " threads") : std::string(), ", buffer budget ",
-      opts.max_buffer_bytes ? cat(opts.max_buffer_bytes, " bytes") : std::string("unlimited"),
+      opts.max_buffer_bytes ? cat(opts.max_buffer_bytes, " bytes") : std::string("unlimited"), ", program budget ",
+      opts.max_program_bytes ? cat(opts.max_program_bytes, " bytes") : std::string("unlimited"),
       sandboxed ? ", sandboxed" : "");
 
   std::unique_ptr<Registrar> registrar;

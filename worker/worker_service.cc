@@ -132,7 +132,8 @@ absl::StatusOr<BufferSlice> WorkerRuntime::read_buffer(uint64_t id, uint64_t off
   return slice;
 }
 
-absl::Status WorkerRuntime::load_program(const std::string& key, std::string_view object, std::string_view abi_text) {
+absl::Status WorkerRuntime::load_program(const std::string& key, std::string_view object, std::string_view abi_text,
+                                         std::vector<std::string>* unloaded) {
   if (key.empty()) return absl::InvalidArgumentError("a program needs a key");
   if (has_program(key)) return absl::OkStatus();
   auto abi = parse_abi(abi_text);
@@ -140,8 +141,26 @@ absl::Status WorkerRuntime::load_program(const std::string& key, std::string_vie
   // Linking takes a while; two loads of one key may race, and the first to finish wins.
   auto prog = backend_->load_program(key, object, *abi);
   if (!prog.ok()) return absl::Status(prog.status().code(), cat("program ", key, ": ", prog.status().message()));
-  std::lock_guard lock(mu_);
-  programs_.try_emplace(key, *std::move(prog));
+  std::vector<Program> gone;  // released after the lock: unloading frees code
+  {
+    std::lock_guard lock(mu_);
+    auto [it, added] = programs_.try_emplace(key);
+    if (!added) return absl::OkStatus();
+    recent_.push_front(key);
+    it->second = {Program(*std::move(prog)), program_charge(object.size()), recent_.begin()};
+    program_bytes_ += it->second.charge;
+    // The least recently used go first; never the one just loaded, which its caller is
+    // about to launch. A launch running one holds its own reference to it.
+    while (options_.max_program_bytes > 0 && program_bytes_ > options_.max_program_bytes && recent_.size() > 1) {
+      auto victim = programs_.find(recent_.back());
+      program_bytes_ -= victim->second.charge;
+      gone.push_back(std::move(victim->second.program));
+      if (unloaded) unloaded->push_back(recent_.back());
+      recent_.pop_back();
+      programs_.erase(victim);
+      ++programs_unloaded_;
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -150,17 +169,23 @@ bool WorkerRuntime::has_program(const std::string& key) const {
   return programs_.contains(key);
 }
 
-absl::Status WorkerRuntime::run_launch(size_t index, const LaunchSpec& launch, const std::function<bool()>& cancelled,
-                                       absl::Time deadline, double* launch_ms) const {
-  auto where = [&] { return cat("launch ", index, " (program ", launch.key, "): "); };
-  std::shared_ptr<const DeviceProgram> prog;
-  {
-    std::lock_guard lock(mu_);
-    auto it = programs_.find(launch.key);
-    if (it != programs_.end()) prog = it->second;
+std::vector<WorkerRuntime::Program> WorkerRuntime::resolve(std::span<const LaunchSpec> launches) const {
+  std::vector<Program> progs(launches.size());
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < launches.size(); ++i) {
+    auto it = programs_.find(launches[i].key);
+    if (it == programs_.end()) continue;
+    progs[i] = it->second.program;
+    recent_.splice(recent_.begin(), recent_, it->second.recent);
   }
-  if (!prog) return absl::FailedPreconditionError(cat(where(), "program ", launch.key, " not loaded"));
-  const KernelAbi& abi = prog->abi();
+  return progs;
+}
+
+absl::Status WorkerRuntime::run_launch(size_t index, const LaunchSpec& launch, const DeviceProgram& prog,
+                                       const std::function<bool()>& cancelled, absl::Time deadline,
+                                       double* launch_ms) const {
+  auto where = [&] { return cat("launch ", index, " (program ", launch.key, "): "); };
+  const KernelAbi& abi = prog.abi();
   if (static_cast<int64_t>(launch.buffer_ids.size()) != abi.num_buffers())
     return absl::InvalidArgumentError(
         cat(where(), "the kernel takes ", abi.num_buffers(), " buffers, the launch names ", launch.buffer_ids.size()));
@@ -197,7 +222,7 @@ absl::Status WorkerRuntime::run_launch(size_t index, const LaunchSpec& launch, c
   std::optional<std::chrono::steady_clock::time_point> start;
   double device_ms = -1;
   if (launch_ms) start = std::chrono::steady_clock::now();
-  absl::Status st = backend_->run(*prog, ptrs, launch.vars, watch.word(), launch_ms ? &device_ms : nullptr);
+  absl::Status st = backend_->run(prog, ptrs, launch.vars, watch.word(), launch_ms ? &device_ms : nullptr);
   if (launch_ms) *launch_ms = device_ms >= 0 ? device_ms : ms_since(*start);
   // Stopped: whatever the kernel wrote is incomplete, whether or not it noticed in time.
   if (absl::Status stopped = watch.status(); !stopped.ok()) st = stopped;
@@ -208,6 +233,17 @@ absl::Status WorkerRuntime::run_launch(size_t index, const LaunchSpec& launch, c
 absl::StatusOr<double> WorkerRuntime::execute(std::span<const LaunchSpec> launches,
                                               const std::function<bool()>& cancelled, absl::Time deadline,
                                               std::vector<double>* launch_ms) const {
+  std::vector<Program> progs = resolve(launches);
+  for (size_t i = 0; i < launches.size(); ++i)
+    if (!progs[i])
+      return absl::FailedPreconditionError(
+          cat("launch ", i, " (program ", launches[i].key, "): program ", launches[i].key, " not loaded"));
+  return run_launches(launches, progs, cancelled, deadline, launch_ms);
+}
+
+absl::StatusOr<double> WorkerRuntime::run_launches(std::span<const LaunchSpec> launches, std::span<const Program> programs,
+                                                   const std::function<bool()>& cancelled, absl::Time deadline,
+                                                   std::vector<double>* launch_ms) const {
   auto start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < launches.size(); ++i) {
     if (cancelled && cancelled())
@@ -215,7 +251,8 @@ absl::StatusOr<double> WorkerRuntime::execute(std::span<const LaunchSpec> launch
     if (absl::Now() >= deadline)
       return absl::DeadlineExceededError(cat("the deadline passed before launch ", i, " of ", launches.size()));
     double ms = 0;
-    if (absl::Status st = run_launch(i, launches[i], cancelled, deadline, launch_ms ? &ms : nullptr); !st.ok()) return st;
+    if (absl::Status st = run_launch(i, launches[i], *programs[i], cancelled, deadline, launch_ms ? &ms : nullptr); !st.ok())
+      return st;
     if (launch_ms) launch_ms->push_back(ms);
   }
   return ms_since(start);
@@ -224,6 +261,14 @@ absl::StatusOr<double> WorkerRuntime::execute(std::span<const LaunchSpec> launch
 absl::StatusOr<ExecuteResult> WorkerRuntime::execute(const ExecuteBatch& batch, const std::function<bool()>& cancelled,
                                                      absl::Time deadline) {
   ExecuteResult result;
+  // The programs first, held for the whole batch (a load meanwhile may unload them from
+  // the table, not from under these launches). One missing: nothing happens.
+  std::vector<Program> progs = resolve(batch.launches);
+  for (size_t i = 0; i < progs.size(); ++i)
+    if (!progs[i] && std::find(result.missing_programs.begin(), result.missing_programs.end(), batch.launches[i].key) ==
+                         result.missing_programs.end())
+      result.missing_programs.push_back(batch.launches[i].key);
+  if (!result.missing_programs.empty()) return result;
   absl::Status st = [&]() -> absl::Status {
     for (const BufferInit& a : batch.allocs) {
       if (a.data.size() > a.bytes)
@@ -233,7 +278,7 @@ absl::StatusOr<ExecuteResult> WorkerRuntime::execute(const ExecuteBatch& batch, 
       if (s.ok()) s = write_buffer(a.id, 0, a.data);
       if (!s.ok()) return absl::Status(s.code(), cat("allocating buffer ", a.id, ": ", s.message()));
     }
-    auto ms = execute(batch.launches, cancelled, deadline, batch.profile ? &result.launch_ms : nullptr);
+    auto ms = run_launches(batch.launches, progs, cancelled, deadline, batch.profile ? &result.launch_ms : nullptr);
     if (!ms.ok()) return ms.status();
     result.run_ms = *ms;
     for (uint64_t id : batch.read_back) {
@@ -306,6 +351,8 @@ WorkerInfo WorkerRuntime::info() const {
   i.buffers = buffers_.size();
   i.buffer_bytes = buffer_bytes_;
   i.programs = programs_.size();
+  i.program_bytes = program_bytes_;
+  i.programs_unloaded = programs_unloaded_;
   return i;
 }
 
@@ -321,6 +368,8 @@ grpc::Status WorkerService::Info(grpc::ServerContext*, const wv1::InfoRequest*, 
   resp->set_buffers(i.buffers);
   resp->set_buffer_bytes(i.buffer_bytes);
   resp->set_programs(i.programs);
+  resp->set_program_bytes(i.program_bytes);
+  resp->set_programs_unloaded(i.programs_unloaded);
   resp->set_threads(i.threads);
   return grpc::Status::OK;
 }
@@ -379,9 +428,12 @@ grpc::Status WorkerService::ReadBuffer(grpc::ServerContext* ctx, const wv1::Read
 }
 
 grpc::Status WorkerService::LoadProgram(grpc::ServerContext*, const wv1::LoadProgramRequest* req,
-                                        wv1::LoadProgramResponse*) {
+                                        wv1::LoadProgramResponse* resp) {
   InFlight guard(in_flight_);
-  return to_grpc(rt_->load_program(req->key(), req->object(), req->abi()));
+  std::vector<std::string> unloaded;
+  absl::Status s = rt_->load_program(req->key(), req->object(), req->abi(), &unloaded);
+  for (std::string& k : unloaded) resp->add_unloaded(std::move(k));
+  return to_grpc(s);
 }
 
 absl::Status run_execute(WorkerRuntime& rt, const wv1::ExecuteRequest& req, wv1::ExecuteResponse* resp,
@@ -397,6 +449,7 @@ absl::Status run_execute(WorkerRuntime& rt, const wv1::ExecuteRequest& req, wv1:
   batch.profile = req.profile();
   auto result = rt.execute(batch, cancelled, deadline);
   if (!result.ok()) return result.status();
+  for (std::string& k : result->missing_programs) resp->add_missing_programs(std::move(k));
   resp->set_run_ms(result->run_ms);
   for (double ms : result->launch_ms) resp->add_launch_ms(ms);
   for (const BufferSlice& out : result->outputs) resp->add_outputs(out.data, out.length);

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -34,6 +35,9 @@ struct WorkerRuntimeOptions {
   std::string target;             // cpu: what Info reports as the CPU target id
   int threads = 0;                // cpu: <= 0, the machine's hardware threads
   uint64_t max_buffer_bytes = 0;  // 0: no budget
+  // What loaded programs may hold together (each charged program_charge() bytes); past it
+  // the least recently launched programs are unloaded. 0: no budget.
+  uint64_t max_program_bytes = 0;
   // How collectives reach the scheduler's Rendezvous (its credentials); null: plaintext.
   std::shared_ptr<const cluster_auth::Dialer> rendezvous_dial;
   LaunchWatchdogOptions watchdog;  // how launches that must end are ended
@@ -62,6 +66,10 @@ struct ExecuteBatch {
 };
 
 struct ExecuteResult {
+  // Programs the launches name that are not loaded (unloaded under the program budget
+  // since the scheduler loaded them): when not empty, nothing of the batch happened, not
+  // even its frees, so the caller can load them and send the same batch again.
+  std::vector<std::string> missing_programs;
   double run_ms = 0;                 // the launches
   std::vector<BufferSlice> outputs;  // one per read_back (they stay valid after the frees)
   std::vector<double> launch_ms;     // with ExecuteBatch::profile: one per launch, in order
@@ -71,6 +79,8 @@ struct WorkerInfo {
   std::string device, backend, target;
   int64_t pid = 0;
   uint64_t buffers = 0, buffer_bytes = 0, programs = 0;
+  uint64_t program_bytes = 0;     // what the loaded programs are charged, together
+  uint64_t programs_unloaded = 0; // under the program budget, since the worker started
   int threads = 0;
 };
 
@@ -92,12 +102,20 @@ class WorkerRuntime {
   absl::StatusOr<BufferSlice> read_buffer(uint64_t id, uint64_t offset, uint64_t length) const;
 
   // Idempotent: a key already loaded is not loaded again. INVALID_ARGUMENT for an ABI
-  // that does not parse or an object that does not link.
-  absl::Status load_program(const std::string& key, std::string_view object, std::string_view abi_text);
+  // that does not parse or an object that does not link. Past the program budget, the
+  // least recently launched (or loaded) programs other than this one are unloaded, their
+  // keys appended to `unloaded`; a launch running one keeps it until it returns.
+  absl::Status load_program(const std::string& key, std::string_view object, std::string_view abi_text,
+                            std::vector<std::string>* unloaded = nullptr);
   bool has_program(const std::string& key) const;
+  // What a program of `object_bytes` counts against the budget: its object and what
+  // linking it costs beyond that (a JIT dylib, page-rounded sections; a CUDA module).
+  static uint64_t program_charge(uint64_t object_bytes) { return object_bytes + kProgramOverheadBytes; }
+  static constexpr uint64_t kProgramOverheadBytes = 64 << 10;
 
   // Runs the launches in order and stops at the first failure, whose message names the
-  // launch. `cancelled`, if given, is asked between launches and while one runs (a caller
+  // launch; every program is looked up first (FAILED_PRECONDITION naming the first one not
+  // loaded, nothing run). `cancelled`, if given, is asked between launches and while one runs (a caller
   // that went away does not keep the worker busy); at `deadline` the launch running is
   // stopped: DEADLINE_EXCEEDED, or CANCELLED, naming it. Returns the time spent running,
   // in milliseconds. With `launch_ms`, each launch is timed and its time appended there
@@ -111,6 +129,8 @@ class WorkerRuntime {
   // execute() runs them, read_buffer of each read_back buffer, then free_buffers of
   // free_after whether or not the rest succeeded (a failed run leaves no temporaries).
   // Stops at the first failure; its message says which step ("allocating buffer 7: ...").
+  // First of all, the programs: a batch naming one not loaded does nothing and says which
+  // (ExecuteResult::missing_programs).
   absl::StatusOr<ExecuteResult> execute(const ExecuteBatch& batch, const std::function<bool()>& cancelled = {},
                                         absl::Time deadline = absl::InfiniteFuture());
 
@@ -129,8 +149,14 @@ class WorkerRuntime {
 
  private:
   absl::StatusOr<std::shared_ptr<DeviceMemory>> find_buffer(uint64_t id) const;
-  absl::Status run_launch(size_t index, const LaunchSpec& launch, const std::function<bool()>& cancelled,
-                          absl::Time deadline, double* launch_ms) const;
+  using Program = std::shared_ptr<const DeviceProgram>;
+  // The program of each launch (null where not loaded), each marked as just used.
+  std::vector<Program> resolve(std::span<const LaunchSpec> launches) const;
+  absl::StatusOr<double> run_launches(std::span<const LaunchSpec> launches, std::span<const Program> programs,
+                                      const std::function<bool()>& cancelled, absl::Time deadline,
+                                      std::vector<double>* launch_ms) const;
+  absl::Status run_launch(size_t index, const LaunchSpec& launch, const DeviceProgram& prog,
+                          const std::function<bool()>& cancelled, absl::Time deadline, double* launch_ms) const;
 
   WorkerRuntimeOptions options_;
   // First, so it goes last: buffers and programs are the backend's.
@@ -143,7 +169,17 @@ class WorkerRuntime {
   };
   absl::flat_hash_map<uint64_t, BufferEntry> buffers_;
   uint64_t next_serial_ = 0;
-  absl::flat_hash_map<std::string, std::shared_ptr<const DeviceProgram>> programs_;
+  struct ProgramEntry {
+    Program program;
+    uint64_t charge = 0;                      // program_charge of its object
+    std::list<std::string>::iterator recent;  // its place in recent_
+  };
+  absl::flat_hash_map<std::string, ProgramEntry> programs_;
+  // Loaded programs' keys, the most recently launched (or loaded) first: the budget
+  // unloads from the back. Launches reorder it, hence mutable.
+  mutable std::list<std::string> recent_;
+  uint64_t program_bytes_ = 0;
+  uint64_t programs_unloaded_ = 0;
   uint64_t buffer_bytes_ = 0;
   mutable LaunchWatchdog watchdog_;
 };

@@ -7,6 +7,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -283,9 +284,16 @@ TEST(WorkerRuntime, StopsAtTheFirstFailedLaunch) {
   ASSERT_TRUE(rt.load_program("k2", art.object, art.abi.serialize()).ok());
   for (uint64_t id : {1, 2, 3}) ASSERT_TRUE(rt.alloc_buffer(id, N * 4).ok());
   ASSERT_TRUE(rt.write_buffer(1, 0, bytes_of(iota_input())).ok());
+  // Every program is looked up before anything runs: one not loaded runs nothing.
   std::vector<LaunchSpec> launches = {{"k2", {2, 1}, {N}}, {"missing", {3, 1}, {N}}, {"k2", {3, 1}, {N}}};
   absl::Status st = rt.execute(launches).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("launch 1 (program missing): program missing not loaded"), std::string::npos) << st;
+  EXPECT_EQ(read_ints(rt, 2), std::vector<int32_t>(N, 0));
+  // A launch that fails as it runs (a buffer that does not exist): the ones before it ran.
+  launches = {{"k2", {2, 1}, {N}}, {"k2", {3, 42}, {N}}, {"k2", {3, 1}, {N}}};
+  st = rt.execute(launches).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
   EXPECT_NE(st.message().find("launch 1"), std::string::npos) << st;
   EXPECT_NE(read_ints(rt, 2), std::vector<int32_t>(N, 0));  // the first ran
   EXPECT_EQ(read_ints(rt, 3), std::vector<int32_t>(N, 0));  // the third did not
@@ -397,11 +405,23 @@ TEST(WorkerRuntime, ABatchAllocatesLaunchesReadsBackAndFrees) {
 
   // A failed launch: the allocations made by the batch are freed anyway, the error says
   // which launch, and nothing is read back.
-  batch.launches = {{"k3", {11, 10}, {N}}, {"missing", {11, 10}, {N}}};
+  batch.launches = {{"k3", {11, 10}, {N}}, {"k3", {11, 42}, {N}}};
   r = rt.execute(batch);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(r.status().message().find("launch 1"), std::string::npos) << r.status();
   EXPECT_EQ(rt.info().buffers, 0u);
+
+  // A program not loaded: nothing of the batch happens (no allocation, no free), and the
+  // answer names it, once however often it is launched.
+  ASSERT_TRUE(rt.alloc_buffer(10, 4).ok());
+  batch.launches = {{"k3", {11, 10}, {N}}, {"missing", {11, 10}, {N}}, {"missing", {11, 10}, {N}}};
+  r = rt.execute(batch);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->missing_programs, std::vector<std::string>{"missing"});
+  EXPECT_TRUE(r->outputs.empty());
+  EXPECT_EQ(rt.info().buffers, 1u);  // 10 not freed, 11 not allocated
+  EXPECT_EQ(rt.read_buffer(11, 0, 0).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_EQ(rt.free_buffers(std::vector<uint64_t>{10}), 1u);
 
   // A failed allocation (the id is taken by a buffer the batch does not free): named, and
   // the buffers allocated before it are freed; the other buffer is untouched.
@@ -423,6 +443,75 @@ TEST(WorkerRuntime, ABatchAllocatesLaunchesReadsBackAndFrees) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("8 bytes of data for a buffer of 4"), std::string::npos) << r.status();
   EXPECT_EQ(rt.info().buffers, 1u);
+}
+
+// Past the program budget the least recently launched program goes (never the one being
+// loaded); a batch that launches it does nothing and names it; loaded again, it runs.
+TEST(WorkerRuntime, ProgramBudgetUnloadsTheLeastRecentlyLaunched) {
+  CpuArtifact k1 = scale_kernel(1), k2 = scale_kernel(2), k3 = scale_kernel(3);
+  auto charge = [](const CpuArtifact& a) { return WorkerRuntime::program_charge(a.object.size()); };
+  // Room for any two of the three, never for all three.
+  const uint64_t budget = std::max({charge(k1) + charge(k2), charge(k1) + charge(k3), charge(k2) + charge(k3)});
+  ASSERT_LT(budget, charge(k1) + charge(k2) + charge(k3));
+  WorkerRuntime rt(WorkerRuntimeOptions{.device = "CPU:0", .target = "test", .threads = 1, .max_program_bytes = budget});
+  const std::vector<int32_t> in = iota_input();
+  ASSERT_TRUE(rt.alloc_buffer(1, N * 4).ok());
+  ASSERT_TRUE(rt.alloc_buffer(2, N * 4).ok());
+  ASSERT_TRUE(rt.write_buffer(1, 0, bytes_of(in)).ok());
+
+  std::vector<std::string> unloaded;
+  ASSERT_TRUE(rt.load_program("k1", k1.object, k1.abi.serialize(), &unloaded).ok());
+  ASSERT_TRUE(rt.load_program("k2", k2.object, k2.abi.serialize(), &unloaded).ok());
+  EXPECT_TRUE(unloaded.empty());
+  // k1 launched after k2 was loaded: k2 is now the least recently used.
+  ASSERT_TRUE(rt.execute(std::vector<LaunchSpec>{{"k1", {2, 1}, {N}}}).ok());
+  ASSERT_TRUE(rt.load_program("k3", k3.object, k3.abi.serialize(), &unloaded).ok());
+  EXPECT_EQ(unloaded, std::vector<std::string>{"k2"});
+  EXPECT_TRUE(rt.has_program("k1"));
+  EXPECT_FALSE(rt.has_program("k2"));
+  EXPECT_TRUE(rt.has_program("k3"));
+  WorkerInfo info = rt.info();
+  EXPECT_EQ(info.programs, 2u);
+  EXPECT_EQ(info.program_bytes, charge(k1) + charge(k3));
+  EXPECT_EQ(info.programs_unloaded, 1u);
+
+  ExecuteBatch batch;
+  batch.allocs = {{5, 16, {}}};
+  batch.launches = {{"k3", {2, 1}, {N}}, {"k2", {2, 1}, {N}}};
+  batch.read_back = {2};
+  batch.free_after = {1};
+  auto r = rt.execute(batch);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->missing_programs, std::vector<std::string>{"k2"});
+  EXPECT_EQ(rt.read_buffer(5, 0, 0).status().code(), absl::StatusCode::kNotFound);  // not allocated
+  EXPECT_EQ(read_ints(rt, 1), in);                                                 // not freed
+  EXPECT_EQ(read_ints(rt, 2), [&] {  // k3 did not run either: still k1's output
+    std::vector<int32_t> v(N);
+    for (int i = 0; i < N; ++i) v[i] = in[i] + i;
+    return v;
+  }());
+
+  // Loaded again, k2 pushes out k1, the least recently used now (k3 was just looked up).
+  unloaded.clear();
+  ASSERT_TRUE(rt.load_program("k2", k2.object, k2.abi.serialize(), &unloaded).ok());
+  EXPECT_EQ(unloaded, std::vector<std::string>{"k1"});
+  batch.launches = {{"k2", {2, 1}, {N}}};
+  r = rt.execute(batch);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->missing_programs.empty());
+  ASSERT_EQ(r->outputs.size(), 1u);
+  std::vector<int32_t> out = ints_of(r->outputs[0].bytes());
+  for (int i = 0; i < N; ++i) ASSERT_EQ(out[i], in[i] * 2 + i) << i;
+  EXPECT_EQ(rt.read_buffer(1, 0, 0).status().code(), absl::StatusCode::kNotFound);  // freed this time
+
+  // A budget smaller than one program still holds the one just loaded.
+  WorkerRuntime tiny(WorkerRuntimeOptions{.device = "CPU:0", .target = "test", .threads = 1, .max_program_bytes = 1});
+  ASSERT_TRUE(tiny.load_program("k1", k1.object, k1.abi.serialize()).ok());
+  unloaded.clear();
+  ASSERT_TRUE(tiny.load_program("k2", k2.object, k2.abi.serialize(), &unloaded).ok());
+  EXPECT_EQ(unloaded, std::vector<std::string>{"k1"});
+  EXPECT_TRUE(tiny.has_program("k2"));
+  EXPECT_EQ(tiny.info().programs, 1u);
 }
 
 // The adapter over a real (in-process) gRPC server: chunked streaming both ways.
@@ -504,7 +593,9 @@ TEST(WorkerService, StreamsBuffersInChunks) {
     l->set_key("absent");
     wv1::ExecuteResponse resp;
     grpc::Status st = stub->Execute(&ctx, req, &resp);
-    EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_TRUE(st.ok()) << st.error_message();  // done nothing, saying what to load first
+    ASSERT_EQ(resp.missing_programs_size(), 1);
+    EXPECT_EQ(resp.missing_programs(0), "absent");
   }
   {
     grpc::ClientContext ctx;
@@ -639,10 +730,15 @@ TEST(LaneHandler, ExecutesABatch) {
   ASSERT_EQ(out.size(), static_cast<size_t>(N));
   for (int i = 0; i < N; ++i) EXPECT_EQ(out[i], in[i] * 5 + i) << i;
   EXPECT_EQ(rt.info().buffers, 0u);
-  // A launch of a program never loaded fails as it does over gRPC, and frees anyway.
+  // A launch of a program not loaded: as over gRPC, nothing happens (no allocation), and
+  // the answer names the program.
   req.mutable_launches(0)->set_key("missing");
   r = slot.call(h, lane_execute(req));
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(resp.ParseFromString(*r));
+  ASSERT_EQ(resp.missing_programs_size(), 1);
+  EXPECT_EQ(resp.missing_programs(0), "missing");
+  EXPECT_EQ(resp.outputs_size(), 0);
   EXPECT_EQ(rt.info().buffers, 0u);
 }
 
