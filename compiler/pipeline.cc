@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_set.h"
 #include "compiler/ir/dim.h"
 #include "compiler/ir/shape.h"
 #include "compiler/ir/verifier.h"
@@ -137,36 +138,120 @@ absl::Status planned_symbolic_stage(Planning& p, const Emit& emit) {
     for (const UOp* u : toposort(body))
       if (u->op() == Op::BUFFER) kp.buffers.push_back(u);
     kp.kernel = body;
+    kp.writes = {0};
     plan.steps.push_back({ScheduleStep::Kind::Kernel, plan.kernels.size()});
     plan.kernels.push_back(std::move(kp));
   }
   return absl::OkStatus();
 }
 
-// A graph that is one kernel already: its PARAMs are its buffers, by slot.
+// The PARAM slots a kernel stores to (through AFTERs).
+std::vector<size_t> written_slots(const UOp* kernel) {
+  std::vector<size_t> slots;
+  for (const UOp* u : toposort(kernel)) {
+    if (!u->is(Op::STORE) || !u->src(0)->is(Op::INDEX)) continue;
+    const UOp* b = u->src(0)->src(0);
+    while (b->is(Op::AFTER)) b = b->src(0);
+    if (!b->is(Op::PARAM)) continue;
+    size_t slot = static_cast<size_t>(b->arg_as<ParamArg>().slot);
+    if (std::find(slots.begin(), slots.end(), slot) == slots.end()) slots.push_back(slot);
+  }
+  std::sort(slots.begin(), slots.end());
+  return slots;
+}
+
+// A normalized kernel's PARAMs by slot, which must be 0..n-1 with none repeated.
+absl::StatusOr<std::vector<const UOp*>> params_by_slot(const UOp* kernel, std::string_view what) {
+  std::vector<const UOp*> params;
+  for (const UOp* u : toposort(kernel))
+    if (u->op() == Op::PARAM) params.push_back(u);
+  std::sort(params.begin(), params.end(),
+            [](const UOp* a, const UOp* b) { return a->arg_as<ParamArg>().slot < b->arg_as<ParamArg>().slot; });
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i]->arg_as<ParamArg>().slot != static_cast<int64_t>(i))
+      return absl::InvalidArgumentError(cat(what, ": PARAM slots must be 0..", params.size() - 1,
+                                            " with none repeated; slot ", i, " is missing or taken twice [plan.slots]"));
+  return params;
+}
+
+std::string kernel_name_of(const UOp* sink) {
+  const auto* info = sink->arg_if<KernelInfoArg>();
+  return info && !info->name.empty() ? info->name : "kernel";
+}
+
+// A graph that is kernels already: one kernel, whose PARAMs are the graph's buffers by
+// slot, or a SINK of CALLs, each running its kernel on the graph's PARAMs it names, in
+// the order of the SINK's sources.
 absl::Status normalize_kernel_graph(Planning& p, const Emit& emit) {
   GraphPlan& plan = p.plan;
-  ASSIGN_OR_RETURN(const UOp* body, normalize(p.g, p.root));
-  KernelPlan kp;
-  const auto* info = p.root->arg_if<KernelInfoArg>();
-  kp.name = info && !info->name.empty() ? info->name : "kernel";
-  RETURN_IF_ERROR(emit(kp.name, body));
-  kp.kernel = body;
-  for (const UOp* u : toposort(body))
-    if (u->op() == Op::PARAM) kp.buffers.push_back(u);
-  std::sort(kp.buffers.begin(), kp.buffers.end(),
-            [](const UOp* a, const UOp* b) { return a->arg_as<ParamArg>().slot < b->arg_as<ParamArg>().slot; });
-  for (size_t i = 0; i < kp.buffers.size(); ++i)
-    if (kp.buffers[i]->arg_as<ParamArg>().slot != static_cast<int64_t>(i))
-      return absl::InvalidArgumentError(cat("kernel: PARAM slots must be 0..", kp.buffers.size() - 1,
-                                            " with none repeated; slot ", i, " is missing or taken twice [plan.slots]"));
-  for (const UOp* p2 : kp.buffers) {
-    plan.output_parts.push_back({{plan.output_shapes.size()}, -1});
-    plan.output_shapes.push_back({p2->arg_as<ParamArg>().size});
+  const bool calls = p.root->num_src() > 0 && std::all_of(p.root->src().begin(), p.root->src().end(),
+                                                            [](const UOp* s) { return s->is(Op::CALL); });
+  if (!calls) {
+    ASSIGN_OR_RETURN(const UOp* body, normalize(p.g, p.root));
+    KernelPlan kp;
+    kp.name = kernel_name_of(p.root);
+    RETURN_IF_ERROR(emit(kp.name, body));
+    kp.kernel = body;
+    ASSIGN_OR_RETURN(kp.buffers, params_by_slot(body, "kernel"));
+    kp.writes = written_slots(body);
+    plan.params = kp.buffers;
+    plan.steps.push_back({ScheduleStep::Kind::Kernel, 0});
+    plan.kernels.push_back(std::move(kp));
+    plan.schedule = body;
+  } else {
+    absl::flat_hash_set<const UOp*> bound;
+    for (size_t c = 0; c < p.root->num_src(); ++c) {
+      const UOp* call = p.root->src(c);
+      const std::string what = cat("call ", c);
+      const UOp* sink = call->src(0);
+      if (!sink->is(Op::SINK) || sink->num_src() == 0 ||
+          std::any_of(sink->src().begin(), sink->src().end(), [](const UOp* s) { return s->is(Op::CALL); }))
+        return absl::InvalidArgumentError(cat(what, ": calls a ", op_name(sink->op()),
+                                              "; a kernel-level CALL calls a kernel, SINK[kernel](STORE...) [plan.call]"));
+      KernelPlan kp;
+      kp.name = kernel_name_of(sink);
+      ASSIGN_OR_RETURN(kp.kernel, normalize(p.g, sink));
+      RETURN_IF_ERROR(emit(kp.name, kp.kernel));
+      ASSIGN_OR_RETURN(std::vector<const UOp*> slots, params_by_slot(kp.kernel, cat(what, " (kernel ", kp.name, ")")));
+      if (slots.size() != call->num_src() - 1)
+        return absl::InvalidArgumentError(cat(what, " (kernel ", kp.name, "): the kernel has ", slots.size(),
+                                              " buffer slots, the CALL binds ", call->num_src() - 1, " [plan.call]"));
+      for (size_t i = 0; i < slots.size(); ++i) {
+        const UOp* arg = call->src(i + 1);
+        if (!arg->is(Op::PARAM))
+          return absl::InvalidArgumentError(cat(what, " (kernel ", kp.name, "): slot ", i, " is bound to a ",
+                                                op_name(arg->op()), ", not a PARAM of the graph [plan.call]"));
+        // The kernel was proven inside buffers of its own PARAMs' sizes: what it is bound to
+        // must be exactly that.
+        if (arg->dtype() != slots[i]->dtype())
+          return absl::InvalidArgumentError(cat(what, " (kernel ", kp.name, "): slot ", i, " is ",
+                                                slots[i]->dtype().str(), ", the PARAM bound to it ", arg->dtype().str(),
+                                                " [plan.call]"));
+        if (std::find(kp.buffers.begin(), kp.buffers.end(), arg) != kp.buffers.end())
+          return absl::InvalidArgumentError(cat(what, " (kernel ", kp.name, "): PARAM slot ",
+                                                arg->arg_as<ParamArg>().slot,
+                                                " is bound to two of the kernel's slots [plan.call]"));
+        kp.buffers.push_back(arg);
+        bound.insert(arg);
+      }
+      kp.writes = written_slots(kp.kernel);
+      plan.steps.push_back({ScheduleStep::Kind::Kernel, plan.kernels.size()});
+      plan.kernels.push_back(std::move(kp));
+    }
+    plan.params.assign(bound.begin(), bound.end());
+    std::sort(plan.params.begin(), plan.params.end(),
+              [](const UOp* a, const UOp* b) { return a->arg_as<ParamArg>().slot < b->arg_as<ParamArg>().slot; });
+    for (size_t i = 0; i < plan.params.size(); ++i)
+      if (plan.params[i]->arg_as<ParamArg>().slot != static_cast<int64_t>(i))
+        return absl::InvalidArgumentError(cat("the graph's PARAMs (what its CALLs bind) must be slots 0..",
+                                              plan.params.size() - 1, " with none repeated; slot ", i,
+                                              " is missing or taken twice [plan.slots]"));
+    plan.schedule = p.root;
   }
-  plan.steps.push_back({ScheduleStep::Kind::Kernel, 0});
-  plan.kernels.push_back(std::move(kp));
-  plan.schedule = body;
+  for (const UOp* param : plan.params) {
+    plan.output_parts.push_back({{plan.output_shapes.size()}, -1});
+    plan.output_shapes.push_back({param->arg_as<ParamArg>().size});
+  }
   return absl::OkStatus();
 }
 
@@ -204,6 +289,24 @@ std::span<const StageInfo> planning_stages() {
     return v;
   }();
   return kInfo;
+}
+
+std::vector<const UOp*> kernel_graph_params(const UOp* root) {
+  const bool calls = root->num_src() > 0 &&
+                     std::all_of(root->src().begin(), root->src().end(), [](const UOp* s) { return s->is(Op::CALL); });
+  std::vector<const UOp*> params;
+  auto add = [&](const UOp* u) {
+    if (u->is(Op::PARAM) && std::find(params.begin(), params.end(), u) == params.end()) params.push_back(u);
+  };
+  if (calls) {
+    for (const UOp* call : root->src())
+      for (size_t i = 1; i < call->num_src(); ++i) add(call->src(i));
+  } else {
+    for (const UOp* u : toposort(root)) add(u);
+  }
+  std::sort(params.begin(), params.end(),
+            [](const UOp* a, const UOp* b) { return a->arg_as<ParamArg>().slot < b->arg_as<ParamArg>().slot; });
+  return params;
 }
 
 const KernelStage& symbolic_stage() {

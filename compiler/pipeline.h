@@ -78,7 +78,8 @@ struct KernelPlan {
   std::string device;               // where it runs: the device of its buffers ("CPU:0")
   const UOp* kernel = nullptr;      // normalized SINK[kernel]: its digest is the kernel's identity
   std::vector<const UOp*> buffers;  // what each PARAM slot is bound to: a BUFFER, or the
-                                    // PARAM itself when the graph came in at kernel level
+                                    // graph's PARAM when the graph came in at kernel level
+  std::vector<size_t> writes;       // the slots the kernel stores to (slot 0 at tensor level)
 };
 
 // What planning made of a graph, as IR in its Graph: the kernels, collectives and copies
@@ -103,8 +104,17 @@ struct GraphPlan {
   std::vector<const UOp*> intermediates;      // buffers only kernels use
   std::vector<std::pair<const UOp*, int64_t>> var_values;  // DEFINE_VAR -> bound value
   const UOp* schedule = nullptr;              // SINK(CALL...): the plan as IR
-  bool kernel_level = false;                  // the graph was one kernel already
+  // The graph came in at kernel level: one kernel, SINK[kernel](STORE...), or several run
+  // in order, SINK(CALL(SINK[kernel](...), PARAM...)...), each CALL binding its kernel's
+  // slots to the graph's PARAMs. Those PARAMs (`params`, by slot 0..n-1) are the Run's
+  // buffers and its outputs.
+  bool kernel_level = false;
+  std::vector<const UOp*> params;
 };
+
+// The PARAMs a kernel-level graph binds, by slot: the CALLs' arguments of a SINK of CALLs,
+// else every PARAM of the kernel.
+std::vector<const UOp*> kernel_graph_params(const UOp* root);
 
 // The planning stages, in order (verify .. normalize).
 std::span<const StageInfo> planning_stages();

@@ -158,6 +158,8 @@ absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan_now(const DecodedGraph
            : intermediates.contains(b) ? PlannedBuffer::Role::Intermediate
                                        : PlannedBuffer::Role::Input;
   };
+  // At kernel level the graph's PARAMs are its buffers, in slot order: buffer i is slot i.
+  for (const UOp* param : p.params) buffer(param, PlannedBuffer::Role::Input);
   for (const KernelPlan& k : p.kernels) {
     PlannedKernel pk;
     pk.name = k.name;
@@ -165,6 +167,8 @@ absl::StatusOr<std::shared_ptr<const Plan>> Planner::plan_now(const DecodedGraph
     pk.encoded = encode_binary(k.kernel);
     pk.device = k.device;
     for (const UOp* b : k.buffers) pk.buffers.push_back(buffer(b, role_of(b)));
+    for (size_t slot : k.writes)
+      if (slot < pk.buffers.size()) pk.writes.push_back(pk.buffers[slot]);
     plan->kernels.push_back(std::move(pk));
   }
   // Multi-device steps: collectives and copies between the kernels.
@@ -196,9 +200,10 @@ StepAccess step_access(const Plan& plan, const ScheduleStep& st) {
   StepAccess a;
   switch (st.kind) {
     case ScheduleStep::Kind::Kernel: {
-      const std::vector<int>& b = plan.kernels[st.index].buffers;
-      if (!b.empty()) a.writes.push_back(b[0]);
-      if (b.size() > 1) a.reads.assign(b.begin() + 1, b.end());
+      const PlannedKernel& k = plan.kernels[st.index];
+      a.writes = k.writes;
+      for (int b : k.buffers)
+        if (std::find(k.writes.begin(), k.writes.end(), b) == k.writes.end()) a.reads.push_back(b);
       break;
     }
     case ScheduleStep::Kind::Copy:

@@ -56,6 +56,7 @@ struct PlannedKernel {
   std::string encoded;         // the normalized kernel, encode_binary()
   std::vector<int> buffers;    // per slot: index into Plan::buffers
   std::string device;          // where it runs (the device of its buffers)
+  std::vector<int> writes;     // the buffers it stores to (into Plan::buffers); it may read any
 };
 
 // Multi-device plans (compiler/pipeline.h): a collective leaves every one of its buffers

@@ -792,9 +792,7 @@ absl::Status UopdService::run_graph(grpc::ServerContextBase* ctx, Tenant& tenant
   // Output names: the graph's names of the outputs (SINK sources; PARAMs at kernel level).
   std::vector<const UOp*> out_nodes;
   if (p.kernel_level) {
-    for (const UOp* u : toposort(g->root))
-      if (u->op() == Op::PARAM) out_nodes.push_back(u);
-    std::sort(out_nodes.begin(), out_nodes.end(), [](const UOp* a, const UOp* b) { return a->arg_as<ParamArg>().slot < b->arg_as<ParamArg>().slot; });
+    out_nodes = kernel_graph_params(g->root);
   } else {
     out_nodes.assign(g->root->src().begin(), g->root->src().end());
   }

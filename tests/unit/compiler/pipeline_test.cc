@@ -1,7 +1,9 @@
 // The pipeline's bounds and checks (compiler/pipeline.h): keep_going asked after every
 // stage and obeyed; a kernel over limits.kernel_ops refused naming the kernel and the
 // limit, one at the limit lowered; a graph that a stage would grow past
-// limits.graph_nodes stopped inside that stage, near the limit, not after it.
+// limits.graph_nodes stopped inside that stage, near the limit, not after it; a kernel-level
+// graph of several kernels (a SINK of CALLs) planned as those kernels on the graph's
+// PARAMs, and its malformed bindings refused.
 #include "compiler/backends/cpu/cpu_backend.h"
 #include "compiler/pipeline.h"
 
@@ -25,6 +27,72 @@ using testing::shifted_sums;
 
 // out = (x0 + ... + x[n-1]) * 2: one kernel of about 4n ops.
 const UOp* sum_of(TensorBuilder& tb, int n) { return testing::sums_of_leaves(tb, 1, n, 2.0, 32); }
+
+// A kernel over n float32s: out (slot 0) = f(ins...) elementwise, its PARAMs as they are
+// in a kernel graph a client sends (slot 0 written, then the inputs).
+const UOp* elementwise_kernel(Graph& g, const std::string& name, int64_t n, int inputs, Op op) {
+  const DType f32(Scalar::Float32, 1);
+  auto param = [&](int64_t slot) { return g.make(Op::PARAM, f32.ptr_to(AddrSpace::Global, n), {}, ParamArg{slot, n}); };
+  const UOp* r = g.make(Op::RANGE, DType(Scalar::Index, 1), {g.cnst(DType(Scalar::Index, 1), ConstValue::Int(n))},
+                        RangeArg{0, AxisType::Loop});
+  std::vector<const UOp*> vals;
+  for (int i = 1; i <= inputs; ++i) {
+    const UOp* p = param(i);
+    vals.push_back(g.make(Op::LOAD, f32, {p, g.make(Op::INDEX, f32, {p, r})}));
+  }
+  const UOp* v = inputs == 1 ? g.alu(op, {vals[0], vals[0]}) : g.alu(op, {vals[0], vals[1]});
+  const UOp* out = param(0);
+  const UOp* st = g.make(Op::STORE, DType(Scalar::Void, 1), {g.make(Op::INDEX, f32, {out, r}), v, r});
+  return g.make(Op::SINK, DType(Scalar::Void, 1), {st}, KernelInfoArg{true, name});
+}
+
+constexpr int64_t kCallN = 8;
+
+TEST(Pipeline, ASinkOfCallsIsItsKernelsOnTheGraphsParams) {
+  const int64_t n = kCallN;
+  Graph g;
+  const DType f32(Scalar::Float32, 1);
+  auto outer = [&](int64_t slot, int64_t size) {
+    return g.make(Op::PARAM, f32.ptr_to(AddrSpace::Global, size), {}, ParamArg{slot, size});
+  };
+  const UOp* twice = elementwise_kernel(g, "twice", n, 1, Op::ADD);  // out = in + in
+  const UOp* sum = elementwise_kernel(g, "sum", n, 2, Op::ADD);      // out = a + b
+  auto call = [&](const UOp* body, std::vector<const UOp*> args) {
+    args.insert(args.begin(), body);
+    return g.make(Op::CALL, DType(Scalar::Void, 1), args, CallInfoArg{});
+  };
+  // a = x + x; b = a + x: slot 0 is x (only read), 1 is a, 2 is b.
+  const UOp *x = outer(0, n), *a = outer(1, n), *b = outer(2, n);
+  const UOp* root = g.make(Op::SINK, DType(Scalar::Void, 1), {call(twice, {a, x}), call(sum, {b, a, x})});
+  auto plan = plan_graph(g, root);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->kernel_level);
+  ASSERT_EQ(plan->kernels.size(), 2u);
+  EXPECT_EQ(plan->kernels[0].name, "twice");
+  EXPECT_EQ(plan->kernels[1].name, "sum");
+  EXPECT_EQ(plan->kernels[0].buffers, (std::vector<const UOp*>{a, x}));
+  EXPECT_EQ(plan->kernels[1].buffers, (std::vector<const UOp*>{b, a, x}));
+  EXPECT_EQ(plan->kernels[0].writes, (std::vector<size_t>{0}));
+  EXPECT_EQ(plan->kernels[1].writes, (std::vector<size_t>{0}));
+  EXPECT_EQ(plan->params, (std::vector<const UOp*>{x, a, b}));
+  EXPECT_EQ(kernel_graph_params(root), plan->params);
+  EXPECT_EQ(plan->output_shapes, (std::vector<std::vector<int64_t>>{{n}, {n}, {n}}));
+  // The same kernel alone is the same digest: one cache entry whichever way it comes.
+  auto alone = plan_graph(g, twice);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_EQ(alone->kernels[0].kernel->digest(), plan->kernels[0].kernel->digest());
+
+  auto refused = [&](std::vector<const UOp*> calls, std::string_view says) {
+    auto p = plan_graph(g, g.make(Op::SINK, DType(Scalar::Void, 1), calls));
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << p.status();
+    EXPECT_TRUE(contains(p.status(), says)) << p.status();
+  };
+  refused({call(sum, {b, a})}, "the kernel has 3 buffer slots, the CALL binds 2 [plan.call]");
+  refused({call(twice, {outer(1, n + 1), x})}, "slot 0 is ptr<float32, global, 8>, the PARAM bound to it ptr<float32, global, 9>");
+  refused({call(sum, {b, x, x})}, "two of the kernel's slots [plan.call]");
+  refused({call(twice, {outer(3, n), x})}, "slot 1 is missing or taken twice [plan.slots]");
+  refused({call(root, {a, x})}, "a kernel-level CALL calls a kernel");
+}
 
 TEST(Pipeline, KernelOpsCountAVectorOpPerSixteenLanes) {
   Graph g;

@@ -203,7 +203,7 @@ struct GradientPlan {
       auto kernel = [&](const std::string& name, std::vector<int> buffers) {
         buffers.push_back(4 * n + buffers[0] % 2);  // the batch
         plan.steps.push_back({ScheduleStep::Kind::Kernel, plan.kernels.size()});
-        plan.kernels.push_back({name, {}, {}, buffers, plan.buffers[buffers[0]].device});
+        plan.kernels.push_back({name, {}, {}, buffers, plan.buffers[buffers[0]].device, {buffers[0]}});
       };
       kernel(cat("g", i), {b0});
       kernel(cat("g", i), {b1});
@@ -300,6 +300,7 @@ TEST(OrderSteps, EachStepWaitsForWhatLastWroteOrReadWhatItTouches) {
   // batch of CPU:0 (buffer 4) waits for every kernel that read it before.
   GradientPlan w({10});
   w.plan.kernels[2].buffers[0] = 4;  // u0 on CPU:0 now writes the batch
+  w.plan.kernels[2].writes = {4};
   order_steps(w.plan);
   EXPECT_EQ(w.plan.waits_for[3], (std::vector<int>{0, 2}));
 }
