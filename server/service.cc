@@ -788,6 +788,7 @@ absl::Status UopdService::run_graph(grpc::ServerContextBase* ctx, Tenant& tenant
   resp->set_run_ms(outcome->run_ms);
   resp->set_collective_ms(outcome->collective_ms);
   resp->set_device(devices.front());
+  resp->set_graph_digest(g->root->digest().hex());
 
   // Output names: the graph's names of the outputs (SINK sources; PARAMs at kernel level).
   std::vector<const UOp*> out_nodes;

@@ -204,3 +204,36 @@ def test_a_kept_output_bound_to_a_session_buffer_is_that_buffer(session, example
     out.free()
     with pytest.raises(uopd.NotFound):
         kept.numpy()
+
+
+def test_a_held_graph_is_named_by_its_digest_and_sent_again_when_let_go(session, examples):
+    """execute(hold=True): the first Run sends the graph and the session keeps it; later
+    Runs send only the digest and the bindings (the request shrinks by the graph's size)
+    and answer the same; a digest the server no longer holds is answered by sending the
+    graph again."""
+    graph = uopd.Graph(examples / "elementwise.json")
+    a, b = rng_array((12,), seed=40), rng_array((12,), seed=41)
+    want = np.maximum(a.reshape(3, 4) + b.reshape(3, 4) * 1.5, 0)
+    sizes = []
+    execute = session.client._execute
+
+    async def measuring(call):
+        sizes.append((getattr(call, "method", ""), len(getattr(call, "request", b"") or b"")))
+        return await execute(call)
+
+    session.client._execute = measuring
+    try:
+        first = session.execute(graph, a=a, b=b, hold=True)
+        second = session.execute(graph, a=a, b=b, hold=True)
+        session._held[graph.data] = "0" * 64  # as if the server had let it go
+        third = session.execute(graph, a=a, b=b, hold=True)
+    finally:
+        session.client._execute = execute
+    for r in (first, second, third):
+        np.testing.assert_allclose(r.outputs["out"], want, rtol=1e-6)
+    assert len(first.graph_digest) == 64 and second.graph_digest == first.graph_digest == third.graph_digest
+    runs = [n for m, n in sizes if m == "Run"]
+    assert len(runs) == 4, sizes  # the third: its digest refused, then the graph again
+    assert runs[1] <= runs[0] - len(graph.data) + 70, runs  # the digest (64 hex digits) for the graph
+    assert runs[3] == runs[0]
+    assert session._held[graph.data] == first.graph_digest

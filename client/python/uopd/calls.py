@@ -179,6 +179,7 @@ _RUN_FIELDS = ("SESSION_ID", "INPUTS", "KEEP_OUTPUTS", "PROFILE")
 _SESSION_ID, _INPUTS, _KEEP_OUTPUTS, _PROFILE = (getattr(pb.RunRequest, f"{n}_FIELD_NUMBER") for n in _RUN_FIELDS)
 _SUBJECT = pb.RunRequest.GRAPH_FIELD_NUMBER
 _DEVICE = pb.RunRequest.DEVICE_FIELD_NUMBER  # RunRequest's alone
+_GRAPH_DIGEST, _HOLD_GRAPH = pb.RunRequest.GRAPH_DIGEST_FIELD_NUMBER, pb.RunRequest.HOLD_GRAPH_FIELD_NUMBER
 if not (all(getattr(pb.RunModelRequest, f"{n}_FIELD_NUMBER") == getattr(pb.RunRequest, f"{n}_FIELD_NUMBER")
             for n in _RUN_FIELDS) and pb.RunModelRequest.MODEL_ID_FIELD_NUMBER == _SUBJECT):
     raise ImportError("uopd.v1.RunRequest and RunModelRequest no longer number their fields alike (uopd.calls.run)")
@@ -266,16 +267,21 @@ def _outputs(resp: "pb.RunResponse", keep_outputs: bool,
 
 def run(session_id: str, method: str, subject: bytes, inputs: Inputs, keep_outputs: bool, profile: bool,
         chunk_bytes: int, make_buffer: Callable[[str, int, Tuple[int, ...], str], Any],
-        device: Optional[str] = None) -> Flow:
-    """Run (`subject`: a graph's encoding, graphs.encode) or RunModel (a held model's id):
-    binds `inputs`, runs, answers; the buffers made here for large inputs and outputs are
-    freed whatever happens. `device` (Run only): the session's device the graph runs on,
-    where its large inputs are uploaded. (Plain functions do the work of a Run that needs
-    no upload or download, generators only what does: each layer costs a cached Run's time.)"""
+        device: Optional[str] = None, held: bool = False, hold: bool = False) -> Flow:
+    """Run (`subject`: a graph's encoding, graphs.encode; with `held`, the digest of a
+    graph the session holds) or RunModel (a held model's id): binds `inputs`, runs,
+    answers; the buffers made here for large inputs and outputs are freed whatever
+    happens. `device` (Run only): the session's device the graph runs on, where its large
+    inputs are uploaded; `hold` (Run only): the session keeps the graph, to be named by its
+    digest (RunResult.graph_digest) from then on. (Plain functions do the work of a Run
+    that needs no upload or download, generators only what does: each layer costs a cached
+    Run's time.)"""
     temporaries: List[str] = []
     try:
         parts: List[wire.Part] = [wire.bytes_field(_SESSION_ID, session_id.encode()),
-                                  wire.length_prefix(_SUBJECT, len(subject)), subject]
+                                  wire.length_prefix(_GRAPH_DIGEST if held else _SUBJECT, len(subject)), subject]
+        if hold:
+            parts.append(wire.uint_field(_HOLD_GRAPH, 1))
         bindings, large = _bindings(inputs)
         parts += bindings
         for name, arr in large:
@@ -314,9 +320,16 @@ def with_graph(request: Any, field_number: int, data: bytes) -> bytes:
 
 def run_graph(session_id: str, graph: graphs.GraphLike, inputs: Inputs, keep_outputs: bool, profile: bool,
               chunk_bytes: int, make_buffer: Callable[[str, int, Tuple[int, ...], str], Any],
-              device: Optional[str] = None) -> Flow:
+              device: Optional[str] = None, hold: bool = False) -> Flow:
     data = graphs.encode(graph)  # now: a bad graph fails before anything is sent
-    return run(session_id, "Run", data, inputs, keep_outputs, profile, chunk_bytes, make_buffer, device)
+    return run(session_id, "Run", data, inputs, keep_outputs, profile, chunk_bytes, make_buffer, device, hold=hold)
+
+
+def run_held(session_id: str, digest: str, inputs: Inputs, keep_outputs: bool, profile: bool, chunk_bytes: int,
+             make_buffer: Callable[[str, int, Tuple[int, ...], str], Any], device: Optional[str] = None) -> Flow:
+    """A Run of the graph the session holds under `digest`: only the bindings travel."""
+    return run(session_id, "Run", digest.encode(), inputs, keep_outputs, profile, chunk_bytes, make_buffer, device,
+               held=True)
 
 
 def compile_graph(graph: graphs.GraphLike, target_text: str, include_binary: bool, include_source: bool) -> Flow:

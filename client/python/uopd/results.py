@@ -161,6 +161,7 @@ class RunResult:
     compile_ms: float = _from_response("compile_ms")
     run_ms: float = _from_response("run_ms")
     collective_ms: float = _from_response("collective_ms")
+    graph_digest: str = _from_response("graph_digest")
 
     @functools.cached_property
     def kernels(self) -> List[Kernel]:

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from uopd import calls, dtypes, errors, results, transfers
+from uopd import calls, dtypes, errors, graphs, results, transfers
 from uopd.graphs import GraphLike
 from uopd.models import Model
 
@@ -80,6 +80,7 @@ class Session:
         self.devices = devices
         self._chunk_bytes: int = client.connection.chunk_bytes
         self._open = True
+        self._held: Dict[bytes, str] = {}  # a held graph's encoding -> its digest (execute's hold)
 
     def _drive(self, flow: calls.Flow) -> Any:
         return self.client._drive(flow)
@@ -108,16 +109,37 @@ class Session:
     # -- graphs ---------------------------------------------------------------------------
 
     def execute(self, graph: GraphLike, inputs: Optional[calls.Inputs] = None, *, keep_outputs: bool = False,
-                profile: bool = False, device: Optional[str] = None, **named: Any) -> results.RunResult:
+                profile: bool = False, device: Optional[str] = None, hold: bool = False,
+                **named: Any) -> results.RunResult:
         """Runs the graph on `device` (default: the session's first; a device of the server
         the session has not used yet joins it) with its inputs bound by name (or wire
         index): arrays (inline up to 1 MiB, larger ones uploaded as buffers and freed
         after) or Buffers on that device. The whole answer: outputs (Buffers with
         keep_outputs), kernels with their cache status, timings, and with profile each
-        kernel's launches timed. A multi-device graph names its devices itself."""
-        flow = calls.run_graph(self.id, graph, {**(inputs or {}), **named}, keep_outputs, profile,
-                               self._chunk_bytes, self._make_buffer, device)
-        return self._drive(flow)
+        kernel's launches timed. A multi-device graph names its devices itself.
+
+        With `hold` (for a graph run many times, a uopd.Graph): the session keeps the graph
+        on the server the first time, and later Runs of the same graph send only their
+        bindings, naming it by its digest; the server holds a session's last 8 such graphs,
+        and one it no longer holds is sent again."""
+        inputs = {**(inputs or {}), **named}
+        data = graphs.encode(graph) if hold else b""
+        if hold and (digest := self._held.get(data)) is not None:
+            try:
+                return self._drive(calls.run_held(self.id, digest, inputs, keep_outputs, profile, self._chunk_bytes,
+                                                  self._make_buffer, device))
+            except errors.NotFound as e:
+                if "holds no graph" not in str(e):
+                    raise
+                del self._held[data]  # the server let it go: sent again, held again
+        flow = calls.run_graph(self.id, data if hold else graph, inputs, keep_outputs, profile, self._chunk_bytes,
+                               self._make_buffer, device, hold=hold)
+        result = self._drive(flow)
+        if hold and result.graph_digest:
+            if len(self._held) >= 64:
+                self._held.pop(next(iter(self._held)))
+            self._held[data] = result.graph_digest
+        return result
 
     def run(self, graph: GraphLike, inputs: Optional[calls.Inputs] = None, *, keep_outputs: bool = False,
             **named: Any) -> Dict[str, Union[np.ndarray, Buffer]]:
