@@ -44,6 +44,27 @@ def programs_run():
         device.UopdProgram.__call__ = run
 
 
+@contextlib.contextmanager
+def calls_made():
+    """The client's calls made by this thread inside the block, counted by method (the
+    device's freeing thread left out)."""
+    import collections
+    import uopd.client as uc
+    calls = collections.Counter()
+    execute = uc.Client._execute
+
+    async def counting(self, call):
+        if threading.current_thread() is threading.main_thread():
+            calls[getattr(call, "method", type(call).__name__)] += 1
+        return await execute(self, call)
+
+    uc.Client._execute = counting
+    try:
+        yield calls
+    finally:
+        uc.Client._execute = execute
+
+
 def test_elementwise_reduce_and_matmul_match_numpy(uopd_device):
     from tinygrad import Tensor
     a_np, b_np = rng(1).standard_normal((8, 16)).astype(np.float32), rng(2).standard_normal((8, 16)).astype(np.float32)
@@ -95,6 +116,54 @@ def test_tinyjit_replays_its_captured_kernels_on_new_inputs(uopd_device):
         np.testing.assert_allclose(out.numpy(), np.maximum(a_np @ b_np + 1, 0), rtol=1e-5, atol=1e-5)
 
 
+def test_a_jitted_training_step_replays_as_one_run(uopd_device):
+    """A TinyJit SGD step (linear regression, its gradient by tinygrad's autograd) replays
+    its kernels as one uopd Run each step (UopdGraph: one graph of CALLs), and its weights
+    follow numpy's own SGD on the same data."""
+    from tinygrad import Context, Tensor, TinyJit, nn
+    from uopd.tinygrad import graph
+    x_np = rng(30).standard_normal((32, 8)).astype(np.float32)
+    y_np = (x_np @ rng(31).standard_normal((8, 1)) + 0.5).astype(np.float32)
+    w_np = rng(32).standard_normal((8, 1)).astype(np.float32) * 0.1
+    b_np = np.zeros(1, np.float32)
+    x, y = Tensor(x_np, device="UOPD").realize(), Tensor(y_np, device="UOPD").realize()
+    w, b = Tensor(w_np.copy(), device="UOPD"), Tensor(b_np.copy(), device="UOPD")
+    lr = 0.1
+    opt = nn.optim.SGD([w, b], lr=lr)
+
+    @TinyJit
+    def step(x, y):
+        with Context(TRAINING=1):
+            opt.zero_grad()
+            loss = ((x @ w + b - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            return loss.realize()
+
+    batches = []
+    made = graph.UopdGraph.__init__
+
+    def remember(self, *a, **k):
+        made(self, *a, **k)
+        batches.append(self)
+
+    graph.UopdGraph.__init__ = remember
+    try:
+        for i in range(6):
+            err = x_np @ w_np + b_np - y_np  # numpy's step, from the same weights
+            w_np = w_np - lr * (2 / err.size) * (x_np.T @ err)
+            b_np = b_np - lr * (2 / err.size) * err.sum(axis=0)
+            with calls_made() as calls:
+                step(x, y)
+            np.testing.assert_allclose(w.numpy(), w_np, rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(b.numpy(), b_np, rtol=1e-4, atol=1e-5)
+    finally:
+        graph.UopdGraph.__init__ = made
+    assert batches and sum(g.batched for g in batches) >= 3, "the replays did not go as batches"
+    assert sum(len(g.calls) for g in batches) >= 3, [len(g.calls) for g in batches]
+    assert calls["Run"] == len(batches), dict(calls)  # one Run per batch in a replayed step
+
+
 def test_kernels_travel_as_uopd_graphs(uopd_device):
     from tinygrad import Tensor
     from uopd._stubs import ir
@@ -130,24 +199,11 @@ def test_kernels_carry_tinygrads_kernel_names(uopd_device):
 def test_a_kernel_with_a_new_output_is_one_round_trip(uopd_device):
     """A realize whose output is a new buffer waits on its one Run alone: the Run makes the
     output (no CreateBuffer), and the buffer it replaces is freed off the caller's path."""
-    import collections
     from tinygrad import Tensor
-    import uopd.client as uc
     a = Tensor(rng(7).standard_normal((16, 16)).astype(np.float32), device="UOPD").realize()
     (a * 2).realize()  # compiled, and a's buffer made, before counting
-    calls = collections.Counter()
-    execute = uc.Client._execute
-
-    async def counting(self, call):
-        if threading.current_thread() is threading.main_thread():
-            calls[getattr(call, "method", type(call).__name__)] += 1
-        return await execute(self, call)
-
-    uc.Client._execute = counting
-    try:
+    with calls_made() as calls:
         outs = [(a * 2).realize() for _ in range(3)]
-    finally:
-        uc.Client._execute = execute
     assert calls == {"Run": 3}, dict(calls)
     for o in outs:
         np.testing.assert_array_equal(o.numpy(), a.numpy() * 2)

@@ -49,6 +49,7 @@ import uopd
 from uopd import dtypes as udt
 from uopd._stubs import ir
 from uopd.tinygrad import collectives
+from uopd.tinygrad.graph import UopdGraph
 from uopd.tinygrad.translate import ALU, SUPPORTED_DTYPES, kernel_graph
 
 
@@ -373,7 +374,7 @@ class UopdDevice(Compiled):
     def __init__(self, device: str):
         # Lowering a kernel here is a translation, cheap: no compile workers to spawn.
         PARALLEL.value = 0
-        super().__init__(device, UopdAllocator(self), [UopdRenderer], UopdProgram)
+        super().__init__(device, UopdAllocator(self), [UopdRenderer], UopdProgram, graph=UopdGraph)
         self.uopd_device = f"CPU:{self.device_id}"
         self.session = _shared.open(self.uopd_device)
         # Buffers tinygrad frees are freed in uopd by a thread of their own, beside the next
