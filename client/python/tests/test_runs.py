@@ -237,3 +237,26 @@ def test_a_held_graph_is_named_by_its_digest_and_sent_again_when_let_go(session,
     assert runs[1] <= runs[0] - len(graph.data) + 70, runs  # the digest (64 hex digits) for the graph
     assert runs[3] == runs[0]
     assert session._held[graph.data] == first.graph_digest
+    # Nine graphs taking turns: the record keeps the server's last 8, so the first is sent
+    # whole again, and never named by a digest the server has dropped.
+    others = [uopd.Graph(_scaled(graph, 2.0 + i)) for i in range(8)]
+    sizes.clear()
+    session.client._execute = measuring
+    try:
+        for g in others + [graph]:
+            session.execute(g, a=a, b=b, hold=True)
+    finally:
+        session.client._execute = execute
+    assert graph.data in session._held and others[0].data not in session._held and len(session._held) == 8
+    assert [m for m, _ in sizes].count("Run") == 9, sizes  # no refused digest among them
+
+
+def _scaled(graph, k):
+    """The graph with its first float constant replaced by k (another graph, another digest)."""
+    from uopd._stubs import ir
+    m = graph.message
+    for n in m.nodes:
+        if n.op == ir.CONST and n.dtype.scalar == ir.DType.FLOAT32:
+            n.const_value.f = k
+            return m
+    raise AssertionError("no float constant")

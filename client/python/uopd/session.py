@@ -68,6 +68,10 @@ class Buffer(calls.BufferRef):
         return f"uopd.Buffer({self.id[:12]}, {self.dtype}{list(self.shape)} on {self.device})"
 
 
+# RunRequest.graph_digest: the server holds a session's last 8 graphs (uopd.proto).
+_SERVER_HOLDS = 8
+
+
 class Session:
     """A session on uopd; make one with ``client.session()`` and use it in a ``with`` block."""
 
@@ -80,7 +84,7 @@ class Session:
         self.devices = devices
         self._chunk_bytes: int = client.connection.chunk_bytes
         self._open = True
-        self._held: Dict[bytes, str] = {}  # a held graph's encoding -> its digest (execute's hold)
+        self._held: Dict[bytes, str] = {}  # a held graph's encoding -> its digest, oldest first (execute's hold)
 
     def _drive(self, flow: calls.Flow) -> Any:
         return self.client._drive(flow)
@@ -136,7 +140,11 @@ class Session:
                                self._make_buffer, device, hold=hold)
         result = self._drive(flow)
         if hold and result.graph_digest:
-            if len(self._held) >= 64:
+            # The server keeps a session's last 8 holds, oldest dropped first: so does this
+            # record, so a digest sent is one the server has (a ninth graph taking turns is
+            # sent whole, never refused first).
+            self._held.pop(data, None)
+            while len(self._held) >= _SERVER_HOLDS:
                 self._held.pop(next(iter(self._held)))
             self._held[data] = result.graph_digest
         return result
