@@ -395,7 +395,11 @@ absl::StatusOr<TuneResult> Tuner::search(const Plan& plan, size_t ki, const std:
   scratch.output_parts.push_back({{0}, -1});
   PlannedKernel pk = k;
   pk.device.clear();
-  for (size_t s = 0; s < k.buffers.size(); ++s) pk.buffers[s] = static_cast<int>(s);
+  pk.writes.clear();
+  for (size_t s = 0; s < k.buffers.size(); ++s) {
+    pk.buffers[s] = static_cast<int>(s);
+    if (std::find(k.writes.begin(), k.writes.end(), k.buffers[s]) != k.writes.end()) pk.writes.push_back(static_cast<int>(s));
+  }
 
   // One Execute: kWarmup launches, then `runs` timed; the minimum of those.
   struct Timing {
