@@ -643,13 +643,13 @@ TEST(HeuristicSchedule, KernelShapesOfRealModelsGetTheirTiles) {
   auto i32 = [](int64_t n) { return std::pair<Scalar, int64_t>{Scalar::Int32, n}; };
   const std::vector<ShapeCase> cases = {
       // Output channels x (rows x columns of the 14-wide map): the width gives 2 lanes,
-      // the height fills half a vector, the channels take the rest of the 64-lane tile;
-      // the map's rows (7 blocks) outermost over the channels' (2).
+      // the height fills half a vector, the channels take the rest of the window's
+      // 256-lane tile (all 32 of them); the map's rows (7 blocks) outermost.
       {"conv 3x3", [](KernelBuilder& k) { return conv3x3(k, 32, 4, 14); }, {i32(32 * 196), i32(4 * 256), i32(32 * 4 * 9)},
-       "split(0,16,upcast);split(1,2,upcast);split(2,2,upcast);reorder(1,0,6,7,2,8)"},
-      // A 56-wide map: 8 lanes of the width, 8 channels, the rows outermost.
+       "split(0,32,upcast);split(1,2,upcast);split(2,2,upcast);reorder(1,0,6,7,2,8)"},
+      // A 56-wide map: 8 lanes of the width, all 16 channels, the rows outermost.
       {"conv 3x3 wide", [](KernelBuilder& k) { return conv3x3(k, 16, 2, 56); }, {i32(16 * 56 * 56), i32(2 * 58 * 58), i32(16 * 2 * 9)},
-       "split(0,8,upcast);split(2,8,upcast);reorder(1,0,6,2,7)"},
+       "split(0,16,upcast);split(2,8,upcast);reorder(1,0,6,2,7)"},
       // Two vectors of the width, 4 independent rows of the height.
       {"depthwise 3x3", [](KernelBuilder& k) { return window(k, 8, 16, 16, true); }, {i32(8 * 256), i32(8 * 18 * 18), i32(8 * 9)},
        "split(1,4,upcast);split(2,16,upcast)"},
