@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "absl/container/flat_hash_set.h"
 #include "compiler/ir/dim.h"
 #include "compiler/ir/shape.h"
 #include "compiler/ir/verifier.h"
@@ -160,18 +159,30 @@ std::vector<size_t> written_slots(const UOp* kernel) {
   return slots;
 }
 
-// A normalized kernel's PARAMs by slot, which must be 0..n-1 with none repeated.
-absl::StatusOr<std::vector<const UOp*>> params_by_slot(const UOp* kernel, std::string_view what) {
-  std::vector<const UOp*> params;
-  for (const UOp* u : toposort(kernel))
-    if (u->op() == Op::PARAM) params.push_back(u);
-  std::sort(params.begin(), params.end(),
-            [](const UOp* a, const UOp* b) { return a->arg_as<ParamArg>().slot < b->arg_as<ParamArg>().slot; });
+bool by_slot(const UOp* a, const UOp* b) { return a->arg_as<ParamArg>().slot < b->arg_as<ParamArg>().slot; }
+
+// PARAMs sorted by slot must be slots 0..n-1, none repeated.
+absl::Status check_slots(const std::vector<const UOp*>& params, std::string_view what) {
   for (size_t i = 0; i < params.size(); ++i)
     if (params[i]->arg_as<ParamArg>().slot != static_cast<int64_t>(i))
       return absl::InvalidArgumentError(cat(what, ": PARAM slots must be 0..", params.size() - 1,
                                             " with none repeated; slot ", i, " is missing or taken twice [plan.slots]"));
+  return absl::OkStatus();
+}
+
+// A normalized kernel's PARAMs by slot, checked.
+absl::StatusOr<std::vector<const UOp*>> params_by_slot(const UOp* kernel, std::string_view what) {
+  std::vector<const UOp*> params;
+  for (const UOp* u : toposort(kernel))
+    if (u->op() == Op::PARAM) params.push_back(u);
+  std::sort(params.begin(), params.end(), by_slot);
+  RETURN_IF_ERROR(check_slots(params, what));
   return params;
+}
+
+bool is_sink_of_calls(const UOp* root) {
+  return root->num_src() > 0 &&
+         std::all_of(root->src().begin(), root->src().end(), [](const UOp* s) { return s->is(Op::CALL); });
 }
 
 std::string kernel_name_of(const UOp* sink) {
@@ -184,9 +195,10 @@ std::string kernel_name_of(const UOp* sink) {
 // the order of the SINK's sources.
 absl::Status normalize_kernel_graph(Planning& p, const Emit& emit) {
   GraphPlan& plan = p.plan;
-  const bool calls = p.root->num_src() > 0 && std::all_of(p.root->src().begin(), p.root->src().end(),
-                                                            [](const UOp* s) { return s->is(Op::CALL); });
-  if (!calls) {
+  if (!is_sink_of_calls(p.root)) {
+    if (std::any_of(p.root->src().begin(), p.root->src().end(), [](const UOp* s) { return s->is(Op::CALL); }))
+      return absl::InvalidArgumentError(
+          "a kernel-level SINK holds one kernel's STOREs or CALLs of kernels, not both [plan.call]");
     ASSIGN_OR_RETURN(const UOp* body, normalize(p.g, p.root));
     KernelPlan kp;
     kp.name = kernel_name_of(p.root);
@@ -199,7 +211,6 @@ absl::Status normalize_kernel_graph(Planning& p, const Emit& emit) {
     plan.kernels.push_back(std::move(kp));
     plan.schedule = body;
   } else {
-    absl::flat_hash_set<const UOp*> bound;
     for (size_t c = 0; c < p.root->num_src(); ++c) {
       const UOp* call = p.root->src(c);
       const std::string what = cat("call ", c);
@@ -232,20 +243,13 @@ absl::Status normalize_kernel_graph(Planning& p, const Emit& emit) {
                                                 arg->arg_as<ParamArg>().slot,
                                                 " is bound to two of the kernel's slots [plan.call]"));
         kp.buffers.push_back(arg);
-        bound.insert(arg);
       }
       kp.writes = written_slots(kp.kernel);
       plan.steps.push_back({ScheduleStep::Kind::Kernel, plan.kernels.size()});
       plan.kernels.push_back(std::move(kp));
     }
-    plan.params.assign(bound.begin(), bound.end());
-    std::sort(plan.params.begin(), plan.params.end(),
-              [](const UOp* a, const UOp* b) { return a->arg_as<ParamArg>().slot < b->arg_as<ParamArg>().slot; });
-    for (size_t i = 0; i < plan.params.size(); ++i)
-      if (plan.params[i]->arg_as<ParamArg>().slot != static_cast<int64_t>(i))
-        return absl::InvalidArgumentError(cat("the graph's PARAMs (what its CALLs bind) must be slots 0..",
-                                              plan.params.size() - 1, " with none repeated; slot ", i,
-                                              " is missing or taken twice [plan.slots]"));
+    plan.params = kernel_graph_params(p.root);
+    RETURN_IF_ERROR(check_slots(plan.params, "the graph (what its CALLs bind)"));
     plan.schedule = p.root;
   }
   for (const UOp* param : plan.params) {
@@ -292,20 +296,17 @@ std::span<const StageInfo> planning_stages() {
 }
 
 std::vector<const UOp*> kernel_graph_params(const UOp* root) {
-  const bool calls = root->num_src() > 0 &&
-                     std::all_of(root->src().begin(), root->src().end(), [](const UOp* s) { return s->is(Op::CALL); });
   std::vector<const UOp*> params;
   auto add = [&](const UOp* u) {
     if (u->is(Op::PARAM) && std::find(params.begin(), params.end(), u) == params.end()) params.push_back(u);
   };
-  if (calls) {
+  if (is_sink_of_calls(root)) {
     for (const UOp* call : root->src())
       for (size_t i = 1; i < call->num_src(); ++i) add(call->src(i));
   } else {
     for (const UOp* u : toposort(root)) add(u);
   }
-  std::sort(params.begin(), params.end(),
-            [](const UOp* a, const UOp* b) { return a->arg_as<ParamArg>().slot < b->arg_as<ParamArg>().slot; });
+  std::sort(params.begin(), params.end(), by_slot);
   return params;
 }
 

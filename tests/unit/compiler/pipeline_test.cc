@@ -92,6 +92,7 @@ TEST(Pipeline, ASinkOfCallsIsItsKernelsOnTheGraphsParams) {
   refused({call(sum, {b, x, x})}, "two of the kernel's slots [plan.call]");
   refused({call(twice, {outer(3, n), x})}, "slot 1 is missing or taken twice [plan.slots]");
   refused({call(root, {a, x})}, "a kernel-level CALL calls a kernel");
+  refused({twice->src(0), call(sum, {b, a, x})}, "STOREs or CALLs of kernels, not both [plan.call]");
 }
 
 TEST(Pipeline, KernelOpsCountAVectorOpPerSixteenLanes) {
