@@ -1,10 +1,12 @@
 // The bounds proof end to end: a real uopd with one embedded CPU worker, two sessions on
 // it. Session B sends kernel-level graphs whose gates hold, through wrapping arithmetic,
 // for indices far outside B's buffers (idx + INT32_MIN, idx * INT32_MIN), to read and then
-// to overwrite the worker's memory around them. Each is refused with INVALID_ARGUMENT
-// naming bounds.unproven before anything runs; session A's buffer on the same worker stays
-// what it was, byte for byte; the worker is the same process, never restarted; both
-// sessions are still served, with results equal to the reference interpreter.
+// to overwrite the worker's memory around them, each alone and as the CALL of a
+// kernel-level graph, and a CALL binding a buffer smaller than its kernel's slot. Each is
+// refused with INVALID_ARGUMENT (bounds.unproven, [plan.call]) before anything runs;
+// session A's buffer on the same worker stays what it was, byte for byte; the worker is
+// the same process, never restarted; both sessions are still served, with results equal
+// to the reference interpreter.
 #include <climits>
 #include <cstring>
 
@@ -62,11 +64,28 @@ TEST(BoundsE2E, WrappedGatesCannotReachAnotherSessionsBuffer) {
       std::vector<client::Input> in = {{"out", HostTensor::zeros(Scalar::Float32, {kN})},
                                        {"data", HostTensor::random(Scalar::Float32, {kN}, 3)},
                                        {"idx", which ? even : near_min}};
-      auto r = b->run(k.root, k.names, in);
-      ASSERT_FALSE(r.ok()) << (write ? "the overwrite" : "the read") << " ran";
-      EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
-      EXPECT_NE(r.status().message().find("bounds.unproven"), std::string::npos) << r.status();
+      // Sent alone, and as the one CALL of a kernel-level graph.
+      testing::Called called(k.g, k.root, k.names);
+      for (auto [root, names] : {std::pair{k.root, &k.names}, std::pair{called.root, &called.names}}) {
+        auto r = b->run(root, *names, in);
+        ASSERT_FALSE(r.ok()) << (write ? "the overwrite" : "the read") << " ran" << (root == called.root ? " as a CALL" : "");
+        EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+        EXPECT_NE(r.status().message().find("bounds.unproven"), std::string::npos) << r.status();
+      }
     }
+  }
+  // A CALL binding a 4-value buffer where the kernel's slot holds 16: the kernel's proof
+  // is over its own slots, so the binding itself is what is refused.
+  {
+    Gathered honest(false, testing::sound_gate);
+    testing::Called small(honest.g, honest.root, honest.names, {kN, 4, kN});
+    auto r = b->run(small.root, small.names,
+                    {{"out", HostTensor::zeros(Scalar::Float32, {kN})},
+                     {"data", HostTensor::random(Scalar::Float32, {4}, 3)},
+                     {"idx", testing::gather_indices({15, 14, 13})}});
+    ASSERT_FALSE(r.ok()) << "a kernel read 16 values of a 4-value buffer";
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    EXPECT_NE(r.status().message().find("[plan.call]"), std::string::npos) << r.status();
   }
 
   // A's buffer is untouched, on the same worker process.
@@ -90,6 +109,14 @@ TEST(BoundsE2E, WrappedGatesCannotReachAnotherSessionsBuffer) {
   ASSERT_TRUE(interpret_kernel(honest.root, params, {}).ok());
   ASSERT_EQ(got->outputs.size(), 3u);
   CompareResult cmp = compare(want_out, got->outputs[0].tensor);
+  EXPECT_TRUE(cmp.ok) << cmp.message;
+  // The same kernel as a CALL computes the same.
+  testing::Called called(honest.g, honest.root, honest.names);
+  auto via_call = b->run(called.root, called.names,
+                         {{"out", HostTensor::zeros(Scalar::Float32, {kN})}, {"data", data}, {"idx", idx}});
+  ASSERT_TRUE(via_call.ok()) << via_call.status();
+  ASSERT_EQ(via_call->outputs.size(), 3u);
+  cmp = compare(want_out, via_call->outputs[0].tensor);
   EXPECT_TRUE(cmp.ok) << cmp.message;
   EXPECT_TRUE(a->close().ok());
   EXPECT_TRUE(b->close().ok());

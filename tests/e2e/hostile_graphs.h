@@ -1,6 +1,6 @@
 // Graphs a hostile (or careless) client sends, shared by the e2e tests of the defences
 // against them: kernel-level graphs built tersely, a gather whose gate holds for indices
-// far outside its buffers once its arithmetic wraps, a kernel that never ends, and a Run
+// far outside its buffers once its arithmetic wraps, any of them as a CALL, a kernel that never ends, and a Run
 // whose output is far larger than its inputs. (Compile bombs are in
 // tests/unit/compiler/bomb_graphs.h.)
 #pragma once
@@ -77,6 +77,31 @@ struct Gathered {
                           : g.make(Op::STORE, dtypes::void_, {mine, g.make(Op::LOAD, f, {data, wild, g.cnst(f, 0.0)}), r});
     root = g.make(Op::SINK, dtypes::void_, {st}, KernelInfoArg{true, write ? "overwrite" : "read"});
     names = {{"out", out}, {"data", data}, {"idx", idx}};
+  }
+};
+
+// A kernel-level graph of one CALL of `kernel` (a SINK over PARAMs in slots 0..n-1, as
+// the kernels above): outer PARAMs of the kernel's own types bound in slot order, or of
+// `sizes` where given (a client binding buffers that do not fit), each named as `names`
+// named the kernel's. What a Run of several kernels sends (tinygrad's JIT does), so every
+// defence must hold for a kernel that comes so as for one sent alone.
+struct Called {
+  const UOp* root;
+  Names names;
+  Called(Graph& g, const UOp* kernel, const Names& kernel_names, std::vector<int64_t> sizes = {}) {
+    std::vector<const UOp*> args{kernel};
+    for (size_t slot = 0; slot < kernel_names.size(); ++slot) {
+      const UOp* inner = nullptr;
+      for (const auto& [name, p] : kernel_names)
+        if (p->arg_as<ParamArg>().slot == static_cast<int64_t>(slot)) inner = p;
+      const int64_t size = slot < sizes.size() ? sizes[slot] : inner->arg_as<ParamArg>().size;
+      const UOp* outer = g.make(Op::PARAM, DType(inner->dtype().scalar).ptr_to(AddrSpace::Global, size), {},
+                                ParamArg{static_cast<int64_t>(slot), size});
+      for (const auto& [name, p] : kernel_names)
+        if (p == inner) names.emplace_back(name, outer);
+      args.push_back(outer);
+    }
+    root = g.make(Op::SINK, dtypes::void_, {g.make(Op::CALL, dtypes::void_, args, CallInfoArg{})});
   }
 };
 
