@@ -43,7 +43,9 @@ flags::Tool uop_flags(bool onnx) {
   run.flag("profile", "time every kernel launch on the workers and print a table, slowest first: launches, total and "
                       "per-launch ms, GFLOPS and GB/s (from the compiler's estimate) and the kernel's schedule");
 
-  flags::Command& compile = t.command("compile", "compile every kernel: name, digest, cache status and tier, ABI");
+  flags::Command& compile = t.command("compile", onnx ? "compile every kernel: name, digest, cache status and tier, ABI; GRAPH or "
+                                                        "MODEL.onnx (imported here as uopd imports it, nothing uploaded)"
+                                                      : "compile every kernel: name, digest, cache status and tier, ABI");
   compile.positional("GRAPH");
   compile.string("target", "cpu|cuda:sm_NN", "what to compile for", "cpu");
   compile.string("binary-out", "DIR", "write each kernel's object (NAME.o) or cubin (NAME.cubin)");
@@ -52,10 +54,17 @@ flags::Tool uop_flags(bool onnx) {
                  "compile the kernel of that digest or digest prefix (without one: the graph's only kernel) with this loop schedule, "
                  "e.g. split(1,8,upcast);thread(0), instead of the target's heuristic");
 
-  flags::Command& explain = t.command("explain", "print the IR after each stage of the server's pipeline");
+  flags::Command& explain = t.command("explain", onnx ? "print the IR after each stage of the server's pipeline; GRAPH or "
+                                                        "MODEL.onnx (imported here)"
+                                                      : "print the IR after each stage of the server's pipeline");
   explain.positional("GRAPH");
   explain.string("stage", "NAME", "only this stage (a name the server does not know: it answers with the list)");
   explain.string("target", "cpu|cuda:sm_NN", "lower for this target", "cpu");
+  if (onnx) {
+    // A MODEL.onnx is imported here for these two (client/onnx/onnx_cli.h, import_graph).
+    compile.string("in", "NAME=FILE.npy", "a MODEL.onnx's input, for its shape (as uop run's)").repeatable();
+    explain.string("in", "NAME=FILE.npy", "a MODEL.onnx's input, for its shape (as uop run's)").repeatable();
+  }
 
   flags::Command& tune = t.command("tune", onnx ? "search each kernel's loop schedule for the server's CPU ahead of time "
                                                   "(GRAPH or MODEL.onnx, imported here): its progress, and each kernel's "

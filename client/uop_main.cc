@@ -395,7 +395,14 @@ int run(int argc, char** argv) {
   std::optional<DecodedGraph> graph;
   std::optional<RunPlan> plan;
   if (a.command != "stats") {
-    graph = load(a.positional[0], &rc);
+#ifdef UOP_WITH_ONNX
+    if (onnx_import::is_onnx_graph_command(a)) {
+      auto imported = onnx_import::import_graph(a);
+      if (!imported.ok()) return invalid(std::string(imported.status().message()));
+      graph = std::move(*imported);
+    }
+#endif
+    if (!graph) graph = load(a.positional[0], &rc);
     if (!graph) return rc;
   }
   if (a.command == "run" || a.command == "bench") {

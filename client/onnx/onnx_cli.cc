@@ -304,6 +304,39 @@ bool is_onnx_command(const cli::Args& a) {
          ends_with(a.positional[0], ".onnx");
 }
 
+bool is_onnx_graph_command(const cli::Args& a) {
+  return (a.command == "compile" || a.command == "explain") && a.positional.size() == 1 &&
+         ends_with(a.positional[0], ".onnx");
+}
+
+absl::StatusOr<DecodedGraph> import_graph(const cli::Args& a) {
+  const std::string& path = a.positional[0];
+  ASSIGN_OR_RETURN(auto ins, cli::name_file_pairs(a, "in"));
+  ASSIGN_OR_RETURN(std::string bytes, read_file(path));
+  ASSIGN_OR_RETURN(GivenInputs given, read_inputs(ins));
+  // As uopd imports a model it holds: the inputs' values are never read, so the graph is
+  // the one `uop run` runs. An input without --in takes its declared shape.
+  auto declared_or = model_inputs(bytes);
+  if (!declared_or.ok()) return absl::Status(declared_or.status().code(), cat(path, ": ", message(declared_or.status())));
+  const std::vector<ModelInput>& declared = *declared_or;
+  for (const ModelInput& in : declared) {
+    if (given.tensors.contains(in.name)) continue;
+    if (!in.dtype || !in.shape)
+      return absl::InvalidArgumentError(
+          cat(path, ": model input '", in.name, "' has symbolic dimensions: give --in ", in.name, "=FILE.npy"));
+    given.tensors[in.name] = HostTensor::zeros(*in.dtype, *in.shape);
+  }
+  ImportOptions opts;
+  opts.inputs_known = false;
+  auto model = import_model(bytes, given.tensors, opts);
+  if (!model.ok()) return absl::Status(model.status().code(), cat(path, ": ", message(model.status())));
+  DecodedGraph g;
+  g.graph = std::move(model->graph);
+  g.root = model->root;
+  g.names = std::move(model->names);
+  return g;
+}
+
 int onnx_command(const cli::Args& a, const std::string& self_exe) {
   if (a.on("embedded") && a.has("server")) return usage_error("--embedded and --server exclude each other");
   if (a.command == "onnx-test") return onnx_test(a, self_exe);

@@ -370,5 +370,42 @@ TEST_F(ModelsE2E, UopRunAndBenchOnAModelFile) {
   EXPECT_NE(jout.find("not an ONNX model"), std::string::npos) << jout;
 }
 
+// `uop compile` and `uop explain` on a model file import it in the client, as uopd
+// imports a model it holds: the graph is the one `uop run` ran (its plan is cached, its
+// kernels hit), and nothing is loaded into uopd.
+TEST_F(ModelsE2E, UopCompileAndExplainOfAModelFileShowWhatRunRan) {
+  ASSERT_TRUE(srv_.client);
+  const std::string dir = testing::scratch_dir("models-inspect");
+  std::ofstream(dir + "/mlp.onnx", std::ios::binary) << mlp();
+  ASSERT_TRUE(write_npy(dir + "/x.npy", HostTensor::random(Scalar::Float32, {2, 8}, 22)).ok());
+  const std::string server = cat("--server=", srv_.proc->address()), model = cat(dir, "/mlp.onnx");
+  auto [rc, out] = testing::run_command(UOP_BINARY, cat("run ", server, " ", model, " --in x=", dir, "/x.npy"));
+  ASSERT_EQ(rc, 0) << out;
+  auto ran = c().stats();
+  ASSERT_TRUE(ran.ok());
+
+  // The declared shape serves without --in; --in gives the same shape here.
+  for (std::string in : {std::string(), cat(" --in x=", dir, "/x.npy")}) {
+    auto [crc, cout] = testing::run_command(UOP_BINARY, cat("compile ", server, " ", model, in));
+    ASSERT_EQ(crc, 0) << cout;
+    EXPECT_NE(cout.find("plan cached"), std::string::npos) << "not the graph `uop run` ran:\n" << cout;
+    EXPECT_NE(cout.find("hit (memory)"), std::string::npos) << cout;
+    EXPECT_EQ(cout.find("miss"), std::string::npos) << cout;
+  }
+  auto [erc, eout] = testing::run_command(UOP_BINARY, cat("explain ", server, " ", model, " --stage=normalize"));
+  ASSERT_EQ(erc, 0) << eout;
+  EXPECT_NE(eout.find("=== normalize [r_"), std::string::npos) << eout;
+  EXPECT_NE(eout.find("PARAM("), std::string::npos) << eout;
+  auto after = c().stats();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->model_weight_buffers_written, ran->model_weight_buffers_written) << "compile or explain loaded the model";
+
+  // A file that is no model: exit status 1, naming it, before any server is asked.
+  std::ofstream(dir + "/junk.onnx", std::ios::binary) << std::string(64, '\xff');
+  auto [jrc, jout] = testing::run_command(UOP_BINARY, cat("explain ", server, " ", dir, "/junk.onnx"));
+  EXPECT_EQ(jrc, 1) << jout;
+  EXPECT_NE(jout.find("junk.onnx"), std::string::npos) << jout;
+}
+
 }  // namespace
 }  // namespace uop
