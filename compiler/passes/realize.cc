@@ -39,6 +39,48 @@ bool gated_by_pad(const UOp* u, const absl::flat_hash_set<const UOp*>& realize, 
   return memo[u] = gated;
 }
 
+// How many times EXPAND `e` repeats what is below it: its output's elements over its
+// input's (1 when a dim is not a number).
+absl::StatusOr<int64_t> broadcast_factor(const UOp* e, ShapeInference& shapes) {
+  auto in = shapes.shape(e->src(0));
+  if (!in.ok()) return in.status();
+  auto out = shapes.shape(e);
+  if (!out.ok()) return out.status();
+  int64_t factor = 1;
+  for (size_t i = 0; i < (*in)->size(); ++i) {
+    auto a = const_dim((**in)[i]), b = const_dim((**out)[i]);
+    if (!a || !b) return 1;
+    if (*a == 1 && *b > 1) factor = *b > (int64_t{1} << 40) / factor ? int64_t{1} << 40 : factor * *b;
+  }
+  return factor;
+}
+
+// The ALU ops that computing `u` once takes inside a kernel: its elementwise chain down
+// to buffers, realized values, reductions and constants (movement ops are free). Stops
+// counting past `cap`. Memoized in `memo` for the whole chain.
+int chain_ops(const UOp* u, const absl::flat_hash_set<const UOp*>& realize, ShapeInference& shapes, int cap,
+              absl::flat_hash_set<const UOp*>& counted) {
+  if (!shapes.has_shape(u) || realize.contains(u) || u->op() == Op::BUFFER || u->op() == Op::REDUCE_AXIS ||
+      u->op() == Op::MSELECT || u->op() == Op::COPY || u->op() == Op::CONST || !counted.insert(u).second)
+    return 0;
+  int n = is_alu(u->op()) || u->op() == Op::CAST ? 1 : 0;
+  for (const UOp* s : u->src()) {
+    if (n > cap) break;
+    n += chain_ops(s, realize, shapes, cap - n, counted);
+  }
+  return n;
+}
+
+// A reduction's operand that a broadcast repeats at least this many times (a matmul's
+// A along the output columns, a 1x1 convolution's input along the output channels) and
+// whose elementwise chain takes more than kRecomputedOps ALU ops (a LayerNorm feeding
+// the next projection, a normalization and activation feeding a convolution) is
+// realized: fused, the chain is recomputed for every tile of the broadcast axis (64
+// times for a 4 x 16 tile over 1024 columns: a transformer's feed-forward kernel spent
+// most of its time so), alone it is one pass over its elements.
+constexpr int64_t kRecomputeFactor = 8;
+constexpr int kRecomputedOps = 4;
+
 }  // namespace
 
 absl::StatusOr<absl::flat_hash_set<const UOp*>> plan_realize(const UOp* tensor_sink, ShapeInference& shapes) {
@@ -63,20 +105,22 @@ absl::StatusOr<absl::flat_hash_set<const UOp*>> plan_realize(const UOp* tensor_s
       // `expanded`: reached through a broadcast or a PAD; `reduced`: read by a REDUCE_AXIS
       // of this kernel; `moved`: through a movement op since that REDUCE_AXIS, so that the
       // value is one of its operands, not the product it folds.
-      struct Item { const UOp* u; bool expanded, reduced, moved; };
+      // `repeat`: how many times the broadcasts since that REDUCE_AXIS repeat the value.
+      struct Item { const UOp* u; bool expanded, reduced, moved; int64_t repeat; };
       std::vector<Item> stack;
-      absl::flat_hash_set<std::tuple<const UOp*, bool, bool, bool>> seen;
+      absl::flat_hash_set<std::tuple<const UOp*, bool, bool, bool, int64_t>> seen;
       // A realized pad's kernel runs over the padded shape, under its gate, as a pad read
       // by a kernel does; a realized reduction's kernel folds what its sources compute.
-      for (const UOp* s : root->src()) stack.push_back({s, root->op() == Op::PAD, root->op() == Op::REDUCE_AXIS, false});
+      for (const UOp* s : root->src()) stack.push_back({s, root->op() == Op::PAD, root->op() == Op::REDUCE_AXIS, false, 1});
       while (!stack.empty()) {
         Item it = stack.back();
         stack.pop_back();
         if (!shapes.has_shape(it.u) || realize.contains(it.u) || it.u->op() == Op::BUFFER ||
             it.u->op() == Op::MSELECT || it.u->op() == Op::COPY)
           continue;  // buffers, and what collectives and copies fill: read, not computed
-        if (!seen.insert({it.u, it.expanded, it.reduced, it.moved}).second) continue;
+        if (!seen.insert({it.u, it.expanded, it.reduced, it.moved, it.repeat}).second) continue;
         bool expanded = it.expanded, reduced = it.reduced, moved = it.moved;
+        int64_t repeat = it.repeat;
         // An operand of a reduction that a pad gates (a convolution's or a pool's padded
         // input, a concatenation a convolution reads): fused, each of the reduction's
         // loads is gated (is the position inside the input?), a scalar load per vector
@@ -88,15 +132,28 @@ absl::StatusOr<absl::flat_hash_set<const UOp*>> plan_realize(const UOp* tensor_s
           padded_operands.insert(it.u);
           continue;  // a kernel of its own: the next round walks it
         }
+        if (reduced && repeat >= kRecomputeFactor && !is_movement(it.u->op()) && it.u->op() != Op::REDUCE_AXIS) {
+          absl::flat_hash_set<const UOp*> counted;
+          if (chain_ops(it.u, realize, shapes, kRecomputedOps, counted) > kRecomputedOps) {
+            padded_operands.insert(it.u);
+            continue;
+          }
+        }
         if (it.u->op() == Op::REDUCE_AXIS) {
           reached_by[it.u].insert(root);
           if (expanded) broadcast.insert(it.u);
           reduced = true;
           moved = false;
+          repeat = 1;
         } else if (it.u->op() == Op::EXPAND) {
           auto b = broadcasts(it.u, shapes);
           if (!b.ok()) return b.status();
           expanded = expanded || *b;
+          if (reduced) {
+            auto f = broadcast_factor(it.u, shapes);
+            if (!f.ok()) return f.status();
+            repeat = *f > (int64_t{1} << 40) / repeat ? int64_t{1} << 40 : repeat * *f;
+          }
         } else if (it.u->op() == Op::PAD) {
           // Fused under a pad, a reduction runs over the padded shape's loops with every
           // element behind the pad's gate: its loops split only by divisors, its loads are
@@ -105,7 +162,7 @@ absl::StatusOr<absl::flat_hash_set<const UOp*>> plan_realize(const UOp* tensor_s
           expanded = true;
         }
         moved = moved || (reduced && is_movement(it.u->op()));
-        for (const UOp* s : it.u->src()) stack.push_back({s, expanded, reduced, moved});
+        for (const UOp* s : it.u->src()) stack.push_back({s, expanded, reduced, moved, repeat});
       }
     }
     size_t before = realize.size();

@@ -18,6 +18,9 @@ namespace uop {
 //   * a PAD that a REDUCE_AXIS reads (a convolution's or a pool's padded input, a
 //     concatenation a convolution reads): fused, every load of the reduction would be
 //     gated, a scalar per vector lane, and the pad's source recomputed for each read;
+//   * a reduction's operand that a broadcast repeats (a matmul's A along the output
+//     columns) and whose elementwise chain is more than a few ops (a LayerNorm feeding a
+//     projection): fused, it would be recomputed for every tile of the broadcast axis;
 //   * a REDUCE_AXIS read by more than one kernel, so it is computed once.
 // Elementwise values are recomputed in each kernel that reads them (cheap, and it keeps
 // an elementwise chain one kernel). A reduction with its elementwise prologue and

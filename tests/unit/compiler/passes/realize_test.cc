@@ -1,7 +1,8 @@
 // plan_realize (compiler/passes/realize.h) on tensor graphs built by hand: what becomes a
 // buffer. Every output and every CONTIGUOUS; a reduction read through a broadcasting
-// EXPAND (softmax's max and sum) or a PAD; a padded operand of a reduction; a reduction
-// read by two kernels. Not realized, so fused
+// EXPAND (softmax's max and sum) or a PAD; a padded operand of a reduction; a matmul's
+// operand whose long elementwise chain its columns would recompute; a reduction read by
+// two kernels. Not realized, so fused
 // into the kernel that reads it: elementwise values, a reduction with its elementwise
 // prologue and epilogue, a reduction one kernel reads twice without broadcasting it, the
 // EXPANDs inside a matmul. A graph whose shapes do not hold is refused with the shape
@@ -157,6 +158,36 @@ TEST(PlanRealize, AMatmulIsOneKernel) {
   auto r = plan(g, tb.sink({out}));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(*r, Set{out});
+}
+
+// A matmul's A computed by a chain of more than four ALU ops (a LayerNorm's scale and
+// shift of x + y) is realized when the matmul repeats it along 16 output columns: fused,
+// every column tile would compute it again. A short chain (relu), or the same long chain
+// repeated along 4 columns only, stays fused.
+TEST(PlanRealize, AMatmulOperandRecomputedPerColumnTileIsRealized) {
+  auto case_of = [](int ops, int64_t columns) {
+    Graph g;
+    TensorBuilder tb(g);
+    const UOp* x = tb.input(Scalar::Float32, {4, 6});
+    const UOp* y = tb.input(Scalar::Float32, {4, 6});
+    const UOp* a = tb.alu(Op::MAX, {x, tb.full(Scalar::Float32, 0.0, {4, 6})});  // 1 op
+    if (ops > 1) {
+      a = tb.alu(Op::ADD, {x, y});
+      for (int i = 1; i < ops; ++i) a = tb.alu(i % 2 ? Op::MUL : Op::ADD, {a, y});
+    }
+    const UOp* out = tb.matmul(a, tb.input(Scalar::Float32, {6, columns}));
+    auto r = plan(g, tb.sink({out}));
+    EXPECT_TRUE(r.ok()) << r.status();
+    return std::pair{r.ok() ? *r : Set{}, std::pair{a, out}};
+  };
+  auto [long_wide, lw] = case_of(6, 16);
+  EXPECT_EQ(long_wide, (Set{lw.first, lw.second})) << "a 6-op chain repeated 16 times is realized";
+  auto [short_wide, sw] = case_of(1, 16);
+  EXPECT_EQ(short_wide, Set{sw.second}) << "relu is recomputed, not realized";
+  auto [four_wide, fw] = case_of(4, 16);
+  EXPECT_EQ(four_wide, Set{fw.second}) << "four ops are recomputed, not realized";
+  auto [long_narrow, ln] = case_of(6, 4);
+  EXPECT_EQ(long_narrow, Set{ln.second}) << "a chain repeated 4 times is recomputed";
 }
 
 // An EXPAND of a 3 x 5 value to 4 x 5 (3 is no broadcast dim): the shape error comes back.
