@@ -41,6 +41,16 @@ int64_t pow2_lanes(int64_t n, int64_t most) {
 // does not read it; -1: not affine in it): what each operand of a tile shares.
 struct Operands {
   std::vector<const UOp*> idx;  // the index of every LOAD under a REDUCE
+  bool gated = false;           // some of those loads are gated (a window read through a pad)
+  // Whether some load's index is gated or not affine in some of `axes` (clamped into its
+  // buffer, as the tinygrad bridge reads a padded window).
+  bool irregular(const std::vector<const UOp*>& axes) const {
+    if (gated) return true;
+    for (const UOp* i : idx)
+      for (const UOp* r : axes)
+        if (!affine_coeff(i, r)) return true;
+    return false;
+  }
   int64_t coeff(size_t load, const UOp* r) const {
     auto c = affine_coeff(idx[load], r);
     return c ? *c : -1;
@@ -53,8 +63,10 @@ Operands reduced_loads(const UOp* kernel) {
   for (const UOp* u : toposort(kernel)) {
     if (u->op() != Op::REDUCE) continue;
     for (const UOp* x : toposort(u->src(0)))
-      if (x->op() == Op::LOAD && x->src(1)->op() == Op::INDEX && x->src(1)->num_src() >= 2 && seen.insert(x).second)
+      if (x->op() == Op::LOAD && x->src(1)->op() == Op::INDEX && x->src(1)->num_src() >= 2 && seen.insert(x).second) {
         o.idx.push_back(x->src(1)->src(1));
+        o.gated |= x->src(1)->num_src() >= 3;
+      }
   }
   return o;
 }
@@ -141,17 +153,20 @@ void register_tile(Plan& p, const OptimizeOptions& o, int64_t a, const std::vect
   // A window reduction (several reduce loops: a convolution) takes at most 8 lanes along
   // the width and gives the rest to the channels: a 128-wide 3x3 convolution ran 4.8
   // times faster with 16 channels x 8 columns than with 4 x 32 (the matmul's tile then).
-  // Its tile is 256 lanes whatever the vector width, and the map's part of it a whole
-  // vector of pixels, the channels the rest. With AVX-512 that is half the register file,
-  // like a matmul's: ResNet-18's 3x3 convolutions ran 1.1 to 1.7 times faster on 56 x 56
-  // and 28 x 28 maps with 16 channels x 16 pixels than with 16 x 8. With AVX2 it is twice
-  // the register file, accumulators LLVM keeps beside the window's loads: on a Zen 3, a
-  // 64-channel 3x3 convolution of a 56 x 56 map (tinygrad's, its window read through
-  // clamped loads) ran 2.3 times faster with 32 channels x 8 pixels than with the 8 x 8 of
-  // half the register file, ResNet-18, SqueezeNet and MobileNetV2 no slower (what schedule
-  // search found, both).
+  // With AVX-512 its tile is 256 lanes, half the register file like a matmul's, the map's
+  // part of it a whole vector of pixels, the channels the rest: ResNet-18's 3x3
+  // convolutions ran 1.1 to 1.7 times faster on 56 x 56 and 28 x 28 maps with 16 channels
+  // x 16 pixels than with 16 x 8. With AVX2 (16 registers) half the register file is 64
+  // lanes where the window's loads are plain and affine (the padded input realized): on a
+  // Zen 3, schedule search found 8 channels x 8 pixels 2.4 times faster than 16 x 8 for
+  // ResNet-18's 64-channel 56 x 56 convolution and 1.8 to 2.6 times faster than 16 x 8 or
+  // 32 x 8 for a U-Net's 16- to 64-channel ones. A window read through gated or clamped
+  // loads (the tinygrad bridge's kernels read their padded input so) keeps 256 lanes,
+  // twice the register file, accumulators LLVM keeps beside the loads: there 32 channels x
+  // 8 pixels ran 2.3 times faster than 8 x 8.
   const bool window = p.axes.size() > p.outputs + 1;
-  const int64_t budget = window ? tile_budget(p, o, 256 / p.width) : matmul_budget(p, o), w = p.width;
+  const bool wide_window = window && (o.vector_bits >= 512 || p.ops.irregular(p.axes));
+  const int64_t budget = wide_window ? tile_budget(p, o, 256 / p.width) : matmul_budget(p, o), w = p.width;
   const int64_t fill_to = window && budget >= 16 * w ? w : w / 2;
   int64_t cl = window                                     ? pow2_lanes(n, std::min<int64_t>(w, 8))
                : n % (2 * w) == 0 && 2 * w <= budget ? 2 * w

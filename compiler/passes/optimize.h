@@ -19,8 +19,8 @@
 //         vectors become pieces and shuffles, a masked tail scalar loads); a second
 //         output loop those operands read (the map's height) fills half a vector where
 //         the width alone does not; rows take the rest of half the register file's
-//         lanes (a window reduction's: 256 lanes), up to 32; a single reduce loop gets
-//         the lane loop's outer part outermost (reorder),
+//         lanes (256 for a window reduction read through gated loads), up to 32; a
+//         single reduce loop gets the lane loop's outer part outermost (reorder),
 //         a window reduction its output loop of most iterations (the map's rows);
 //       - window tile (a depthwise convolution, a pool, a reduction over a non-innermost
 //         axis): every operand reads every output loop, so no lane shares a load: the
