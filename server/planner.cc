@@ -16,6 +16,9 @@
 namespace uop::server {
 namespace {
 
+// Plans compile_shared keeps answers for, at most (then it starts again).
+constexpr size_t kResolvedPlans = 1024;
+
 // A compile that stopped because nobody waits for it any more.
 bool is_stop(const absl::Status& s) {
   return s.code() == absl::StatusCode::kCancelled || s.code() == absl::StatusCode::kDeadlineExceeded;
@@ -470,6 +473,56 @@ absl::StatusOr<std::vector<CompiledKernel>> Planner::compile(const Plan& plan,
   return out;
 }
 
+absl::StatusOr<std::shared_ptr<const std::vector<CompiledKernel>>> Planner::compile_shared(
+    const Plan& plan, const std::vector<std::shared_ptr<const Backend>>& per_kernel, std::string_view cache_namespace,
+    const Requester& who, const KernelSchedules& schedules) {
+  const size_t n = plan.kernels.size();
+  const bool memo = schedules.empty() && per_kernel.size() == n && n > 0 && cache_->first_tier_in_process();
+  if (!memo) {
+    ASSIGN_OR_RETURN(std::vector<CompiledKernel> out, compile(plan, per_kernel, cache_namespace, who, schedules));
+    return std::make_shared<const std::vector<CompiledKernel>>(std::move(out));
+  }
+  // What decides each kernel's key besides its digest: its target and its schedule (a
+  // tuning record may have come since).
+  ResolvedPlan now;
+  now.backends.reserve(n);
+  now.schedules.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (!per_kernel[i]) return absl::InternalError(cat("planner: no target for kernel ", plan.kernels[i].name));
+    now.backends.push_back(per_kernel[i].get());
+    now.schedules.push_back(schedule_source_ ? schedule_source_(plan.kernels[i], *per_kernel[i], cache_namespace) : std::string());
+  }
+  const std::string key = cat(cache_namespace, "\n", plan.graph.hex());
+  uint64_t generation;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    generation = resolved_generation_;
+    auto it = resolved_plans_.find(key);
+    if (it != resolved_plans_.end() && it->second.backends == now.backends && it->second.schedules == now.schedules) {
+      const std::vector<CompiledKernel>& kept = *it->second.kernels;
+      bool same = kept.size() == n;
+      for (size_t i = 0; same && i < n; ++i) same = kept[i].name == plan.kernels[i].name && kept[i].digest == plan.kernels[i].digest;
+      if (same) {
+        std::shared_ptr<const std::vector<CompiledKernel>> out = it->second.kernels;
+        cache_->count_first_tier_hits(n);
+        return out;
+      }
+    }
+  }
+  ASSIGN_OR_RETURN(std::vector<CompiledKernel> compiled, compile(plan, per_kernel, cache_namespace, who, schedules));
+  auto out = std::make_shared<const std::vector<CompiledKernel>>(std::move(compiled));
+  // Kept only when each kernel is what a later compile() would answer: a first-tier hit.
+  const std::string first = cache_->first_tier_name();
+  for (const CompiledKernel& k : *out)
+    if (k.outcome != CacheOutcome::Hit || k.tier != first) return out;
+  std::lock_guard<std::mutex> l(mu_);
+  if (resolved_generation_ != generation) return out;  // the kernels were let go meanwhile
+  if (resolved_plans_.size() >= kResolvedPlans) resolved_plans_.clear();
+  now.kernels = out;
+  resolved_plans_[key] = std::move(now);
+  return out;
+}
+
 std::shared_ptr<const CompiledKernel> Planner::resolved(const std::string& key) const {
   std::lock_guard<std::mutex> l(mu_);
   auto it = resolved_.find(key);
@@ -484,6 +537,8 @@ void Planner::remember(const CompiledKernel& ck) {
   if (resolved_bytes_ + bytes > opts_.resolved_kernel_bytes) {
     resolved_.clear();  // rare: the kernels still in use come back at their next Run
     resolved_bytes_ = 0;
+    resolved_plans_.clear();
+    ++resolved_generation_;
   }
   resolved_.emplace(ck.key, std::make_shared<const CompiledKernel>(ck));
   resolved_bytes_ += bytes;

@@ -232,6 +232,15 @@ class Planner {
                                                       std::string_view cache_namespace = {}, const Requester& who = {},
                                                       const KernelSchedules& schedules = {});
 
+  // compile(per_kernel), shared: a plan whose kernels were all resolved from the first
+  // tier before, with the same targets, names and schedules, is answered by the one
+  // vector kept for it (per graph and namespace), with no cache key computed and no
+  // kernel copied (a warm Run of a 131-kernel model spent a fifth of its time on those).
+  // The kept vectors go with the resolved kernels (resolved_kernel_bytes).
+  absl::StatusOr<std::shared_ptr<const std::vector<CompiledKernel>>> compile_shared(
+      const Plan& plan, const std::vector<std::shared_ptr<const Backend>>& per_kernel, std::string_view cache_namespace = {},
+      const Requester& who = {}, const KernelSchedules& schedules = {});
+
   // A schedule search's candidates (server/tuner.h): kernel k compiled for `backend` with
   // each of `schedules` exactly ("" the target's heuristic; no tuning record consulted), as
   // many at once as the compile pool runs, in `who`'s turns and under its deadline, none
@@ -326,6 +335,15 @@ class Planner {
   // one that was checked once is good for every later request of that key. Under mu_.
   absl::flat_hash_map<std::string, std::shared_ptr<const CompiledKernel>> resolved_;
   uint64_t resolved_bytes_ = 0;
+  // (namespace, graph digest) -> what compile_shared answered for it, when every kernel
+  // was a first-tier hit; cleared with resolved_, whose generation counts the clears. Under mu_.
+  struct ResolvedPlan {
+    std::vector<const Backend*> backends;
+    std::vector<std::string> schedules;
+    std::shared_ptr<const std::vector<CompiledKernel>> kernels;
+  };
+  absl::flat_hash_map<std::string, ResolvedPlan> resolved_plans_;
+  uint64_t resolved_generation_ = 0;
   TaskQueue compiles_;  // last: its threads stop (finishing what they run) before the rest goes
 };
 

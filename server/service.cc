@@ -768,9 +768,10 @@ absl::Status UopdService::run_graph(grpc::ServerContextBase* ctx, Tenant& tenant
     }
   }
   t0 = std::chrono::steady_clock::now();
-  auto kernels = d_.planner->compile(p, per_kernel, tenant.cache_namespace(), whom);
+  auto shared = d_.planner->compile_shared(p, per_kernel, tenant.cache_namespace(), whom);
   compiling.reset();
-  if (!kernels.ok()) return kernels.status();
+  if (!shared.ok()) return shared.status();
+  const std::vector<CompiledKernel>* kernels = shared->get();
   resp->set_compile_ms(ms_since(t0));
   for (const CompiledKernel& k : *kernels) {
     if (k.outcome == CacheOutcome::Miss) d_.metrics->compile_seconds(k.compile_ms / 1000);

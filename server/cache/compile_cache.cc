@@ -80,6 +80,8 @@ std::string CompileCache::count_first_tier_hit() {
   return std::string(tiers_[0]->name());
 }
 
+void CompileCache::count_first_tier_hits(uint64_t n) { counters_[0].hits += n; }
+
 absl::StatusOr<CacheResult> CompileCache::get_or_compute(
     std::string_view key, const std::function<absl::StatusOr<std::string>()>& compute, const Verifier& verify) {
   Lookup l = start(

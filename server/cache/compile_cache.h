@@ -99,6 +99,9 @@ class CompileCache {
   bool first_tier_in_process() const { return !tiers_.empty() && tiers_[0]->in_process(); }
   // Such a hit, counted as the first tier's; its name.
   std::string count_first_tier_hit();
+  // n of them at once (a warm Run's kernels, Planner::compile_shared).
+  void count_first_tier_hits(uint64_t n);
+  std::string first_tier_name() const { return tiers_.empty() ? std::string() : std::string(tiers_[0]->name()); }
   std::vector<std::pair<std::string, TierStats>> stats() const;  // per tier, in order
   uint64_t computes() const { return computes_.load(); }
   uint64_t compute_errors() const { return compute_errors_.load(); }

@@ -146,6 +146,55 @@ TEST(Planner, AKernelResolvedOnceIsAnsweredWithoutReadingTheTiers) {
   EXPECT_GT(tier->gets, gets);
 }
 
+// A warm Run's kernels come from one vector kept for the plan (compile_shared): the same
+// vector again, its hits counted, no tier read, as long as nothing that makes the keys has
+// changed. Other names (a client's), or a tuning record that changes a schedule, are
+// answered anew.
+TEST(Planner, AWarmPlansKernelsAreOneSharedVector) {
+  ASSERT_TRUE(registered);
+  auto* tier = new CountingTier;
+  std::vector<std::unique_ptr<CacheTier>> tiers;
+  tiers.emplace_back(tier);
+  CompileCache cache(std::move(tiers));
+  Planner planner(PlannerOptions{}, &cache, CpuTarget::host());
+  std::string recorded;  // the schedule a tuning record gives
+  planner.set_schedule_source([&](const PlannedKernel&, const Backend&, std::string_view) { return recorded; });
+  bool cached = false;
+  auto plan = planner.plan(graph(), &cached);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::vector<std::shared_ptr<const Backend>> cpu((*plan)->kernels.size(), planner.host());
+
+  auto first = planner.compile_shared(**plan, cpu);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ((**first)[0].outcome, CacheOutcome::Miss);
+  auto second = planner.compile_shared(**plan, cpu);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_NE(second->get(), first->get()) << "a compile is never kept";
+  EXPECT_EQ((**second)[0].outcome, CacheOutcome::Hit);
+  const int gets = tier->gets;
+  const uint64_t hits = cache.stats()[0].second.hits;
+  for (int i = 0; i < 3; ++i) {
+    auto again = planner.compile_shared(**plan, cpu);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->get(), second->get()) << "the kept vector, not a copy";
+  }
+  EXPECT_EQ(tier->gets, gets);
+  EXPECT_EQ(cache.stats()[0].second.hits, hits + 3 * (*plan)->kernels.size());
+
+  Plan renamed = **plan;
+  renamed.kernels[0].name = "a_name_of_the_clients";
+  auto other_names = planner.compile_shared(renamed, cpu);
+  ASSERT_TRUE(other_names.ok()) << other_names.status();
+  EXPECT_EQ((**other_names)[0].name, "a_name_of_the_clients");
+  EXPECT_EQ((**other_names)[0].key, (**second)[0].key);
+
+  recorded = "split(0,2,upcast)";
+  auto tuned = planner.compile_shared(**plan, cpu);
+  ASSERT_TRUE(tuned.ok()) << tuned.status();
+  EXPECT_NE((**tuned)[0].key, (**second)[0].key) << "the record's schedule is part of the key";
+  EXPECT_EQ((**tuned)[0].outcome, CacheOutcome::Miss);
+}
+
 TEST(Planner, ExplainFollowsTheTargetsSchedule) {
   ASSERT_TRUE(registered);
   Fixture f;
