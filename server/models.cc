@@ -16,39 +16,16 @@ namespace uop::server {
 absl::StatusOr<ImportedModelGraph> import_model_graph(std::string_view bytes,
                                                       const std::map<std::string, std::vector<int64_t>>& shapes,
                                                       const DecodeLimits& limits) {
-  ASSIGN_OR_RETURN(std::vector<onnx_import::ModelInput> declared, onnx_import::model_inputs(bytes));
-  std::set<std::string> names;
-  for (const auto& in : declared) names.insert(in.name);
-  for (const auto& [name, shape] : shapes)
-    if (!names.contains(name)) return absl::InvalidArgumentError(cat("the model has no input named '", name.substr(0, 64), "'"));
-  // Placeholders of each input's shape: their values are never read (inputs_known=false),
-  // only their dtype and shape decide the graph.
-  std::map<std::string, HostTensor> placeholders;
-  for (const auto& in : declared) {
-    if (!in.dtype) return absl::UnimplementedError(cat("model input '", in.name, "' has an element type uopd does not support"));
-    std::vector<int64_t> shape;
-    if (auto it = shapes.find(in.name); it != shapes.end()) shape = it->second;
-    else if (in.shape) shape = *in.shape;
-    else return absl::InvalidArgumentError(cat("model input '", in.name, "' has symbolic dimensions: give its shape when loading the model"));
-    std::optional<int64_t> n = checked_numel(shape);
-    if (!n || *n > (int64_t{1} << 40))
-      return absl::InvalidArgumentError(cat("model input '", in.name, "': shape ", shape_str(shape), " is not a valid size"));
-    HostTensor t;
-    t.dtype = *in.dtype;
-    t.shape = shape;
-    // A placeholder is never read, but the importer copies it into the graph's bindings:
-    // one element stands in for any input, so a huge declared input costs nothing here.
-    t.data.assign(scalar_bytes(t.dtype) * static_cast<size_t>(*n == 0 ? 0 : 1), '\0');
-    placeholders[in.name] = std::move(t);
-  }
   onnx_import::ImportOptions opts;
-  opts.inputs_known = false;
   // Twice the decode limit: the import's graph also holds the nodes that shape arithmetic
   // and hash consing leave unreachable from the outputs.
   opts.max_graph_nodes = 2 * static_cast<size_t>(limits.max_nodes);
   // A model makes at import no more data than it could have sent as its bytes.
   opts.max_data_bytes = limits.max_bytes;
-  ASSIGN_OR_RETURN(onnx_import::ImportedModel m, onnx_import::import_model(bytes, placeholders, opts));
+  std::vector<std::pair<std::string, HostTensor>> placeholders;
+  ASSIGN_OR_RETURN(onnx_import::ImportedModel m, onnx_import::import_for_shapes(bytes, shapes, opts, &placeholders));
+  std::set<std::string> names;
+  for (const auto& [name, p] : placeholders) names.insert(name);
 
   ImportedModelGraph out;
   Names graph_names = m.names;
@@ -69,10 +46,7 @@ absl::StatusOr<ImportedModelGraph> import_model_graph(std::string_view bytes,
   ASSIGN_OR_RETURN(DecodedGraph g, decode_proto(wire, limits));
   out.graph_bytes = wire.ByteSizeLong() + kDecodedNodeBytes * g.nodes.size();
   out.graph = std::make_shared<const DecodedGraph>(std::move(g));
-  for (const auto& in : declared) {
-    const HostTensor& p = placeholders[in.name];
-    out.inputs.push_back({in.name, p.dtype, p.shape});
-  }
+  for (const auto& [name, p] : placeholders) out.inputs.push_back({name, p.dtype, p.shape});
   for (const auto& o : m.outputs) out.outputs.push_back({o.name, o.dtype, o.shape});
   return out;
 }

@@ -314,21 +314,9 @@ absl::StatusOr<DecodedGraph> import_graph(const cli::Args& a) {
   ASSIGN_OR_RETURN(auto ins, cli::name_file_pairs(a, "in"));
   ASSIGN_OR_RETURN(std::string bytes, read_file(path));
   ASSIGN_OR_RETURN(GivenInputs given, read_inputs(ins));
-  // As uopd imports a model it holds: the inputs' values are never read, so the graph is
-  // the one `uop run` runs. An input without --in takes its declared shape.
-  auto declared_or = model_inputs(bytes);
-  if (!declared_or.ok()) return absl::Status(declared_or.status().code(), cat(path, ": ", message(declared_or.status())));
-  const std::vector<ModelInput>& declared = *declared_or;
-  for (const ModelInput& in : declared) {
-    if (given.tensors.contains(in.name)) continue;
-    if (!in.dtype || !in.shape)
-      return absl::InvalidArgumentError(
-          cat(path, ": model input '", in.name, "' has symbolic dimensions: give --in ", in.name, "=FILE.npy"));
-    given.tensors[in.name] = HostTensor::zeros(*in.dtype, *in.shape);
-  }
-  ImportOptions opts;
-  opts.inputs_known = false;
-  auto model = import_model(bytes, given.tensors, opts);
+  // As uopd imports a model it holds (LoadModel): for the shapes alone, so the graph is
+  // the one `uop run` runs.
+  auto model = import_for_shapes(bytes, given.shapes);
   if (!model.ok()) return absl::Status(model.status().code(), cat(path, ": ", message(model.status())));
   DecodedGraph g;
   g.graph = std::move(model->graph);

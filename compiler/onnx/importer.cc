@@ -9,6 +9,7 @@
 #include "compiler/onnx/import_context.h"
 #include "compiler/onnx/tensor_proto.h"
 #include "compiler/onnx/tensor_proto_internal.h"
+#include "compiler/support/status_macros.h"
 #include "compiler/support/strings.h"
 
 namespace uop::onnx_import {
@@ -187,6 +188,40 @@ absl::StatusOr<ImportedModel> import_model(std::string_view model_bytes,
   }
   out.op_types.assign(op_types.begin(), op_types.end());
   return out;
+}
+
+absl::StatusOr<ImportedModel> import_for_shapes(std::string_view model_bytes,
+                                                const std::map<std::string, std::vector<int64_t>>& shapes,
+                                                ImportOptions options,
+                                                std::vector<std::pair<std::string, HostTensor>>* placeholders) {
+  ASSIGN_OR_RETURN(std::vector<ModelInput> declared, model_inputs(model_bytes));
+  std::set<std::string> names;
+  for (const auto& in : declared) names.insert(in.name);
+  for (const auto& [name, shape] : shapes)
+    if (!names.contains(name)) return absl::InvalidArgumentError(cat("the model has no input named '", name.substr(0, 64), "'"));
+  // Placeholders of each input's shape: their values are never read (inputs_known=false),
+  // only their dtype and shape decide the graph.
+  std::map<std::string, HostTensor> given;
+  for (const auto& in : declared) {
+    if (!in.dtype) return absl::UnimplementedError(cat("model input '", in.name, "' has an element type uopd does not support"));
+    std::vector<int64_t> shape;
+    if (auto it = shapes.find(in.name); it != shapes.end()) shape = it->second;
+    else if (in.shape) shape = *in.shape;
+    else return absl::InvalidArgumentError(cat("model input '", in.name, "' has symbolic dimensions: give its shape"));
+    std::optional<int64_t> n = checked_numel(shape);
+    if (!n || *n > (int64_t{1} << 40))
+      return absl::InvalidArgumentError(cat("model input '", in.name, "': shape ", shape_str(shape), " is not a valid size"));
+    HostTensor t;
+    t.dtype = *in.dtype;
+    t.shape = shape;
+    // A placeholder is never read, but the importer copies it into the graph's bindings:
+    // one element stands in for any input, so a huge declared input costs nothing here.
+    t.data.assign(scalar_bytes(t.dtype) * static_cast<size_t>(*n == 0 ? 0 : 1), '\0');
+    if (placeholders) placeholders->emplace_back(in.name, t);
+    given[in.name] = std::move(t);
+  }
+  options.inputs_known = false;
+  return import_model(model_bytes, given, options);
 }
 
 }  // namespace uop::onnx_import

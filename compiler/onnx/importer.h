@@ -64,6 +64,19 @@ absl::StatusOr<ImportedModel> import_model(std::string_view model_bytes,
                                            const std::map<std::string, HostTensor>& inputs,
                                            ImportOptions options = {});
 
+// The model imported for its inputs' shapes alone, as a server holds one (and as `uop
+// compile|explain MODEL.onnx` shows it): each graph input a placeholder of its shape in
+// `shapes`, else its declared one, whose values the import never reads
+// (options.inputs_known is set false). `placeholders`, when given, gets each input's
+// placeholder (name, dtype, shape; one element of data) in the model's order.
+// INVALID_ARGUMENT for a shape of an input the model does not have, an input with
+// neither shape, a shape that is no valid size; UNIMPLEMENTED for an input whose element
+// type has no Scalar; the importer's statuses otherwise.
+absl::StatusOr<ImportedModel> import_for_shapes(std::string_view model_bytes,
+                                                const std::map<std::string, std::vector<int64_t>>& shapes,
+                                                ImportOptions options = {},
+                                                std::vector<std::pair<std::string, HostTensor>>* placeholders = nullptr);
+
 // The model's graph inputs that are not initializers: name, the declared element type
 // when it has a Scalar, and the declared shape when every dimension of it is a number.
 // For `uop run`, the test runner's messages and a server's LoadModel.
