@@ -1,5 +1,6 @@
 #include "compiler/passes/realize.h"
 
+#include <algorithm>
 #include <tuple>
 #include <vector>
 
@@ -9,18 +10,20 @@
 namespace uop {
 namespace {
 
-// Whether EXPAND `e` broadcasts some dim (1 -> n != 1), so that what is below it is read
-// several times per element above.
-absl::StatusOr<bool> broadcasts(const UOp* e, ShapeInference& shapes) {
+// How many times EXPAND `e` repeats what is below it, counted up to `cap` (>= 2): the
+// product of the dims it broadcasts (1 -> n != 1), a dim that is not a number counting as
+// `cap`. 1: it broadcasts nothing, so what is below it is read once per element above.
+absl::StatusOr<int64_t> broadcast_factor(const UOp* e, ShapeInference& shapes, int64_t cap) {
   auto in = shapes.shape(e->src(0));
   if (!in.ok()) return in.status();
   auto out = shapes.shape(e);
   if (!out.ok()) return out.status();
+  int64_t factor = 1;
   for (size_t i = 0; i < (*in)->size(); ++i) {
     auto a = const_dim((**in)[i]), b = const_dim((**out)[i]);
-    if (a == 1 && b != 1) return true;
+    if (a == 1 && b != 1) factor = std::min(cap, factor * (b ? std::min(cap, *b) : cap));
   }
-  return false;
+  return factor;
 }
 
 // Whether `u`'s value is computed from a PAD through elementwise ops alone (not past a
@@ -39,25 +42,9 @@ bool gated_by_pad(const UOp* u, const absl::flat_hash_set<const UOp*>& realize, 
   return memo[u] = gated;
 }
 
-// How many times EXPAND `e` repeats what is below it: its output's elements over its
-// input's (1 when a dim is not a number).
-absl::StatusOr<int64_t> broadcast_factor(const UOp* e, ShapeInference& shapes) {
-  auto in = shapes.shape(e->src(0));
-  if (!in.ok()) return in.status();
-  auto out = shapes.shape(e);
-  if (!out.ok()) return out.status();
-  int64_t factor = 1;
-  for (size_t i = 0; i < (*in)->size(); ++i) {
-    auto a = const_dim((**in)[i]), b = const_dim((**out)[i]);
-    if (!a || !b) return 1;
-    if (*a == 1 && *b > 1) factor = *b > (int64_t{1} << 40) / factor ? int64_t{1} << 40 : factor * *b;
-  }
-  return factor;
-}
-
 // The ALU ops that computing `u` once takes inside a kernel: its elementwise chain down
-// to buffers, realized values, reductions and constants (movement ops are free). Stops
-// counting past `cap`. Memoized in `memo` for the whole chain.
+// to buffers, realized values, reductions and constants (movement ops are free), each
+// node once (`counted`). Stops counting past `cap`.
 int chain_ops(const UOp* u, const absl::flat_hash_set<const UOp*>& realize, ShapeInference& shapes, int cap,
               absl::flat_hash_set<const UOp*>& counted) {
   if (!shapes.has_shape(u) || realize.contains(u) || u->op() == Op::BUFFER || u->op() == Op::REDUCE_AXIS ||
@@ -105,7 +92,8 @@ absl::StatusOr<absl::flat_hash_set<const UOp*>> plan_realize(const UOp* tensor_s
       // `expanded`: reached through a broadcast or a PAD; `reduced`: read by a REDUCE_AXIS
       // of this kernel; `moved`: through a movement op since that REDUCE_AXIS, so that the
       // value is one of its operands, not the product it folds.
-      // `repeat`: how many times the broadcasts since that REDUCE_AXIS repeat the value.
+      // `repeat`: how many times the broadcasts since that REDUCE_AXIS repeat the value
+      // (up to kRecomputeFactor).
       struct Item { const UOp* u; bool expanded, reduced, moved; int64_t repeat; };
       std::vector<Item> stack;
       absl::flat_hash_set<std::tuple<const UOp*, bool, bool, bool, int64_t>> seen;
@@ -146,14 +134,12 @@ absl::StatusOr<absl::flat_hash_set<const UOp*>> plan_realize(const UOp* tensor_s
           moved = false;
           repeat = 1;
         } else if (it.u->op() == Op::EXPAND) {
-          auto b = broadcasts(it.u, shapes);
-          if (!b.ok()) return b.status();
-          expanded = expanded || *b;
-          if (reduced) {
-            auto f = broadcast_factor(it.u, shapes);
-            if (!f.ok()) return f.status();
-            repeat = *f > (int64_t{1} << 40) / repeat ? int64_t{1} << 40 : repeat * *f;
-          }
+          // Counted up to kRecomputeFactor only, which is all the test above asks, so that
+          // the walk's states per node stay few whatever the broadcasts multiply to.
+          auto f = broadcast_factor(it.u, shapes, kRecomputeFactor);
+          if (!f.ok()) return f.status();
+          expanded = expanded || *f != 1;
+          if (reduced) repeat = std::min(kRecomputeFactor, repeat * *f);
         } else if (it.u->op() == Op::PAD) {
           // Fused under a pad, a reduction runs over the padded shape's loops with every
           // element behind the pad's gate: its loops split only by divisors, its loads are
