@@ -102,16 +102,27 @@ class CountingTier : public CacheTier {
   MemoryTier inner_{int64_t{1} << 24};
 };
 
+// A planner over one memory tier that counts its reads.
+std::vector<std::unique_ptr<CacheTier>> one_tier(CacheTier* t) {
+  std::vector<std::unique_ptr<CacheTier>> tiers;
+  tiers.emplace_back(t);
+  return tiers;
+}
+struct CountedPlanner {
+  CountingTier* tier = new CountingTier;  // owned by cache
+  CompileCache cache{one_tier(tier)};
+  Planner planner{PlannerOptions{}, &cache, CpuTarget::host()};
+};
+
 // A warm Run resolves each kernel from what an earlier compile made of its cache entry
 // (parsed and checked once): no tier is read again, the hit still counts as the memory
 // tier's, and the kernel keeps the name this plan gives it.
 TEST(Planner, AKernelResolvedOnceIsAnsweredWithoutReadingTheTiers) {
   ASSERT_TRUE(registered);
-  auto* tier = new CountingTier;
-  std::vector<std::unique_ptr<CacheTier>> tiers;
-  tiers.emplace_back(tier);
-  CompileCache cache(std::move(tiers));
-  Planner planner(PlannerOptions{}, &cache, CpuTarget::host());
+  CountedPlanner f;
+  CountingTier* tier = f.tier;
+  CompileCache& cache = f.cache;
+  Planner& planner = f.planner;
   bool cached = false;
   auto plan = planner.plan(graph(), &cached);
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -152,11 +163,10 @@ TEST(Planner, AKernelResolvedOnceIsAnsweredWithoutReadingTheTiers) {
 // answered anew.
 TEST(Planner, AWarmPlansKernelsAreOneSharedVector) {
   ASSERT_TRUE(registered);
-  auto* tier = new CountingTier;
-  std::vector<std::unique_ptr<CacheTier>> tiers;
-  tiers.emplace_back(tier);
-  CompileCache cache(std::move(tiers));
-  Planner planner(PlannerOptions{}, &cache, CpuTarget::host());
+  CountedPlanner f;
+  CountingTier* tier = f.tier;
+  CompileCache& cache = f.cache;
+  Planner& planner = f.planner;
   std::string recorded;  // the schedule a tuning record gives
   planner.set_schedule_source([&](const PlannedKernel&, const Backend&, std::string_view) { return recorded; });
   bool cached = false;

@@ -119,11 +119,19 @@ inline const UOp* affine(KernelBuilder& k, const UOp* a, int64_t s, const UOp* b
   return k.alu(Op::ADD, k.alu(Op::MUL, a, k.ix(s)), b);
 }
 
+// How conv3x3 reads its window: from an (H + 2) x (H + 2) padded input (realized, as
+// uopd's own kernels read it), or from the H x H input under a gate (0 <= y + u - 1 < H
+// and likewise x) on the load itself, or as the tinygrad bridge reads it:
+// where(gate, in[clamped index], 0), the load ungated, the linear index clamped into the
+// buffer by -max(-max(i, 0), -last), so not affine.
+enum class ConvRead { Padded, Gated, Clamped };
+
 // out[c, y, x] = sum over k, u, v of in[k, y + u, x + v] * w[c, k, u, v]: C output
-// channels, K input channels, an H x H output from an (H + 2) x (H + 2) padded input
-// (slots 0, 1, 2), of `dt` (int32: sums the interpreter and any schedule agree on exactly).
-inline const UOp* conv3x3(KernelBuilder& k, int64_t C, int64_t K, int64_t H, DType dt = dtypes::int32) {
-  const int64_t P = H + 2;
+// channels, K input channels, an H x H output (slots 0, 1, 2), of `dt` (int32: sums the
+// interpreter and any schedule agree on exactly); the input as `read` says.
+inline const UOp* conv3x3(KernelBuilder& k, int64_t C, int64_t K, int64_t H, DType dt = dtypes::int32,
+                          ConvRead read = ConvRead::Padded) {
+  const int64_t P = read == ConvRead::Padded ? H + 2 : H;
   const UOp* out = k.param(0, dt, C * H * H);
   const UOp* in = k.param(1, dt, K * P * P);
   const UOp* w = k.param(2, dt, C * K * 9);
@@ -133,9 +141,24 @@ inline const UOp* conv3x3(KernelBuilder& k, int64_t C, int64_t K, int64_t H, DTy
   const UOp* ic = k.range(K, AxisType::Reduce);
   const UOp* u = k.range(3, AxisType::Reduce);
   const UOp* v = k.range(3, AxisType::Reduce);
-  const UOp* at_in = affine(k, affine(k, ic, P, k.alu(Op::ADD, y, u)), P, k.alu(Op::ADD, x, v));
+  const UOp* yy = k.alu(Op::ADD, y, u);  // the row in the padded input
+  const UOp* xx = k.alu(Op::ADD, x, v);
+  const UOp* read_in = nullptr;
+  if (read == ConvRead::Padded) {
+    read_in = k.load(in, affine(k, affine(k, ic, P, yy), P, xx));
+  } else {
+    const UOp* gate = k.all(k.between(0, yy, H + 1), k.between(0, xx, H + 1));
+    const UOp* at_in = affine(k, affine(k, ic, H, k.alu(Op::SUB, yy, k.ix(1))), H, k.alu(Op::SUB, xx, k.ix(1)));
+    if (read == ConvRead::Gated) {
+      read_in = k.load(in, at_in, gate);
+    } else {
+      auto neg = [&](const UOp* i) { return k.g.make(Op::NEG, dtypes::index, {i}); };
+      at_in = neg(k.alu(Op::MAX, neg(k.alu(Op::MAX, at_in, k.ix(0))), k.ix(-(K * H * H - 1))));
+      read_in = k.g.make(Op::WHERE, dt, {gate, k.load(in, at_in), k.g.cnst_int(dt, 0)});
+    }
+  }
   const UOp* at_w = affine(k, affine(k, affine(k, c, K, ic), 3, u), 3, v);
-  const UOp* sum = k.reduce(ReduceOp::Add, k.alu(Op::MUL, k.load(in, at_in), k.load(w, at_w)), {ic, u, v});
+  const UOp* sum = k.reduce(ReduceOp::Add, k.alu(Op::MUL, read_in, k.load(w, at_w)), {ic, u, v});
   return k.sink({k.store(out, affine(k, affine(k, c, H, y), H, x), sum, {c, y, x})});
 }
 

@@ -614,35 +614,6 @@ const UOp* window(KernelBuilder& k, int64_t C, int64_t H, int64_t W, bool depthw
   return k.sink({k.store(out, affine(k, affine(k, c, H, y), W, x), r, {c, y, x})});
 }
 
-// conv3x3 with its input unpadded, the window read through gated loads:
-// in[ic, y + u - 1, x + v - 1] where 0 <= y + u - 1 < H and likewise x. `clamped`: as the
-// tinygrad bridge reads it, where(gate, in[clamp(index)], 0) with the linear index clamped
-// into the buffer by max(-max(-i, -last), 0): the load itself ungated, its index not affine.
-const UOp* gated_conv3x3(KernelBuilder& k, int64_t C, int64_t K, int64_t H, bool clamped = false) {
-  const UOp* out = k.param(0, dtypes::int32, C * H * H);
-  const UOp* in = k.param(1, dtypes::int32, K * H * H);
-  const UOp* w = k.param(2, dtypes::int32, C * K * 9);
-  const UOp* c = k.range(C);
-  const UOp* y = k.range(H);
-  const UOp* x = k.range(H);
-  const UOp* ic = k.range(K, AxisType::Reduce);
-  const UOp* u = k.range(3, AxisType::Reduce);
-  const UOp* v = k.range(3, AxisType::Reduce);
-  const UOp* yy = k.alu(Op::ADD, y, u);  // the padded row, 1 past the input's
-  const UOp* xx = k.alu(Op::ADD, x, v);
-  const UOp* gate = k.all(k.between(0, yy, H + 1), k.between(0, xx, H + 1));
-  const UOp* ry = k.alu(Op::SUB, yy, k.ix(1)), *rx = k.alu(Op::SUB, xx, k.ix(1));
-  const UOp* at_in = affine(k, affine(k, ic, H, ry), H, rx);
-  if (clamped) {
-    auto neg = [&](const UOp* i) { return k.g.make(Op::NEG, dtypes::index, {i}); };
-    at_in = neg(k.alu(Op::MAX, neg(k.alu(Op::MAX, at_in, k.ix(0))), k.ix(-(K * H * H - 1))));
-  }
-  const UOp* read = clamped ? k.g.make(Op::WHERE, dtypes::int32, {gate, k.load(in, at_in), k.i32(0)}) : k.load(in, at_in, gate);
-  const UOp* at_w = affine(k, affine(k, affine(k, c, K, ic), 3, u), 3, v);
-  const UOp* sum = k.reduce(ReduceOp::Add, k.alu(Op::MUL, read, k.load(w, at_w)), {ic, u, v});
-  return k.sink({k.store(out, affine(k, affine(k, c, H, y), H, x), sum, {c, y, x})});
-}
-
 // out[b, i, j] = sum over d of q[b, i, d] * kk[b, j, d]: attention's scores, the second
 // operand transposed.
 const UOp* attention_scores(KernelBuilder& k, int64_t B, int64_t T, int64_t D) {
@@ -681,9 +652,9 @@ TEST(HeuristicSchedule, KernelShapesOfRealModelsGetTheirTiles) {
        "split(0,8,upcast);split(2,8,upcast);reorder(1,0,6,2,7)"},
       // The same read through gated loads, or clamped ones: a 256-lane tile, all 16
       // channels.
-      {"conv 3x3 gated", [](KernelBuilder& k) { return gated_conv3x3(k, 16, 2, 56); }, {i32(16 * 56 * 56), i32(2 * 56 * 56), i32(16 * 2 * 9)},
+      {"conv 3x3 gated", [](KernelBuilder& k) { return conv3x3(k, 16, 2, 56, dtypes::int32, testing::ConvRead::Gated); }, {i32(16 * 56 * 56), i32(2 * 56 * 56), i32(16 * 2 * 9)},
        "split(0,16,upcast);split(2,8,upcast);reorder(1,0,6,2,7)"},
-      {"conv 3x3 clamped", [](KernelBuilder& k) { return gated_conv3x3(k, 16, 2, 56, true); }, {i32(16 * 56 * 56), i32(2 * 56 * 56), i32(16 * 2 * 9)},
+      {"conv 3x3 clamped", [](KernelBuilder& k) { return conv3x3(k, 16, 2, 56, dtypes::int32, testing::ConvRead::Clamped); }, {i32(16 * 56 * 56), i32(2 * 56 * 56), i32(16 * 2 * 9)},
        "split(0,16,upcast);split(2,8,upcast);reorder(1,0,6,2,7)"},
       // Two vectors of the width, 4 independent rows of the height.
       {"depthwise 3x3", [](KernelBuilder& k) { return window(k, 8, 16, 16, true); }, {i32(8 * 256), i32(8 * 18 * 18), i32(8 * 9)},
