@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -14,6 +15,7 @@
 #include "compiler/ir/printer.h"
 #include "compiler/passes/expand.h"
 #include "compiler/passes/symbolic.h"
+#include "compiler/support/status_macros.h"
 #include "compiler/ir/value_range.h"
 #include "compiler/support/strings.h"
 
@@ -469,71 +471,159 @@ std::optional<Bounds> affine_bounds(Graph& g, const UOp* idx, ValueRange& vr) {
   return b;
 }
 
-// Bounds of `idx` through a gated expression g in [lo, hi]: when idx = a*g + rest for a
-// constant a (found through the loop indices' coefficients, e.g. idx = 8*r1 + 48*r2 and
-// g = r1 + 6*r2 give a = 8), idx lies in a*[lo, hi] + bounds(rest). rest is idx - a*g in
-// idx's dtype, so idx = a*g + rest modulo 2^bits; a result inside the dtype is idx itself.
-std::optional<Bounds> bounds_through(Graph& g, const UOp* idx, const UOp* gexpr, Bounds range, ValueRange& vr) {
-  if (gexpr->dtype() != idx->dtype() || !exact_int(idx->dtype()) || gexpr == idx) return std::nullopt;
-  std::optional<int64_t> a;
-  for (const UOp* r : toposort(gexpr)) {
-    if (r->op() != Op::RANGE && r->op() != Op::SPECIAL) continue;
-    auto gc = affine_coeff(gexpr, r), ic = affine_coeff(idx, r);
-    if (gc && ic && *gc != 0 && *ic % *gc == 0) {
-      a = *ic / *gc;
-      break;
+// Bounds of `idx` through gated expressions g_i in [lo_i, hi_i]: when idx = a*g + rest
+// for a constant a (found through the loop indices' coefficients, e.g. idx = 8*r1 + 48*r2
+// and g = r1 + 6*r2 give a = 8), idx lies in a*[lo, hi] + bounds(rest); rest may go on
+// through the next g (a padded 2-D window's row and column gates both bound its flat
+// index, one from below and one from above). rest is idx - sum a_i*g_i in idx's dtype, so
+// idx = sum a_i*g_i + rest modulo 2^bits; a result inside the dtype is idx itself.
+std::optional<Bounds> bounds_through(Graph& g, const UOp* idx, std::span<const UOp* const> gexprs,
+                                     ValueRange& vr) {
+  if (!exact_int(idx->dtype())) return std::nullopt;
+  const UOp* rest = idx;
+  i128 lo = 0, hi = 0;
+  bool any = false;
+  for (const UOp* gexpr : gexprs) {
+    if (gexpr->dtype() != idx->dtype() || gexpr == rest) continue;
+    std::optional<int64_t> a;
+    for (const UOp* r : toposort(gexpr)) {
+      if (r->op() != Op::RANGE && r->op() != Op::SPECIAL) continue;
+      auto gc = affine_coeff(gexpr, r), ic = affine_coeff(rest, r);
+      if (gc && ic && *gc != 0 && *ic % *gc == 0) {
+        a = *ic / *gc;
+        break;
+      }
     }
+    Bounds range = vr(gexpr);
+    if (!a || *a == 0 || range.first < -(int64_t{1} << 40) || range.second > (int64_t{1} << 40) ||
+        *a < -(int64_t{1} << 20) || *a > (int64_t{1} << 20))
+      continue;
+    auto r = simplify(g, g.alu(Op::ADD, {rest, g.alu(Op::MUL, {gexpr, g.cnst_int(gexpr->dtype(), -*a)})}));
+    if (!r.ok()) continue;
+    rest = *r;
+    i128 x = i128{*a} * range.first, y = i128{*a} * range.second;
+    lo += std::min(x, y);
+    hi += std::max(x, y);
+    any = true;
   }
-  if (!a || *a == 0 || range.first < -(int64_t{1} << 40) || range.second > (int64_t{1} << 40) ||
-      *a < -(int64_t{1} << 20) || *a > (int64_t{1} << 20))
-    return std::nullopt;
-  auto rest = simplify(g, g.alu(Op::ADD, {idx, g.alu(Op::MUL, {gexpr, g.cnst_int(gexpr->dtype(), -*a)})}));
-  if (!rest.ok()) return std::nullopt;
-  Bounds rb = vr(*rest);
+  if (!any) return std::nullopt;
+  Bounds rb = vr(rest);
   if (rb.first < -(int64_t{1} << 60) || rb.second > (int64_t{1} << 60)) return std::nullopt;
-  int64_t x = *a * range.first, y = *a * range.second;
-  return Bounds{rb.first + std::min(x, y), rb.second + std::max(x, y)};
+  lo += rb.first;
+  hi += rb.second;
+  if (lo < kMin || hi > kMax) return std::nullopt;
+  return Bounds{static_cast<int64_t>(lo), static_cast<int64_t>(hi)};
+}
+
+// Lane k of a vector value as a scalar expression (a per-lane gate's lane: the facts of
+// that lane's access), or nullptr where a node is not one this walks through: VECTORIZE,
+// VCONST, GEP, CAT and the lane-wise ops (ALU, casts). A scalar is every lane's value.
+const UOp* lane_of(Graph& g, const UOp* v, uint32_t k, int depth = 0) {
+  const DType& d = v->dtype();
+  if (d.count == 1) return v;
+  if (depth > 64 || d.ptr || k >= d.count) return nullptr;
+  const DType e = d.element();
+  switch (v->op()) {
+    case Op::VECTORIZE: return v->num_src() == d.count ? v->src(k) : nullptr;
+    case Op::VCONST: {
+      const auto& values = v->arg_as<VConstArg>().values;
+      return k < values.size() ? g.cnst(e, values[k]) : nullptr;
+    }
+    case Op::GEP: {
+      const auto* lanes = v->arg_if<IntsArg>();
+      if (!lanes || k >= lanes->values.size() || lanes->values[k] < 0) return nullptr;
+      return lane_of(g, v->src(0), static_cast<uint32_t>(lanes->values[k]), depth + 1);
+    }
+    case Op::CAT: {
+      uint32_t at = k;
+      for (const UOp* s : v->src()) {
+        if (at < s->dtype().count) return lane_of(g, s, at, depth + 1);
+        at -= s->dtype().count;
+      }
+      return nullptr;
+    }
+    default: break;
+  }
+  if (!is_alu(v->op()) && v->op() != Op::CAST && v->op() != Op::BITCAST) return nullptr;
+  std::vector<const UOp*> src;
+  for (const UOp* s : v->src()) {
+    const UOp* l = lane_of(g, s, k, depth + 1);
+    if (!l) return nullptr;
+    src.push_back(l);
+  }
+  return g.make(v->op(), e, src, v->arg());
+}
+
+// Whether INDEX(buf, idx [, gate]) covering `width` elements from idx is inside a buffer
+// of `size` elements wherever it executes, gate a scalar or none (bounds.h); else the
+// bounds it was found in, for the message.
+bool proven(Graph& g, const UOp* idx, const UOp* gate, int64_t width, int64_t size, Bounds& shown) {
+  ValueRange plain;
+  auto fits = [&](Bounds x) { return x.first >= 0 && x.second <= size - width; };
+  Bounds b = plain(idx);
+  shown = b;
+  if (fits(b)) return true;
+  FactSolver solver;
+  for (const UOp* r : open_indices({idx, gate})) solver.assume(r, {0, INT64_MAX});
+  if (gate) solver.assume(gate, {1, 1});
+  std::optional<Facts> facts = solver.solve();
+  if (!facts) return true;  // it never executes
+  ValueRange ctx(*facts);
+  b = ctx(idx);
+  shown = b;
+  if (fits(b)) return true;
+  if (auto a = affine_bounds(g, idx, ctx); a && fits(*a)) return true;
+  const std::vector<const UOp*>& gexprs = solver.order();
+  for (const UOp* gexpr : gexprs)
+    if (auto t = bounds_through(g, idx, {&gexpr, 1}, ctx); t && fits(*t)) return true;
+  std::vector<const UOp*> composite;  // a loop index alone would take its terms first
+  for (const UOp* x : gexprs)
+    if (x->op() != Op::RANGE && x->op() != Op::SPECIAL) composite.push_back(x);
+  if (composite.size() > 1)
+    if (auto t = bounds_through(g, idx, composite, ctx); t && fits(*t)) return true;
+  return false;
 }
 
 }  // namespace
 
-absl::Status check_bounds(Graph& g, const UOp* kernel) {
-  ValueRange plain;
-  for (const UOp* u : toposort(kernel)) {
-    if (u->op() != Op::INDEX) continue;
-    const UOp* buf = u->src(0);
-    int64_t size = buffer_size(buf);
-    if (size < 0) continue;  // not memory (a tensor-level INDEX never reaches this stage)
-    size_t n = u->num_src();
-    const UOp* gate = n > 2 && u->src(n - 1)->dtype().is_bool() ? u->src(n - 1) : nullptr;
-    if (n - (gate ? 1 : 0) != 2)
-      return absl::InvalidArgumentError(cat("bounds: ", print_node(u), ": a buffer access takes one index [bounds.index]"));
-    const UOp* idx = u->src(1);
-    // Elements one access covers: a vector access to a buffer of scalars reads several,
-    // an access to a buffer of vectors (an accumulator) one.
-    int64_t width = std::max<int64_t>(u->dtype().count / std::max<uint32_t>(buffer_elem_count(buf), 1), 1);
-    auto fits = [&](Bounds x) { return x.first >= 0 && x.second <= size - width; };
-    Bounds b = plain(idx);
-    if (fits(b)) continue;
-    // A per-lane gate (a vector) only says which lanes run: it is not a fact of the access.
-    FactSolver solver;
-    for (const UOp* r : open_indices({idx, gate})) solver.assume(r, {0, INT64_MAX});
-    if (gate && gate->dtype().count == 1) solver.assume(gate, {1, 1});
-    std::optional<Facts> facts = solver.solve();
-    if (!facts) continue;  // it never executes
-    ValueRange ctx(*facts);
-    b = ctx(idx);
-    if (fits(b)) continue;
-    if (auto a = affine_bounds(g, idx, ctx); a && fits(*a)) continue;
-    bool proven = false;
-    for (const UOp* gexpr : solver.order())
-      if (auto t = bounds_through(g, idx, gexpr, ctx(gexpr), ctx); t && fits(*t)) proven = true;
-    if (proven) continue;
-    return absl::InvalidArgumentError(
-        cat("bounds: ", print_node(u), ": index in [", b.first, ", ", b.second, "] may fall outside ",
-            op_name(buf->op()), " of ", size, " elements", gate ? " even under its gate" : "",
-            "; the kernel is refused [bounds.unproven]"));
+int64_t buffer_elements(const UOp* buf) { return buffer_size(buf); }
+
+absl::Status check_index(Graph& g, const UOp* u) {
+  const UOp* buf = u->src(0);
+  int64_t size = buffer_size(buf);
+  if (size < 0) return absl::OkStatus();  // not memory (a tensor-level INDEX never reaches this stage)
+  size_t n = u->num_src();
+  const UOp* gate = n > 2 && u->src(n - 1)->dtype().is_bool() ? u->src(n - 1) : nullptr;
+  if (n - (gate ? 1 : 0) != 2)
+    return absl::InvalidArgumentError(cat("bounds: ", print_node(u), ": a buffer access takes one index [bounds.index]"));
+  const UOp* idx = u->src(1);
+  // Elements one access covers: a vector access to a buffer of scalars reads several,
+  // an access to a buffer of vectors (an accumulator) one.
+  int64_t width = std::max<int64_t>(u->dtype().count / std::max<uint32_t>(buffer_elem_count(buf), 1), 1);
+  const bool per_lane = gate && gate->dtype().count > 1;
+  Bounds shown;
+  // A per-lane gate (a vector) is first no fact: the whole access may be in bounds anyway.
+  if (proven(g, idx, per_lane ? nullptr : gate, width, size, shown)) return absl::OkStatus();
+  // Else lane k of a vector access to a buffer of scalars, element idx + k, under its own
+  // lane of the gate (the lanes that are off touch no memory: a masked load, or a store
+  // per lane).
+  bool lanes = per_lane && gate->dtype().count == width && exact_int(idx->dtype());
+  for (uint32_t k = 0; lanes && k < width; ++k) {
+    const UOp* gk = lane_of(g, gate, k);
+    const UOp* ik = k == 0 ? idx : g.alu(Op::ADD, {idx, g.cnst_int(idx->dtype(), k)});
+    Bounds lane_shown;
+    lanes = gk && proven(g, ik, gk, 1, size, lane_shown);
   }
+  if (lanes) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      cat("bounds: ", print_node(u), ": index in [", shown.first, ", ", shown.second, "] may fall outside ",
+          op_name(buf->op()), " of ", size, " elements", gate ? " even under its gate" : "",
+          "; the kernel is refused [bounds.unproven]"));
+}
+
+absl::Status check_bounds(Graph& g, const UOp* kernel) {
+  for (const UOp* u : toposort(kernel))
+    if (u->op() == Op::INDEX) RETURN_IF_ERROR(check_index(g, u));
   return absl::OkStatus();
 }
 

@@ -38,4 +38,12 @@ namespace uop {
 
 absl::Status check_bounds(Graph& g, const UOp* kernel);
 
+// The proof of one INDEX, as check_bounds makes it: an earlier stage asks whether a form it
+// could emit (expand: a masked vector load, a load without its gate) would be proven.
+absl::Status check_index(Graph& g, const UOp* index);
+
+// The elements behind a buffer (PARAM, BUFFER, DEFINE_REG, DEFINE_LOCAL, through AFTER), or
+// -1 when it is not memory.
+int64_t buffer_elements(const UOp* buf);
+
 }  // namespace uop

@@ -4,6 +4,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "compiler/ir/eval.h"
+#include "compiler/passes/bounds.h"
 #include "compiler/rewrite/graph_rewrite.h"
 #include "compiler/support/strings.h"
 
@@ -146,6 +147,38 @@ const UOp* at_lane(Graph& g, Ctx& c, const UOp* x, const Axes& a, int64_t l) {
   return substitute(g, x, repl);
 }
 
+// `x` over lanes [l, l + n) of `a` as one vector expression: each upcast range a vector
+// of its values at those lanes, the ops that read one made lane-wise (their other operands
+// broadcast). A gate so made is a few vector compares where one VECTORIZE of per-lane
+// scalars is a mask assembled bit by bit. nullptr where x reads an UNROLL or an op that is
+// not lane-wise (the caller then goes lane by lane).
+const UOp* vector_over(Graph& g, Ctx& c, const UOp* x, const Axes& a, int64_t l, int64_t n) {
+  const uint32_t w = static_cast<uint32_t>(n);
+  absl::flat_hash_map<const UOp*, const UOp*> vec;
+  for (size_t i = 0; i < a.size(); ++i) {
+    std::vector<ConstValue> values;
+    for (int64_t k = 0; k < n; ++k) values.push_back(ConstValue::Int(decode(a, l + k)[i]));
+    vec[a[i].range] = g.make(Op::VCONST, a[i].range->dtype().vec(w), {}, VConstArg{std::move(values)});
+  }
+  for (const UOp* u : toposort(x)) {
+    if (u->op() == Op::UNROLL) return nullptr;
+    if (vec.contains(u)) continue;
+    bool reads = false;
+    for (const UOp* s : u->src()) reads |= vec.contains(s);
+    if (!reads) continue;
+    const Op op = u->op();
+    if ((!is_alu(op) && op != Op::CAST && op != Op::BITCAST) || u->dtype().count != 1) return nullptr;
+    std::vector<const UOp*> src;
+    for (const UOp* s : u->src()) {
+      if (auto it = vec.find(s); it != vec.end()) src.push_back(it->second);
+      else src.push_back(g.make(Op::VECTORIZE, s->dtype().vec(w), std::vector<const UOp*>(n, s)));
+    }
+    vec[u] = g.make(op, u->dtype().vec(w), src, u->arg());
+  }
+  auto it = vec.find(x);
+  return it == vec.end() ? nullptr : it->second;
+}
+
 // How an address moves over the lanes of `a`: the number of lanes C of the innermost axes
 // along which it is contiguous (1: none), or 0 when it is not affine.
 int64_t contiguous_lanes(const UOp* idx, const Axes& a) {
@@ -169,6 +202,29 @@ const UOp* make_index(Graph& g, const UOp* buf, const UOp* idx, const UOp* gate,
   return g.make(Op::INDEX, dt, src);
 }
 
+// `idx` without the clamps into a buffer of `size` elements around it: max(x, c) with
+// c <= 0 and min(x, c) with c >= size - 1 are x wherever x is inside the buffer, which is
+// what the caller then has proven of x (a tinygrad gated read arrives clamped so).
+const UOp* unclamp(const UOp* idx, int64_t size) {
+  for (;;) {
+    if ((idx->op() != Op::MAX && idx->op() != Op::MIN) || size <= 0) return idx;
+    const int side = idx->src(1)->const_value() ? 1 : 0;
+    const ConstValue* k = idx->src(side)->const_value();
+    if (!k || k->kind() != ConstValue::Kind::Int || !idx->dtype().is_int()) return idx;
+    int64_t v = k->as_int();
+    if (idx->op() == Op::MAX ? v > 0 : v < size - 1) return idx;
+    idx = idx->src(1 - side);
+  }
+}
+
+// INDEX(buf, idx) without its gate, where the bounds stage proves it so (the index is
+// clamped into the buffer): loaded unconditionally and selected by the gate, it is
+// branch-free where a gated scalar load is a branch. nullptr otherwise.
+const UOp* ungated(Graph& g, const Address& at, DType t) {
+  const UOp* plain = make_index(g, at.buf, at.idx, nullptr, t);
+  return check_index(g, plain).ok() ? plain : nullptr;
+}
+
 const rw::RuleSet& memory_rules() {
   static const rw::RuleSet rs = [] {
     rw::RuleSet rs("expand.memory");
@@ -179,18 +235,75 @@ const rw::RuleSet& memory_rules() {
       if (ld->src(1)->op() != Op::INDEX || ld->src(1)->num_src() < 2) return nullptr;
       Address at = address(ld->src(1));
       const UOp* alt = ld->num_src() > 2 ? ld->src(2) : nullptr;
+      DType t = ld->dtype();
       Axes a = c.deps(at);
       if (alt) a = merge(a, c.deps(alt));
-      if (a.empty()) return nullptr;
-      DType t = ld->dtype();
-      int64_t n = lanes(a);
-      int64_t chunk = (at.gate || alt) ? 1 : std::max<int64_t>(contiguous_lanes(at.idx, a), 1);
+      if (a.empty()) {
+        if (!at.gate || ld->src(1)->dtype().count != 1) return nullptr;
+        const UOp* plain = ungated(g, at, t);
+        return plain ? g.make(Op::WHERE, t, {at.gate, g.make(Op::LOAD, t, {at.buf, plain}), alt ? alt : g.cnst_int(t, 0)})
+                     : nullptr;
+      }
+      const int64_t n = lanes(a);
+      // The lanes' loads as one vector over `a`: scalars VECTORIZEd, vectors CATed.
+      auto whole = [&](bool scalar_parts, const std::vector<const UOp*>& parts) {
+        DType vt = t.vec(static_cast<uint32_t>(n));
+        const UOp* v = parts.size() == 1 ? parts[0] : g.make(scalar_parts ? Op::VECTORIZE : Op::CAT, vt, parts);
+        return g.make(Op::UNROLL, vt, {v}, factors(a));
+      };
+      // A gated load is a vector load too where its index is contiguous over the lanes:
+      // with its gate one per lane (a masked load: the lanes that are off touch no memory)
+      // or one for all where the lanes share it, if the bounds stage will prove it (asked
+      // here; else lane by lane). A clamp of the index into the buffer is the identity
+      // wherever the unclamped index is proven inside it, so it is looked through.
+      if (at.gate) {
+        const UOp* x = unclamp(at.idx, buffer_elements(at.buf));
+        int64_t chunk = contiguous_lanes(x, a);
+        std::vector<const UOp*> parts;
+        for (int64_t l = 0; chunk > 1 && l < n; l += chunk) {
+          DType vt = t.vec(static_cast<uint32_t>(chunk));
+          auto lanes_of = [&](const UOp* e) -> const UOp* {
+            std::vector<const UOp*> v;
+            for (int64_t i = 0; i < chunk; ++i) v.push_back(at_lane(g, c, e, a, l + i));
+            if (std::all_of(v.begin(), v.end(), [&](const UOp* y) { return y == v[0]; })) return v[0];
+            if (const UOp* vx = vector_over(g, c, e, a, l, chunk)) return vx;
+            return g.make(Op::VECTORIZE, e->dtype().vec(static_cast<uint32_t>(chunk)), v);
+          };
+          const UOp* index = make_index(g, at.buf, at_lane(g, c, x, a, l), lanes_of(at.gate), vt);
+          if (!check_index(g, index).ok()) {
+            parts.clear();
+            break;
+          }
+          if (!alt) {
+            parts.push_back(g.make(Op::LOAD, vt, {at.buf, index}));
+            continue;
+          }
+          const UOp* other = lanes_of(alt);
+          if (other->dtype().count == 1) other = g.make(Op::VECTORIZE, vt, std::vector<const UOp*>(chunk, other));
+          parts.push_back(g.make(Op::LOAD, vt, {at.buf, index, other}));
+        }
+        if (!parts.empty()) return whole(false, parts);
+        // Lane by lane: each a load without its gate, selected by it, where that load is
+        // proven in bounds (a clamped index: branch-free), else a gated load (a branch).
+        for (int64_t l = 0; l < n; ++l) {
+          Address lane{at.buf, at_lane(g, c, at.idx, a, l), at_lane(g, c, at.gate, a, l)};
+          const UOp* other = alt ? at_lane(g, c, alt, a, l) : nullptr;
+          if (const UOp* plain = ungated(g, lane, t)) {
+            parts.push_back(g.make(Op::WHERE, t, {lane.gate, g.make(Op::LOAD, t, {at.buf, plain}),
+                                                  other ? other : g.cnst_int(t, 0)}));
+            continue;
+          }
+          const UOp* index = make_index(g, at.buf, lane.idx, lane.gate, t);
+          parts.push_back(other ? g.make(Op::LOAD, t, {at.buf, index, other}) : g.make(Op::LOAD, t, {at.buf, index}));
+        }
+        return whole(true, parts);
+      }
+      int64_t chunk = alt ? 1 : std::max<int64_t>(contiguous_lanes(at.idx, a), 1);
       std::vector<const UOp*> parts;
       for (int64_t l = 0; l < n; l += chunk) {
         const UOp* base = at_lane(g, c, at.idx, a, l);
         if (chunk == 1) {
-          const UOp* gate = at.gate ? at_lane(g, c, at.gate, a, l) : nullptr;
-          const UOp* index = make_index(g, at.buf, base, gate, t);
+          const UOp* index = make_index(g, at.buf, base, nullptr, t);
           parts.push_back(alt ? g.make(Op::LOAD, t, {at.buf, index, at_lane(g, c, alt, a, l)})
                               : g.make(Op::LOAD, t, {at.buf, index}));
         } else {
@@ -198,9 +311,7 @@ const rw::RuleSet& memory_rules() {
           parts.push_back(g.make(Op::LOAD, vt, {at.buf, make_index(g, at.buf, base, nullptr, vt)}));
         }
       }
-      DType vt = t.vec(static_cast<uint32_t>(n));
-      const UOp* v = parts.size() == 1 ? parts[0] : g.make(chunk == 1 ? Op::VECTORIZE : Op::CAT, vt, parts);
-      return g.make(Op::UNROLL, vt, {v}, factors(a));
+      return whole(chunk == 1, parts);
     }, "load.vector");
 
     rs.add(rw::op(Op::STORE).named("st"), [](const rw::Match& m) -> const UOp* {

@@ -6,11 +6,13 @@ kernel level (compiler/ir/README.md, "Kernel level") nearly one for one; what di
 
 * tinygrad's INDEX is a value where it is read: the reading INDEX becomes
   LOAD(buf, INDEX(buf, idx)), the one a STORE writes through stays an INDEX.
-* A gated access is INDEX(buf, WHERE(gate, idx, Invalid)) in tinygrad. A gated STORE is
-  uopd's INDEX(buf, idx, gate); a gated read is WHERE(gate, LOAD(buf, INDEX(buf, idx')), 0)
-  with idx' the index clamped into the buffer: a load without a gate is branch-free, where
-  uopd's gated scalar load is a branch (a convolution's padded window reads inside its
-  reduction).
+* A gated access is INDEX(buf, WHERE(gate, idx, Invalid)) in tinygrad, uopd's
+  INDEX(buf, idx', gate) (a read of it is 0 where the gate is off) with idx' the index
+  clamped into the buffer, min(max(idx, 0), last): uopd's bounds proof cannot always follow
+  tinygrad's gates (floor divisions and mods of padded windows), and the clamp keeps every
+  access provable. uopd's expand stage looks through the clamp where it can prove the
+  unclamped index under the gate (a convolution's padded window becomes masked vector
+  loads), and else reads each lane clamped, without a branch.
 * tinygrad's weak dtypes: `weakint` (the index type of RANGEs and address arithmetic) is
   uopd's `index`; a weak constant or expression feeding an op of a concrete dtype takes
   that dtype (weakfloat with no concrete neighbour: float32, tinygrad's default float).
@@ -239,11 +241,8 @@ class _Translator:
             lin = xi if lin is None else self.out.add(ir.ADD, S.INDEX, [self.out.add(ir.MUL, S.INDEX, [lin, self.out.const(d, S.INDEX)]), xi])
         return lin, gate
 
-    def _index(self, u: UOp, scalar: int, read: bool = False) -> Tuple[int, int, Optional[int]]:
-        """(buffer, INDEX node, gate or None). A read's gate is left out of its INDEX (the
-        caller selects by it): the clamped index is in the buffer either way, and an ungated
-        load is branch-free where a gated one is a branch per lane (a convolution's padded
-        window inside its reduction ran 5x slower than tinygrad's CPU device)."""
+    def _index(self, u: UOp, scalar: int) -> Tuple[int, int]:
+        """(buffer, INDEX node): a gated one with its index clamped into the buffer."""
         buf = self._buffer(u.src[0])
         idx, gate = self._address(u)
         if gate is not None:
@@ -252,10 +251,9 @@ class _Translator:
             # follow, and uopd refuses an access it cannot prove: the index is clamped into
             # the buffer, which changes nothing where the gate is on.
             g, last = self.out, math.prod(self._param_shape(u.src[0])) - 1
-            idx = g.add(ir.MAX, S.INDEX, [idx, g.const(0, S.INDEX)])
-            idx = g.add(ir.NEG, S.INDEX, [g.add(ir.MAX, S.INDEX, [g.add(ir.NEG, S.INDEX, [idx]), g.const(-last, S.INDEX)])])
-        src = [buf, idx] + ([gate] if gate is not None and not read else [])
-        return buf, self.out.add(ir.INDEX, scalar, src), gate
+            idx = g.add(ir.MIN, S.INDEX, [g.add(ir.MAX, S.INDEX, [idx, g.const(0, S.INDEX)]), g.const(last, S.INDEX)])
+        src = [buf, idx] + ([gate] if gate is not None else [])
+        return buf, self.out.add(ir.INDEX, scalar, src)
 
     def _emit(self, u: UOp, want: Optional[int]) -> int:
         g, op = self.out, u.op
@@ -294,11 +292,10 @@ class _Translator:
             t = ir.RangeArg.REDUCE if kind is AxisType.REDUCE else ir.RangeArg.LOOP
             return g.add(ir.RANGE, S.INDEX, [self.value(u.src[0], S.INDEX)] + [self.node(s, None) for s in u.src[1:]],
                          range=ir.RangeArg(axis_id=int(axis), type=t))
-        if op is Ops.INDEX:  # read: LOAD(buf, INDEX(buf, idx)), under WHERE(gate, ..., 0) if gated
+        if op is Ops.INDEX:  # read: LOAD(buf, INDEX(buf, idx [, gate])), 0 where the gate is off
             s = _scalar_of(u.dtype, self.kernel)
-            buf, index, gate = self._index(u, s, read=True)
-            load = g.add(ir.LOAD, s, [buf, index])
-            return load if gate is None else g.add(ir.WHERE, s, [gate, load, g.const(0, s)])
+            buf, index = self._index(u, s)
+            return g.add(ir.LOAD, s, [buf, index])
         if op is Ops.REDUCE:
             if not isinstance(u.arg, tuple) or u.arg[0] not in _REDUCE_OPS or u.arg[1] != 0:
                 raise _refuse(f"REDUCE {u.arg}", self.kernel)
@@ -338,7 +335,7 @@ class _Translator:
         if len(u.src) != 2 or u.src[0].op is not Ops.INDEX:
             raise _refuse(f"STORE with sources {[s.op.name for s in u.src]}", self.kernel)
         s = _scalar_of(u.src[0].dtype, self.kernel)
-        _, index, _ = self._index(u.src[0], s)
+        _, index = self._index(u.src[0], s)
         return self.out.add(ir.STORE, S.VOID, [index, self.value(u.src[1], s)] + ranges)
 
     def effect(self, u: UOp) -> int:

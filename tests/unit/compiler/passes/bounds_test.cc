@@ -7,6 +7,7 @@
 
 #include <climits>
 #include <string>
+#include <vector>
 
 #include "compiler/interp/interp.h"
 #include "compiler/ir/tensor_builder.h"
@@ -275,6 +276,56 @@ TEST(BoundsPipeline, CudaLoweringProvesTheIrAfterGpuDims) {
   EXPECT_LT(pos("gpu_dims"), pos("bounds"));
   EXPECT_LT(pos("bounds"), pos("linearize"));
   EXPECT_LT(pos("linearize"), static_cast<ptrdiff_t>(stages.size()));
+}
+
+// --- masked vector accesses: lane k is element idx + k under lane k of the gate ------------
+
+// An 8-lane read of data[8 r - 1 + k] for r < 2, lane k gated on 8 r + k >= 1 (a row
+// shifted into its padding): no lane that runs is outside 16 elements, though lane 0 of
+// the first vector would be. Without the gate, or with a gate that lets lane 0 run, it is
+// refused.
+TEST(BoundsAccepts, AMaskedVectorReadIsProvenLaneByLane) {
+  auto index = [](Kernel& k, bool gated, int64_t first_lane_from) {
+    const UOp* data = k.param(1, dtypes::float32, 16);
+    const UOp* r = k.range(2);
+    const UOp* at = k.alu(Op::ADD, k.alu(Op::MUL, r, k.ix(8)), k.ix(-1));
+    std::vector<const UOp*> lanes;
+    for (int64_t l = 0; l < 8; ++l)
+      lanes.push_back(k.lt(k.ix(l == 0 ? first_lane_from : 0), k.alu(Op::ADD, k.alu(Op::MUL, r, k.ix(8)), k.ix(l))));
+    DType vt = dtypes::float32.vec(8);
+    if (!gated) return k.g.make(Op::INDEX, vt, {data, at});
+    return k.g.make(Op::INDEX, vt, {data, at, k.g.make(Op::VECTORIZE, dtypes::bool_.vec(8), lanes)});
+  };
+  {
+    Kernel k;
+    EXPECT_TRUE(check_index(k.g, index(k, true, 0)).ok()) << check_index(k.g, index(k, true, 0));
+  }
+  {
+    Kernel k;
+    expect_refused(check_index(k.g, index(k, false, 0)));
+  }
+  {
+    Kernel k;
+    expect_refused(check_index(k.g, index(k, true, -1)));  // lane 0 runs at r = 0: data[-1]
+  }
+}
+
+// A padded 3x3 window's lane as expand makes it (an AVX-512 conv tile's last lane): the
+// row gate bounds the flat index from below (1 <= r3 + 2 r0), the column gate from above
+// (8 r1 + r4 < 50), and neither alone proves it; through both, it lies in 64 x 56 x 56.
+TEST(BoundsAccepts, APaddedWindowIsBoundedThroughItsRowAndColumnGates) {
+  Kernel k;
+  const UOp* data = k.param(1, dtypes::float32, 64 * 56 * 56);
+  const UOp *r0 = k.range(28), *r1 = k.range(7), *r3 = k.range(3), *r4 = k.range(3), *r5 = k.range(64);
+  auto mul = [&](const UOp* x, int64_t c) { return k.alu(Op::MUL, x, k.ix(c)); };
+  auto add = [&](const UOp* x, const UOp* y) { return k.alu(Op::ADD, x, y); };
+  const UOp* at = add(add(add(add(add(mul(r3, 56), mul(r0, 112)), r4), mul(r1, 8)), mul(r5, 3136)), k.ix(-50));
+  const UOp* row = k.g.make(Op::CMPNE, dtypes::bool_, {k.lt(add(r3, mul(r0, 2)), k.ix(1)), k.g.cnst_bool(true)});
+  const UOp* gate = k.all(k.lt(add(mul(r1, 8), r4), k.ix(50)), row);
+  EXPECT_TRUE(check_index(k.g, k.g.make(Op::INDEX, dtypes::float32, {data, at, gate})).ok());
+  // One element further is outside it.
+  const UOp* past = k.g.make(Op::INDEX, dtypes::float32, {data, add(at, k.ix(1)), gate});
+  expect_refused(check_index(k.g, past));
 }
 
 }  // namespace

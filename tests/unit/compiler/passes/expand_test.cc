@@ -171,5 +171,60 @@ TEST(Expand, UpcastRangesItCannotUnrollAreRefused) {
   }
 }
 
+// Loads of PARAM `slot` whose INDEX carries a gate of `lanes` lanes (1: one for the access).
+int gated_loads(const UOp* k, int64_t slot, uint32_t lanes) {
+  return testing::count_of(k, [&](const UOp* u) {
+    if (u->op() != Op::LOAD || u->src(1)->num_src() < 3) return false;
+    const UOp* buf = u->src(0);
+    return buf->op() == Op::PARAM && buf->arg_as<ParamArg>().slot == slot && u->src(1)->src(2)->dtype().count == lanes;
+  });
+}
+
+// out[8 i + u] = in[8 i + u - 1] where 8 i + u >= 1, else 0 (a row shifted into its
+// padding), u upcast by 8: one masked 8-lane load per i, its gate a vector, proven lane by
+// lane; and the same read with its index clamped into the buffer (how the tinygrad bridge
+// sends a gated read) looks through the clamp to the same masked load.
+TEST(Expand, AGatedContiguousReadIsOneMaskedVectorLoad) {
+  for (bool clamped : {false, true}) {
+    SCOPED_TRACE(clamped ? "clamped" : "plain");
+    KernelBuilder k;
+    const UOp* out = k.param(0, dtypes::float32, 64);
+    const UOp* in = k.param(1, dtypes::float32, 64);
+    const UOp* i = k.range(8);
+    const UOp* u = k.range(8, AxisType::Upcast);
+    const UOp* at = k.alu(Op::ADD, k.alu(Op::MUL, i, k.ix(8)), u);
+    const UOp* from = k.alu(Op::ADD, at, k.ix(-1));
+    if (clamped) from = k.alu(Op::MIN, k.alu(Op::MAX, from, k.ix(0)), k.ix(63));
+    const UOp* before = k.sink({k.store(out, at, k.load(in, from, k.lt(k.ix(0), at)), {i, u})});
+    auto after = expand_upcasts(k.g, before);
+    ASSERT_TRUE(after.ok()) << after.status();
+    expect_expanded(*after);
+    EXPECT_EQ(load_widths(*after, 1), std::vector<uint32_t>{8});
+    EXPECT_EQ(gated_loads(*after, 1, 8), 1);
+    expect_same_values(k.g, before, *after, {{Scalar::Float32, 64}, {Scalar::Float32, 64}});
+  }
+}
+
+// A gated read whose unclamped index would leave the buffer where its gate is on (the
+// clamp matters: in[max(8 i + u - 1, 0)], the first element repeated, under a gate that
+// always holds) stays lane by lane; each lane's clamped index is proven without the gate,
+// so each is an ungated load selected by the gate (branch-free), none a gated load.
+TEST(Expand, AGatedReadWhoseClampMattersIsLaneByLaneAndBranchFree) {
+  KernelBuilder k;
+  const UOp* out = k.param(0, dtypes::int32, 64);
+  const UOp* in = k.param(1, dtypes::int32, 64);
+  const UOp* i = k.range(8);
+  const UOp* u = k.range(8, AxisType::Upcast);
+  const UOp* at = k.alu(Op::ADD, k.alu(Op::MUL, i, k.ix(8)), u);
+  const UOp* from = k.alu(Op::MAX, k.alu(Op::ADD, at, k.ix(-1)), k.ix(0));
+  const UOp* before = k.sink({k.store(out, at, k.load(in, from, k.lt(at, k.ix(100))), {i, u})});
+  auto after = expand_upcasts(k.g, before);
+  ASSERT_TRUE(after.ok()) << after.status();
+  expect_expanded(*after);
+  EXPECT_EQ(load_widths(*after, 1), std::vector<uint32_t>(8, 1));
+  EXPECT_EQ(gated_loads(*after, 1, 1) + gated_loads(*after, 1, 8), 0);
+  expect_same_values(k.g, before, *after, {{Scalar::Int32, 64}, {Scalar::Int32, 64}});
+}
+
 }  // namespace
 }  // namespace uop

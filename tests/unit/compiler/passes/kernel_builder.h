@@ -121,9 +121,9 @@ inline const UOp* affine(KernelBuilder& k, const UOp* a, int64_t s, const UOp* b
 
 // How conv3x3 reads its window: from an (H + 2) x (H + 2) padded input (realized, as
 // uopd's own kernels read it), or from the H x H input under a gate (0 <= y + u - 1 < H
-// and likewise x) on the load itself, or as the tinygrad bridge reads it:
-// where(gate, in[clamped index], 0), the load ungated, the linear index clamped into the
-// buffer by -max(-max(i, 0), -last), so not affine.
+// and likewise x) on the load itself, or as the tinygrad bridge reads it: the gated load
+// with its linear index also clamped into the buffer, min(max(i, 0), last), so not affine
+// (expand looks through the clamp where the unclamped index is proven).
 enum class ConvRead { Padded, Gated, Clamped };
 
 // out[c, y, x] = sum over k, u, v of in[k, y + u, x + v] * w[c, k, u, v]: C output
@@ -152,9 +152,7 @@ inline const UOp* conv3x3(KernelBuilder& k, int64_t C, int64_t K, int64_t H, DTy
     if (read == ConvRead::Gated) {
       read_in = k.load(in, at_in, gate);
     } else {
-      auto neg = [&](const UOp* i) { return k.g.make(Op::NEG, dtypes::index, {i}); };
-      at_in = neg(k.alu(Op::MAX, neg(k.alu(Op::MAX, at_in, k.ix(0))), k.ix(-(K * H * H - 1))));
-      read_in = k.g.make(Op::WHERE, dt, {gate, k.load(in, at_in), k.g.cnst_int(dt, 0)});
+      read_in = k.load(in, k.alu(Op::MIN, k.alu(Op::MAX, at_in, k.ix(0)), k.ix(K * H * H - 1)), gate);
     }
   }
   const UOp* at_w = affine(k, affine(k, affine(k, c, K, ic), 3, u), 3, v);

@@ -741,5 +741,25 @@ TEST(ScheduleAbi, TheAbiCarriesTheSchedule) {
   EXPECT_FALSE(parse_abi(lying).ok());
 }
 
+// A 3x3 convolution's padded window read through gated loads, plain or clamped into the
+// buffer as the tinygrad bridge sends them, under the AVX2 heuristic's schedule: the
+// input is read by masked vector loads (a gate per lane), which the bounds stage proves
+// (each lane's index through both its row's and its column's gate), and the kernel computes
+// what the interpreter does.
+TEST(LoopSchedule, AConvolutionsPaddedWindowIsReadByMaskedVectorLoads) {
+  for (auto read : {testing::ConvRead::Gated, testing::ConvRead::Clamped}) {
+    SCOPED_TRACE(read == testing::ConvRead::Gated ? "gated" : "clamped");
+    KernelBuilder k;
+    const UOp* kernel = conv3x3(k, 16, 2, 24, dtypes::int32, read);
+    auto linear = lower(k.g, kernel, "split(0,16,upcast);split(2,8,upcast);reorder(1,0,6,2,7)");
+    ASSERT_TRUE(linear.ok()) << linear.status();
+    int masked = 0;
+    for (const UOp* u : (*linear)->src())
+      masked += u->op() == Op::INDEX && u->num_src() == 3 && u->dtype().count == 8 && u->src(2)->dtype().count == 8;
+    EXPECT_GT(masked, 0);
+    testing::expect_cpu_matches_interpreter(kernel, *linear, {{Scalar::Int32, 16 * 24 * 24}, {Scalar::Int32, 2 * 24 * 24}, {Scalar::Int32, 16 * 2 * 9}});
+  }
+}
+
 }  // namespace
 }  // namespace uop
