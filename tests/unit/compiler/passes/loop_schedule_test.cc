@@ -761,5 +761,24 @@ TEST(LoopSchedule, AConvolutionsPaddedWindowIsReadByMaskedVectorLoads) {
   }
 }
 
+// A dot tile (operands contiguous along the reduction: Q K^T, dY W^T) holds as many
+// accumulators as a matmul's tile: 4 x 2 dots of a vector with AVX2's 16 registers, 4 x 4
+// with AVX-512's 32; and the AVX-512 one computes what the interpreter does.
+TEST(HeuristicSchedule, ADotTileHoldsAsManyAccumulatorsAsAMatmulsTile) {
+  OptimizeOptions avx2, avx512;
+  avx2.vector_bits = 256;
+  avx512.vector_bits = 512;
+  {
+    KernelBuilder k;
+    EXPECT_EQ(heuristic_schedule(attention_scores(k, 1, 64, 64), avx2).str(), "split(1,2,upcast);split(2,4,upcast);split(3,8,upcast)");
+  }
+  KernelBuilder k;
+  const UOp* kernel = attention_scores(k, 1, 64, 64);
+  const std::string s = heuristic_schedule(kernel, avx512).str();
+  EXPECT_EQ(s, "split(1,4,upcast);split(2,4,upcast);split(3,16,upcast)");
+  auto i32 = [](int64_t n) { return std::pair<Scalar, int64_t>{Scalar::Int32, n}; };
+  expect_schedule_agrees(k, kernel, s, {i32(64 * 64), i32(64 * 64), i32(64 * 64)});
+}
+
 }  // namespace
 }  // namespace uop
