@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <memory>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
@@ -291,6 +293,7 @@ bool Tuner::take_lease(const std::string& key, std::unique_ptr<Lease>* held) {
 struct Tuner::Candidate {
   LoopSchedule schedule;
   double ms = 0;
+  std::shared_ptr<const CompiledKernel> kernel;  // once timed: what was timed (none: the heuristic)
 };
 
 absl::StatusOr<TuneResult> Tuner::tune(const Plan& plan, size_t kernel, const std::string& device, const std::string& tenant,
@@ -490,6 +493,7 @@ absl::StatusOr<TuneResult> Tuner::search(const Plan& plan, size_t ki, const std:
             std::min(end + absl::Seconds(5),
                      absl::Now() + absl::Seconds(1) + absl::Milliseconds(10 * base_ms * (kWarmup + runs)));
         Timing t = time_it(ck, runs, deadline);
+        if (t.status.ok() && opts_.rig_time) t.ms = opts_.rig_time(texts[i], false, t.ms);
         if (!t.status.ok()) {
           ++(absl::IsDeadlineExceeded(t.status) ? res.dropped_timeout : res.dropped_crash);
           continue;
@@ -499,7 +503,7 @@ absl::StatusOr<TuneResult> Tuner::search(const Plan& plan, size_t ki, const std:
           ++res.dropped_mismatch;
           continue;
         }
-        timed.push_back({next[at + i], t.ms});
+        timed.push_back({next[at + i], t.ms, std::make_shared<const CompiledKernel>(std::move(ck))});
       }
     }
     if (timed.empty()) break;
@@ -519,9 +523,38 @@ absl::StatusOr<TuneResult> Tuner::search(const Plan& plan, size_t ki, const std:
     res.skipped = "another server sharing the Redis took its lease over and searches it now";
     return done();
   }
+  // The winner's curse: the least of many noisy timings is low by luck as well as by merit
+  // (on a busy 2-vCPU machine the search reported 1.8x for a schedule with the heuristic's
+  // very lanes). The winner and the heuristic are timed again, in turns, and the winner
+  // is kept only where it still beats the heuristic by 2%; the record keeps those times.
+  // A confirmation that cannot be timed keeps the heuristic.
+  if (best.kernel && best.ms < base_ms && !lost()) {
+    double h = std::numeric_limits<double>::infinity(), w = h;
+    for (int round = 0; round < kConfirmRounds; ++round) {
+      const absl::Time deadline = absl::Now() + absl::Seconds(1) + absl::Milliseconds(10 * base_ms * (kWarmup + runs));
+      Timing th = time_it(heuristic, runs, deadline);
+      Timing tw = th.status.ok() ? time_it(*best.kernel, runs, deadline) : Timing{th.status};
+      if (!tw.status.ok()) {
+        w = std::numeric_limits<double>::infinity();
+        break;
+      }
+      if (opts_.rig_time) {
+        th.ms = opts_.rig_time("", true, th.ms);
+        tw.ms = opts_.rig_time(best.schedule.str(), true, tw.ms);
+      }
+      h = std::min(h, th.ms);
+      w = std::min(w, tw.ms);
+    }
+    if (w < h * 0.98) {
+      res.before_ms = h;
+      best.ms = w;
+    } else {
+      best = Candidate{*start, base_ms};
+    }
+  }
   // The heuristic kept is a record too ("" schedule): the kernel is not searched again.
-  res.schedule = best.ms < base_ms ? best.schedule.str() : "";
-  res.after_ms = res.schedule.empty() ? base_ms : best.ms;
+  res.schedule = best.kernel ? best.schedule.str() : "";
+  res.after_ms = res.schedule.empty() ? res.before_ms : best.ms;
   put_record(key, {k.digest.hex(), backend->target_id(), backend->build_id(), res.schedule, res.before_ms, res.after_ms});
   return done();
 }

@@ -88,6 +88,10 @@ struct SearchOptions {
   // loaded under the candidate's cache key, so a test must not run a rigged schedule
   // through that worker afterwards.
   std::function<void(const std::string& schedule, CompiledKernel& kernel)> corrupt_candidate;
+  // Tests only: the time a timing reports, from the schedule timed ("" the heuristic's),
+  // whether it is the winner's confirmation against the heuristic, and the time measured
+  // (a test makes a candidate win by luck). Never set by uopd.
+  std::function<double(const std::string& schedule, bool confirming, double ms)> rig_time;
 };
 
 // "off", "heuristic", "beam" or "beam:WIDTH" (1 .. 64) into `o`; INVALID_ARGUMENT naming
@@ -140,6 +144,8 @@ class Tuner {
   // Time spent timing one candidate, and the launches before it not counted.
   static constexpr double kTimedMs = 50;
   static constexpr int kWarmup = 2;
+  // The winner is timed again against the heuristic, in turns, this many times each.
+  static constexpr int kConfirmRounds = 3;
   // A record missing from every tier is asked for again after this long.
   static constexpr absl::Duration kMissRecheck = absl::Seconds(2);
 

@@ -205,6 +205,39 @@ TEST(Tuner, ACandidateRiggedToBeWrongNeverWins) {
   expect_runs_like_the_interpreter(t, m, *p, r->schedule);
 }
 
+// The winner's curse: a candidate that won the search by luck (its timings rigged 100
+// times faster) is timed again against the heuristic, in turns; slower there, it is not
+// kept (the record keeps the heuristic, after = before). One that still wins keeps the
+// confirmation's times.
+TEST(Tuner, AWinnerIsKeptOnlyIfItBeatsTheHeuristicAgain) {
+  for (bool holds : {false, true}) {
+    SCOPED_TRACE(holds ? "the win holds" : "a lucky win");
+    SearchOptions o = beam();
+    o.rig_time = [holds](const std::string& schedule, bool confirming, double ms) {
+      if (!confirming) return ms / 100;
+      if (schedule.empty()) return 2.0;
+      return holds ? 1.0 : 200.0;
+    };
+    Server s(o);
+    Matmul m;
+    auto p = s.plan(m.root);
+    ASSERT_TRUE(p);
+    auto r = s.tune(*p);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_GT(r->candidates_timed, 0u);
+    if (holds) {
+      EXPECT_FALSE(r->schedule.empty());
+      EXPECT_EQ(r->before_ms, 2.0);
+      EXPECT_EQ(r->after_ms, 1.0);
+    } else {
+      EXPECT_EQ(r->schedule, "");
+      EXPECT_EQ(r->after_ms, r->before_ms);
+    }
+    EXPECT_EQ(s.tuner->recorded_schedule(p->kernels[0], *s.planner->host(), ""), r->schedule);
+    expect_runs_like_the_interpreter(s, m, *p, r->schedule);
+  }
+}
+
 // A candidate whose object the worker cannot load or run fails on the worker: it is
 // dropped as a crash, and the search goes on to a winner that still computes the right
 // thing, on a worker that still serves.
