@@ -528,7 +528,7 @@ absl::StatusOr<TuneResult> Tuner::search(const Plan& plan, size_t ki, const std:
   // very lanes). The winner and the heuristic are timed again, in turns, and the winner
   // is kept only where it still beats the heuristic by 2%; the record keeps those times.
   // A confirmation that cannot be timed keeps the heuristic.
-  if (best.kernel && best.ms < base_ms && !lost()) {
+  if (best.kernel && !lost()) {  // a kernel: a candidate beat the heuristic in the search
     double h = std::numeric_limits<double>::infinity(), w = h;
     for (int round = 0; round < kConfirmRounds; ++round) {
       const absl::Time deadline = absl::Now() + absl::Seconds(1) + absl::Milliseconds(10 * base_ms * (kWarmup + runs));

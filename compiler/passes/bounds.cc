@@ -557,8 +557,8 @@ const UOp* lane_of(Graph& g, const UOp* v, uint32_t k, int depth = 0) {
 // Whether INDEX(buf, idx [, gate]) covering `width` elements from idx is inside a buffer
 // of `size` elements wherever it executes, gate a scalar or none (bounds.h); else the
 // bounds it was found in, for the message.
-bool proven(Graph& g, const UOp* idx, const UOp* gate, int64_t width, int64_t size, Bounds& shown) {
-  ValueRange plain;
+// `plain`: ranges without facts, shared by a kernel's accesses.
+bool proven(Graph& g, const UOp* idx, const UOp* gate, int64_t width, int64_t size, ValueRange& plain, Bounds& shown) {
   auto fits = [&](Bounds x) { return x.first >= 0 && x.second <= size - width; };
   Bounds b = plain(idx);
   shown = b;
@@ -584,11 +584,7 @@ bool proven(Graph& g, const UOp* idx, const UOp* gate, int64_t width, int64_t si
   return false;
 }
 
-}  // namespace
-
-int64_t buffer_elements(const UOp* buf) { return buffer_size(buf); }
-
-absl::Status check_index(Graph& g, const UOp* u) {
+absl::Status check_index_in(Graph& g, const UOp* u, ValueRange& plain) {
   const UOp* buf = u->src(0);
   int64_t size = buffer_size(buf);
   if (size < 0) return absl::OkStatus();  // not memory (a tensor-level INDEX never reaches this stage)
@@ -603,7 +599,7 @@ absl::Status check_index(Graph& g, const UOp* u) {
   const bool per_lane = gate && gate->dtype().count > 1;
   Bounds shown;
   // A per-lane gate (a vector) is first no fact: the whole access may be in bounds anyway.
-  if (proven(g, idx, per_lane ? nullptr : gate, width, size, shown)) return absl::OkStatus();
+  if (proven(g, idx, per_lane ? nullptr : gate, width, size, plain, shown)) return absl::OkStatus();
   // Else lane k of a vector access to a buffer of scalars, element idx + k, under its own
   // lane of the gate (the lanes that are off touch no memory: a masked load, or a store
   // per lane).
@@ -612,7 +608,7 @@ absl::Status check_index(Graph& g, const UOp* u) {
     const UOp* gk = lane_of(g, gate, k);
     const UOp* ik = k == 0 ? idx : g.alu(Op::ADD, {idx, g.cnst_int(idx->dtype(), k)});
     Bounds lane_shown;
-    lanes = gk && proven(g, ik, gk, 1, size, lane_shown);
+    lanes = gk && proven(g, ik, gk, 1, size, plain, lane_shown);
   }
   if (lanes) return absl::OkStatus();
   return absl::InvalidArgumentError(
@@ -621,9 +617,19 @@ absl::Status check_index(Graph& g, const UOp* u) {
           "; the kernel is refused [bounds.unproven]"));
 }
 
+}  // namespace
+
+int64_t buffer_elements(const UOp* buf) { return buffer_size(buf); }
+
+absl::Status check_index(Graph& g, const UOp* index) {
+  ValueRange plain;
+  return check_index_in(g, index, plain);
+}
+
 absl::Status check_bounds(Graph& g, const UOp* kernel) {
+  ValueRange plain;
   for (const UOp* u : toposort(kernel))
-    if (u->op() == Op::INDEX) RETURN_IF_ERROR(check_index(g, u));
+    if (u->op() == Op::INDEX) RETURN_IF_ERROR(check_index_in(g, u, plain));
   return absl::OkStatus();
 }
 

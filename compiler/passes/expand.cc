@@ -152,7 +152,7 @@ const UOp* at_lane(Graph& g, Ctx& c, const UOp* x, const Axes& a, int64_t l) {
 // broadcast). A gate so made is a few vector compares where one VECTORIZE of per-lane
 // scalars is a mask assembled bit by bit. nullptr where x reads an UNROLL or an op that is
 // not lane-wise (the caller then goes lane by lane).
-const UOp* vector_over(Graph& g, Ctx& c, const UOp* x, const Axes& a, int64_t l, int64_t n) {
+const UOp* vector_over(Graph& g, const UOp* x, const Axes& a, int64_t l, int64_t n) {
   const uint32_t w = static_cast<uint32_t>(n);
   absl::flat_hash_map<const UOp*, const UOp*> vec;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -219,8 +219,11 @@ const UOp* unclamp(const UOp* idx, int64_t size) {
 
 // INDEX(buf, idx) without its gate, where the bounds stage proves it so (the index is
 // clamped into the buffer): loaded unconditionally and selected by the gate, it is
-// branch-free where a gated scalar load is a branch. nullptr otherwise.
+// branch-free where a gated scalar load is a branch. Global memory only: a gated read of
+// shared memory or registers may be what keeps it from a slot another thread has not
+// written yet. nullptr otherwise.
 const UOp* ungated(Graph& g, const Address& at, DType t) {
+  if (!at.buf->dtype().ptr || at.buf->dtype().addrspace != AddrSpace::Global) return nullptr;
   const UOp* plain = make_index(g, at.buf, at.idx, nullptr, t);
   return check_index(g, plain).ok() ? plain : nullptr;
 }
@@ -266,7 +269,7 @@ const rw::RuleSet& memory_rules() {
             std::vector<const UOp*> v;
             for (int64_t i = 0; i < chunk; ++i) v.push_back(at_lane(g, c, e, a, l + i));
             if (std::all_of(v.begin(), v.end(), [&](const UOp* y) { return y == v[0]; })) return v[0];
-            if (const UOp* vx = vector_over(g, c, e, a, l, chunk)) return vx;
+            if (const UOp* vx = vector_over(g, e, a, l, chunk)) return vx;
             return g.make(Op::VECTORIZE, e->dtype().vec(static_cast<uint32_t>(chunk)), v);
           };
           const UOp* index = make_index(g, at.buf, at_lane(g, c, x, a, l), lanes_of(at.gate), vt);
