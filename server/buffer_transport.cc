@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "compiler/support/strings.h"
 #include "proto/worker.grpc.pb.h"
@@ -212,20 +213,90 @@ absl::StatusOr<std::string> Executor::read(const Worker& w, uint64_t id, uint64_
   return out;
 }
 
+std::optional<absl::Status> Executor::call_on_lane(ExecLane& lane, lane::Kind kind,
+                                                   const google::protobuf::MessageLite& req, uint64_t reply_bound,
+                                                   absl::Time deadline, google::protobuf::MessageLite* resp,
+                                                   const std::atomic<bool>* cancel) {
+  const size_t n = 1 + req.ByteSizeLong();
+  if (n > lane.capacity() || reply_bound > lane.capacity()) return std::nullopt;
+  std::optional<ExecLane::Call> call = lane.claim();
+  if (!call) return std::nullopt;
+  std::span<char> out = call->request();
+  out[0] = static_cast<char>(kind);
+  req.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(out.data() + 1));
+  absl::StatusOr<std::string_view> reply = call->call(n, deadline, cancel);
+  if (!reply.ok()) return reply.status();
+  if (!resp->ParseFromArray(reply->data(), static_cast<int>(reply->size())))
+    return absl::InternalError(
+        cat("the worker's ", reply->size(), "-byte reply on the execute lane is not a ", resp->GetTypeName()));
+  return absl::OkStatus();
+}
+
 absl::Status Executor::free(const Worker& w, const std::vector<uint64_t>& ids) {
   if (ids.empty()) return absl::OkStatus();
-  grpc::ClientContext ctx;
-  set_deadline(ctx, absl::Now() + absl::Seconds(10));
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
   wpb::FreeBuffersRequest req;
   for (uint64_t id : ids) req.add_buffer_ids(id);
   wpb::FreeBuffersResponse resp;
-  auto st = stub(w);
-  if (!st.ok()) return st.status();
   const uint64_t generation = w->generation();
-  absl::Status s = from_grpc((*st)->FreeBuffers(&ctx, req, &resp));
-  if (!s.ok()) return failed(w, s, "freeing buffers");
+  std::optional<absl::Status> on_lane;
+  if (std::shared_ptr<ExecLane> lane = w->lane()) on_lane = call_on_lane(*lane, lane::Kind::Free, req, 16, deadline, &resp);
+  absl::Status s;
+  if (on_lane) {
+    s = *on_lane;
+  } else {
+    auto st = stub(w);
+    if (!st.ok()) return st.status();
+    grpc::ClientContext ctx;
+    set_deadline(ctx, deadline);
+    s = from_grpc((*st)->FreeBuffers(&ctx, req, &resp));
+  }
+  if (!s.ok()) return failed(w, s, "freeing buffers", generation);
   w->release_buffer_ids(ids, generation);
   return s;
+}
+
+void Executor::free_later(const Worker& w, uint64_t generation, const std::vector<uint64_t>& ids) {
+  if (ids.empty() || w->generation() != generation) return;
+  std::lock_guard l(frees_mu_);
+  if (frees_stop_) return;
+  frees_.push_back({w, generation, ids});
+  ++frees_queued_;
+  if (!freer_.joinable()) freer_ = std::thread([this] { send_frees(); });
+  frees_cv_.notify_one();
+}
+
+// An id is handed out again only once its buffer is surely gone (free() releases it after
+// the worker's answer). A worker that fails to answer is the pool's business, as for any
+// call; its frees are not retried (its buffers go with its process).
+void Executor::send_frees() {
+  std::unique_lock l(frees_mu_);
+  for (;;) {
+    frees_cv_.wait(l, [&] { return frees_stop_ || !frees_.empty(); });
+    if (frees_stop_) return;
+    LaterFree f = std::move(frees_.front());
+    frees_.pop_front();
+    l.unlock();
+    if (f.w->generation() == f.generation) (void)free(f.w, f.ids);
+    l.lock();
+    ++frees_done_;
+    frees_cv_.notify_all();
+  }
+}
+
+void Executor::wait_for_frees() {
+  std::unique_lock l(frees_mu_);
+  const uint64_t target = frees_queued_;
+  frees_cv_.wait(l, [&] { return frees_stop_ || frees_done_ >= target; });
+}
+
+Executor::~Executor() {
+  {
+    std::lock_guard l(frees_mu_);
+    frees_stop_ = true;
+  }
+  frees_cv_.notify_all();
+  if (freer_.joinable()) freer_.join();
 }
 
 }  // namespace uop::server

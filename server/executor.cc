@@ -65,7 +65,6 @@ bool nccl_has(Scalar t) {
 // caller sends it over gRPC. `reply_bytes` bounds the outputs read back.
 std::optional<absl::Status> execute_on_lane(ExecLane& lane, const wpb::ExecuteRequest& req, uint64_t reply_bytes,
                                             absl::Time deadline, wpb::ExecuteResponse* resp) {
-  const size_t n = 1 + req.ByteSizeLong();
   // The reply's framing: a tag and a length per output, and run_ms; a profiled one's
   // launch times are packed, 8 bytes each behind one tag and length; or, instead of all
   // that, the keys of programs missing (at most one per launch, 64 hex digits each).
@@ -74,17 +73,7 @@ std::optional<absl::Status> execute_on_lane(ExecLane& lane, const wpb::ExecuteRe
   const uint64_t reply_bound = std::max(reply_bytes + 16 * static_cast<uint64_t>(req.read_back_size()) + 16 +
                                             (req.profile() ? 8 * static_cast<uint64_t>(req.launches_size()) + 16 : 0),
                                         launch_keys);
-  if (n > lane.capacity() || reply_bound > lane.capacity()) return std::nullopt;
-  std::optional<ExecLane::Call> call = lane.claim();
-  if (!call) return std::nullopt;
-  std::span<char> out = call->request();
-  out[0] = static_cast<char>(lane::Kind::Execute);
-  req.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(out.data() + 1));
-  absl::StatusOr<std::string_view> reply = call->call(n, deadline);
-  if (!reply.ok()) return reply.status();
-  if (!resp->ParseFromArray(reply->data(), static_cast<int>(reply->size())))
-    return absl::InternalError(cat("the worker's ", reply->size(), "-byte reply on the execute lane is not an ExecuteResponse"));
-  return absl::OkStatus();
+  return Executor::call_on_lane(lane, lane::Kind::Execute, req, reply_bound, deadline, resp);
 }
 
 }  // namespace
@@ -188,10 +177,7 @@ absl::Status Executor::flush_launches(RunState& rs, const std::vector<bool>* whi
   };
   // Kernels of different devices between two collectives never share a buffer: they
   // run side by side.
-  std::vector<std::thread> threads;
-  for (size_t k = 1; k < busy.size(); ++k) threads.emplace_back(execute_loaded, k);
-  execute_loaded(0);
-  for (auto& t : threads) t.join();
+  side_by_side(busy.size(), execute_loaded);
   rs.out.run_ms += ms_since(t0);
   std::vector<std::pair<Worker, absl::Status>> failures;
   for (size_t k = 0; k < busy.size(); ++k) {
@@ -373,13 +359,16 @@ absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, 
       close_rendezvous.store = collectives_.groups;
       close_rendezvous.name = name;
     }
+    // The members bound their own waits by `timeout`; this only catches a worker that
+    // stopped answering altogether.
+    const absl::Time ctx_deadline = std::min(rs.deadline, absl::Now() + timeout + absl::Seconds(5));
     std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
     for (size_t i = 0; i < n; ++i) {
       ctxs.push_back(std::make_unique<grpc::ClientContext>());
-      // The members bound their own waits by `timeout`; this only catches a worker that
-      // stopped answering altogether.
-      set_deadline(*ctxs.back(), std::min(rs.deadline, absl::Now() + timeout + absl::Seconds(5)));
+      set_deadline(*ctxs.back(), ctx_deadline);
     }
+    std::unique_ptr<std::atomic<bool>[]> stop(new std::atomic<bool>[n]);
+    for (size_t i = 0; i < n; ++i) stop[i].store(false);
     std::mutex mu;
     std::vector<bool> done(n, false), cancelled(n, false);
     std::vector<absl::Status> status(n);
@@ -407,8 +396,18 @@ absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, 
       req.set_rendezvous(collectives_.rendezvous);
       req.set_timeout_ms(static_cast<uint32_t>(std::max<int64_t>(absl::ToInt64Milliseconds(timeout), 1)));
       wpb::CollectiveResponse resp;
-      auto st = stub(d.w);
-      absl::Status s = st.ok() ? from_grpc((*st)->Collective(ctxs[i].get(), req, &resp)) : st.status();
+      // An embedded member waits in a slot of its execute lane: the collective costs no
+      // gRPC round trip, which for a small bucket is most of its time.
+      std::optional<absl::Status> on_lane;
+      if (std::shared_ptr<ExecLane> lane = d.w->lane())
+        on_lane = call_on_lane(*lane, lane::Kind::Collective, req, 64, ctx_deadline, &resp, &stop[i]);
+      absl::Status s;
+      if (on_lane) {
+        s = *on_lane;
+      } else {
+        auto st = stub(d.w);
+        s = st.ok() ? from_grpc((*st)->Collective(ctxs[i].get(), req, &resp)) : st.status();
+      }
       std::lock_guard<std::mutex> l(mu);
       status[i] = s;
       done[i] = true;
@@ -417,6 +416,7 @@ absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, 
       for (size_t j = 0; j < n; ++j)
         if (!done[j] && !cancelled[j]) {
           cancelled[j] = true;
+          stop[j].store(true, std::memory_order_release);
           ctxs[j]->TryCancel();
         }
     };
@@ -425,10 +425,7 @@ absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, 
     (transport == "shm" ? collectives_shm_ : transport == "gloo" ? collectives_gloo_ : collectives_nccl_)
         .fetch_add(1, std::memory_order_relaxed);
     collectives_running_.fetch_add(1, std::memory_order_relaxed);
-    std::vector<std::thread> threads;
-    for (size_t i = 1; i < n; ++i) threads.emplace_back(member, i);
-    member(0);
-    for (auto& t : threads) t.join();
+    side_by_side(n, member);
     collectives_running_.fetch_sub(1, std::memory_order_relaxed);
     {
       std::lock_guard l(rs.out_mu);  // collectives may run side by side (run_steps)
@@ -495,28 +492,6 @@ absl::StatusOr<size_t> Executor::device_index(RunState& rs, const std::string& n
 // worker that is gone has nothing to free.
 void Executor::free_temporaries(RunState& rs) {
   for (auto& d : rs.devices) free_later(d.w, d.generation, d.temps);
-}
-
-void Executor::free_later(const Worker& w, uint64_t generation, const std::vector<uint64_t>& ids) {
-  if (ids.empty() || w->generation() != generation) return;
-  auto st = stub(w);
-  if (!st.ok()) return;
-  struct Call {
-    std::shared_ptr<Stub> stub;  // keeps the channel up until the answer
-    Worker w;
-    uint64_t generation;
-    grpc::ClientContext ctx;
-    wpb::FreeBuffersRequest req;
-    wpb::FreeBuffersResponse resp;
-  };
-  auto* c = new Call{*st, w, generation};
-  set_deadline(c->ctx, absl::Now() + absl::Seconds(10));
-  for (uint64_t id : ids) c->req.add_buffer_ids(id);
-  // An id is handed out again only once its buffer is surely gone.
-  c->stub->async()->FreeBuffers(&c->ctx, &c->req, &c->resp, [c](grpc::Status s) {
-    if (s.ok()) c->w->release_buffer_ids({c->req.buffer_ids().data(), static_cast<size_t>(c->req.buffer_ids_size())}, c->generation);
-    delete c;
-  });
 }
 
 absl::StatusOr<std::vector<Executor::StreamedInput>> Executor::bind_buffers(
@@ -761,6 +736,22 @@ absl::Status Executor::run_copy(RunState& rs, const PlannedCopy& c) {
   return s;
 }
 
+void Executor::side_by_side(size_t n, const std::function<void(size_t)>& fn) {
+  if (n == 0) return;
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t left = n - 1;  // guarded by mu
+  for (size_t k = 1; k < n; ++k)
+    helpers_.submit([&, k] {
+      fn(k);
+      std::lock_guard l(mu);
+      if (--left == 0) cv.notify_all();
+    });
+  fn(0);
+  std::unique_lock l(mu);
+  cv.wait(l, [&] { return left == 0; });
+}
+
 absl::Status Executor::run_steps(RunState& rs) {
   const Plan& plan = *rs.plan;
   const bool overlap = !collectives_.sequential && plan.waits_for.size() == plan.steps.size();
@@ -787,19 +778,26 @@ absl::Status Executor::run_steps(RunState& rs) {
   // the sequential order.
   enum class State { Waiting, Batched, Running, Done };
   std::vector<State> state(plan.steps.size(), State::Waiting);
+  // A collective on a helper thread, until it is waited for.
   struct Running {
-    std::thread thread;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;  // guarded by mu
     absl::Status status;
+    void wait() {
+      std::unique_lock l(mu);
+      cv.wait(l, [&] { return done; });
+    }
   };
   std::vector<std::unique_ptr<Running>> running(plan.steps.size());
   std::vector<std::vector<int>> batched(rs.devices.size());  // per device: its steps in `pending`
   absl::Cleanup join_all = [&] {
     for (auto& r : running)
-      if (r && r->thread.joinable()) r->thread.join();
+      if (r) r->wait();
   };
   auto finish = [&](int step) -> absl::Status {
     Running& r = *running[step];
-    r.thread.join();
+    r.wait();
     state[step] = State::Done;
     return r.status;
   };
@@ -859,7 +857,13 @@ absl::Status Executor::run_steps(RunState& rs) {
         Running* rp = r.get();
         running[s] = std::move(r);
         state[s] = State::Running;
-        rp->thread = std::thread([this, &rs, &plan, &st, rp] { rp->status = run_collective(rs, plan.collectives[st.index], st.index); });
+        helpers_.submit([this, &rs, &plan, &st, rp] {
+          absl::Status done = run_collective(rs, plan.collectives[st.index], st.index);
+          std::lock_guard l(rp->mu);
+          rp->status = std::move(done);
+          rp->done = true;
+          rp->cv.notify_all();
+        });
         break;
       }
       case ScheduleStep::Kind::Copy:

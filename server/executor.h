@@ -12,23 +12,33 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "compiler/interp/host_tensor.h"
+#include "server/handler_threads.h"
 #include "server/planner.h"
 #include "server/rendezvous_service.h"
 #include "server/sessions.h"
 #include "server/workers.h"
+#include "transport/lane_messages.h"
+
+namespace google::protobuf {
+class MessageLite;
+}
 
 namespace uop::server {
 
@@ -81,6 +91,11 @@ class Executor {
  public:
   explicit Executor(WorkerPool* pool, CollectiveOptions collectives = {})
       : pool_(pool), collectives_(std::move(collectives)) {}
+  // Stops the thread that sends free_later's frees; those not sent yet are dropped (the
+  // workers go with the scheduler).
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
   void set_collective_options(CollectiveOptions o) { collectives_ = std::move(o); }
 
   // Runs the plan's steps in order. A single-device plan runs on `device` (the session's);
@@ -127,9 +142,23 @@ class Executor {
                          const std::function<bool(uint64_t offset, std::string& data)>& sink);
   // The ids are released for reuse once the worker freed them.
   absl::Status free(const Worker& w, const std::vector<uint64_t>& ids);
-  // The same without waiting for the answer (nothing waits on a free); nothing is sent
-  // when `w` is no longer the process of `generation` (its buffers are gone with it).
+  // The same without waiting (nothing waits on a free): queued for a thread of the
+  // executor's own, which sends them in order, so a Run's answer never waits for the
+  // frees of the buffers it retired. Nothing is sent when `w` is no longer the process of
+  // `generation` (its buffers are gone with it).
   void free_later(const Worker& w, uint64_t generation, const std::vector<uint64_t>& ids);
+  // Returns once every free_later queued before the call has been sent and answered (or
+  // failed): what a test waits on instead of time.
+  void wait_for_frees();
+
+  // One request of `kind` through `lane` and its answer parsed into `resp`; nullopt when
+  // it does not go that way (the request, or the reply as `reply_bound` bounds it, does
+  // not fit a slot, or every slot is busy): the caller sends it over gRPC. `cancel`, set
+  // by another thread, abandons the call (CANCELLED).
+  static std::optional<absl::Status> call_on_lane(ExecLane& lane, lane::Kind kind,
+                                                  const google::protobuf::MessageLite& req, uint64_t reply_bound,
+                                                  absl::Time deadline, google::protobuf::MessageLite* resp,
+                                                  const std::atomic<bool>* cancel = nullptr);
 
   // Execute calls sent so far through execute lanes, and over gRPC.
   // Programs loaded onto workers, and unloaded by workers to stay under their program
@@ -209,6 +238,9 @@ class Executor {
   // waits for them.
   absl::Status flush_launches(RunState& rs, const std::vector<bool>* which = nullptr);
   absl::Status run_collective(RunState& rs, const PlannedCollective& c, size_t index);
+  // fn(0) on the calling thread and fn(1) ... fn(n - 1) on helper threads, side by side;
+  // returns once every one has.
+  void side_by_side(size_t n, const std::function<void(size_t)>& fn);
   // Picks what to tell the client from the failures of calls made side by side: a worker
   // that died explains the others' failures (a peer gone, a call cancelled).
   absl::Status first_failure(RunState& rs, std::vector<std::pair<Worker, absl::Status>> failures, std::string_view what);
@@ -230,11 +262,31 @@ class Executor {
   std::atomic<uint64_t> groups_formed_{0}, collectives_running_{0}, collectives_run_{0};
   std::atomic<uint64_t> collectives_shm_{0}, collectives_gloo_{0}, collectives_nccl_{0};
 
+  // free_later's queue and the thread that empties it, started by the first free_later.
+  struct LaterFree {
+    Worker w;
+    uint64_t generation = 0;
+    std::vector<uint64_t> ids;
+  };
+  void send_frees();  // the thread's loop
+  std::mutex frees_mu_;
+  std::condition_variable frees_cv_;
+  std::deque<LaterFree> frees_;  // guarded by frees_mu_
+  uint64_t frees_queued_ = 0, frees_done_ = 0;  // guarded by frees_mu_
+  bool frees_stop_ = false;      // guarded by frees_mu_
+  std::thread freer_;            // started under frees_mu_
+
   WorkerPool* pool_;
   CollectiveOptions collectives_;
   std::atomic<uint64_t> lane_executes_{0}, grpc_executes_{0};
   std::atomic<uint64_t> program_loads_{0}, programs_unloaded_{0};
   std::atomic<uint64_t> launches_timed_{0};
+  // What runs beside a run's own thread (the other devices' Executes, a collective's
+  // other members, a collective overlapping launches): threads kept for the next run, not
+  // started for each, since a thread's start is tens of microseconds on a small VM and a
+  // warm training step has several. Never capped: the members of one collective must all
+  // run at once. Last, so that it stops first.
+  HandlerThreads helpers_{std::numeric_limits<size_t>::max()};
 };
 
 }  // namespace uop::server

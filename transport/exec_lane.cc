@@ -150,7 +150,8 @@ std::optional<ExecLane::Call> ExecLane::claim() {
 
 std::span<char> ExecLane::Call::request() { return {lane_->data(slot_), lane_->slot_bytes_}; }
 
-absl::StatusOr<std::string_view> ExecLane::Call::call(size_t bytes, absl::Time deadline) {
+absl::StatusOr<std::string_view> ExecLane::Call::call(size_t bytes, absl::Time deadline,
+                                                      const std::atomic<bool>* cancel) {
   if (phase_ != Phase::Claimed) return absl::FailedPreconditionError("an execute lane call is posted once");
   if (bytes > lane_->slot_bytes_)
     return absl::InvalidArgumentError(cat("a request of ", bytes, " bytes does not fit the lane's ", lane_->slot_bytes_));
@@ -164,10 +165,12 @@ absl::StatusOr<std::string_view> ExecLane::Call::call(size_t bytes, absl::Time d
     uint32_t st = s.state.load(std::memory_order_acquire);
     if (st == kDone) break;
     const absl::Time now = absl::Now();
-    if (now >= deadline) {
+    const bool cancelled = cancel && cancel->load(std::memory_order_acquire);
+    if (now >= deadline || cancelled) {
       // READY or RUNNING: the worker frees it. A CAS that fails found the reply posted.
       if (s.state.compare_exchange_strong(st, kAbandoned, std::memory_order_acq_rel)) {
         phase_ = Phase::LeftToWorker;
+        if (cancelled) return absl::CancelledError("cancelled by the caller before the worker answered");
         return absl::DeadlineExceededError("the request's deadline passed before the worker answered");
       }
       continue;

@@ -3,8 +3,8 @@
 // worker is then two futex wake-ups (request posted, reply posted) where gRPC costs a
 // socket write, a poller thread's wake-up and a hand-off to a handler thread in each
 // direction: on a loaded 2-core host, ~250 µs against ~40 µs. gRPC stays the way to
-// remote workers, for everything but Execute to embedded ones, and for any request or
-// reply larger than a slot.
+// remote workers, for what an embedded one does not take here (program loads, Info), and
+// for any request or reply larger than a slot.
 //
 // uopd creates the segment (an anonymous memfd, so a crash leaves nothing behind in
 // /dev/shm) before it forks the worker, which inherits the descriptor (--lane-fd=N), maps
@@ -85,8 +85,11 @@ class ExecLane {
     // valid while the Call lives. INVALID_ARGUMENT for a request over capacity();
     // DEADLINE_EXCEEDED at the deadline (the worker frees the slot when it is done);
     // UNAVAILABLE when the worker process exited; else the worker's status as it sent it.
-    // A Call posts at most once (a refused request was not posted).
-    absl::StatusOr<std::string_view> call(size_t bytes, absl::Time deadline);
+    // A Call posts at most once (a refused request was not posted). With `cancel`, set by
+    // another thread, the call is abandoned as at its deadline and fails CANCELLED; it is
+    // asked every time the wait wakes (at most kUopdSlice, 10 ms, apart).
+    absl::StatusOr<std::string_view> call(size_t bytes, absl::Time deadline,
+                                          const std::atomic<bool>* cancel = nullptr);
 
    private:
     friend class ExecLane;

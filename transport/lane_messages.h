@@ -1,9 +1,15 @@
 // What uopd and its embedded workers say over an execute lane (exec_lane.h). A request's
 // first byte names its kind; integers are little-endian 64-bit.
 //
-//   Execute  [1][worker.proto ExecuteRequest]     reply: an ExecuteResponse
-//   Write    [2][buffer id][offset][data ...]     reply: nothing
-//   Read     [3][buffer id][offset][length]       reply: the bytes
+//   Execute     [1][worker.proto ExecuteRequest]     reply: an ExecuteResponse
+//   Write       [2][buffer id][offset][data ...]     reply: nothing
+//   Read        [3][buffer id][offset][length]       reply: the bytes
+//   Collective  [4][worker.proto CollectiveRequest]  reply: a CollectiveResponse
+//   Free        [5][worker.proto FreeBuffersRequest] reply: a FreeBuffersResponse
+//
+// A collective's members each wait in their own slot while the ring runs; uopd abandons a
+// member's call when another member failed, and the worker asks its slot whether it was
+// abandoned while it waits for its peers (the lane's `abandoned`, as gRPC's cancellation).
 //
 // Buffer bytes travel raw, not in protobuf: one copy into the slot, one out of it.
 #pragma once
@@ -16,7 +22,7 @@
 
 namespace uop::lane {
 
-enum class Kind : uint8_t { Execute = 1, Write = 2, Read = 3 };
+enum class Kind : uint8_t { Execute = 1, Write = 2, Read = 3, Collective = 4, Free = 5 };
 
 // The header of a Write or a Read: what comes before a Write's data.
 struct Range {
@@ -52,7 +58,7 @@ inline void encode_read(std::span<char> out, const Range& r) {
 inline std::optional<Kind> kind_of(std::string_view request) {
   if (request.empty()) return std::nullopt;
   const auto k = static_cast<uint8_t>(request[0]);
-  if (k < 1 || k > 3) return std::nullopt;
+  if (k < 1 || k > 5) return std::nullopt;
   return static_cast<Kind>(k);
 }
 

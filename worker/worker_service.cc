@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "compiler/abi/kernel_abi.h"
+#include "compiler/support/status_macros.h"
 #include "compiler/support/strings.h"
 #include "compiler/support/timing.h"
 #include "transport/grpc_absl.h"
@@ -29,6 +30,11 @@ namespace wv1 = uopd::worker::v1;
 using transport::to_grpc;
 
 namespace {
+
+absl::Time deadline_of(const grpc::ServerContext& ctx) {
+  const auto when = ctx.deadline();
+  return when == std::chrono::system_clock::time_point::max() ? absl::InfiniteFuture() : absl::FromChrono(when);
+}
 
 absl::Status out_of_range(uint64_t id, uint64_t offset, uint64_t size, uint64_t have) {
   return absl::OutOfRangeError(
@@ -456,6 +462,42 @@ absl::Status run_execute(WorkerRuntime& rt, const wv1::ExecuteRequest& req, wv1:
   return absl::OkStatus();
 }
 
+absl::Status run_collective_request(WorkerRuntime& rt, const wv1::CollectiveRequest& req, wv1::CollectiveResponse* resp,
+                                    const std::function<bool()>& cancelled, absl::Time deadline) {
+  CollectiveSpec spec;
+  spec.group = req.group();
+  spec.rank = req.rank();
+  spec.size = req.size();
+  spec.op = req.op();
+  spec.dtype = req.dtype();
+  spec.elements = req.elements();
+  spec.keep_group = req.keep_group();
+  if (req.bucket_size() > static_cast<int>(kMaxBucketBuffers))
+    return absl::InvalidArgumentError(
+        cat("collective in group '", req.group(), "': a bucket of ", req.bucket_size(), " buffers (at most ", kMaxBucketBuffers, ")"));
+  std::vector<uint64_t> ids;
+  for (const auto& b : req.bucket()) {
+    ids.push_back(b.buffer_id());
+    spec.bucket.push_back(b.elements());
+  }
+  if (ids.empty()) ids.push_back(req.buffer_id());
+  spec.transport = req.transport();
+  spec.rendezvous = req.rendezvous();
+  spec.rendezvous_dial = rt.options().rendezvous_dial;
+  // The caller's deadline bounds the wait for peers too: a member never waits longer than
+  // the scheduler is willing to.
+  uint32_t timeout = req.timeout_ms() ? req.timeout_ms() : kDefaultCollectiveTimeoutMs;
+  if (deadline != absl::InfiniteFuture()) {
+    const int64_t left = absl::ToInt64Milliseconds(deadline - absl::Now());
+    if (left < static_cast<int64_t>(timeout)) timeout = static_cast<uint32_t>(std::max<int64_t>(left, 1));
+  }
+  spec.timeout_ms = timeout;
+  auto ms = rt.collective(spec, ids, cancelled);
+  if (!ms.ok()) return ms.status();
+  resp->set_ms(*ms);
+  return absl::OkStatus();
+}
+
 ExecLane::Handler lane_handler(WorkerRuntime* rt) {
   return [rt](std::string_view request, std::span<char> reply, const std::function<bool()>& abandoned,
               absl::Time deadline) -> absl::StatusOr<size_t> {
@@ -476,65 +518,60 @@ ExecLane::Handler lane_handler(WorkerRuntime* rt) {
       std::memcpy(reply.data(), slice->data, slice->length);
       return slice->length;
     }
-    if (kind != lane::Kind::Execute)
-      return absl::InvalidArgumentError(cat("a lane request of ", request.size(), " bytes of no known kind"));
+    if (!kind) return absl::InvalidArgumentError(cat("a lane request of ", request.size(), " bytes of no known kind"));
     request.remove_prefix(1);
-    wv1::ExecuteRequest req;
-    if (!req.ParseFromArray(request.data(), static_cast<int>(request.size())))
-      return absl::InvalidArgumentError(cat("the lane's ", request.size(), " bytes are not an ExecuteRequest"));
-    wv1::ExecuteResponse resp;
-    if (absl::Status s = run_execute(*rt, req, &resp, abandoned, deadline); !s.ok()) return s;
-    const size_t n = resp.ByteSizeLong();
-    if (n > reply.size())
-      return absl::ResourceExhaustedError(cat("the reply of ", n, " bytes does not fit the lane's slot of ", reply.size()));
-    resp.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(reply.data()));
-    return n;
+    // The rest are protobuf requests whose answers are protobuf replies.
+    auto answer = [&](const google::protobuf::MessageLite& resp) -> absl::StatusOr<size_t> {
+      const size_t n = resp.ByteSizeLong();
+      if (n > reply.size())
+        return absl::ResourceExhaustedError(cat("the reply of ", n, " bytes does not fit the lane's slot of ", reply.size()));
+      resp.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(reply.data()));
+      return n;
+    };
+    auto parse = [&](google::protobuf::MessageLite& req) {
+      return req.ParseFromArray(request.data(), static_cast<int>(request.size()))
+                 ? absl::OkStatus()
+                 : absl::InvalidArgumentError(cat("the lane's ", request.size(), " bytes are not a ", req.GetTypeName()));
+    };
+    // Parses the request, runs it, and answers with what it filled in.
+    auto handle = [&](auto req, auto resp, const auto& run) -> absl::StatusOr<size_t> {
+      RETURN_IF_ERROR(parse(req));
+      RETURN_IF_ERROR(run(req, &resp));
+      return answer(resp);
+    };
+    switch (*kind) {
+      case lane::Kind::Execute:
+        return handle(wv1::ExecuteRequest(), wv1::ExecuteResponse(),
+                      [&](const wv1::ExecuteRequest& req, wv1::ExecuteResponse* resp) {
+                        return run_execute(*rt, req, resp, abandoned, deadline);
+                      });
+      case lane::Kind::Collective:
+        return handle(wv1::CollectiveRequest(), wv1::CollectiveResponse(),
+                      [&](const wv1::CollectiveRequest& req, wv1::CollectiveResponse* resp) {
+                        return run_collective_request(*rt, req, resp, abandoned, deadline);
+                      });
+      case lane::Kind::Free:
+        return handle(wv1::FreeBuffersRequest(), wv1::FreeBuffersResponse(),
+                      [&](const wv1::FreeBuffersRequest& req, wv1::FreeBuffersResponse* resp) {
+                        resp->set_freed(rt->free_buffers({req.buffer_ids().data(), static_cast<size_t>(req.buffer_ids_size())}));
+                        return absl::OkStatus();
+                      });
+      default:
+        return absl::InvalidArgumentError(cat("a lane request of ", request.size() + 1, " bytes of no known kind"));
+    }
   };
 }
 
 grpc::Status WorkerService::Execute(grpc::ServerContext* ctx, const wv1::ExecuteRequest* req,
                                     wv1::ExecuteResponse* resp) {
   InFlight guard(in_flight_);
-  const auto when = ctx->deadline();
-  const absl::Time deadline =
-      when == std::chrono::system_clock::time_point::max() ? absl::InfiniteFuture() : absl::FromChrono(when);
-  return to_grpc(run_execute(*rt_, *req, resp, [ctx] { return ctx->IsCancelled(); }, deadline));
+  return to_grpc(run_execute(*rt_, *req, resp, [ctx] { return ctx->IsCancelled(); }, deadline_of(*ctx)));
 }
 
 grpc::Status WorkerService::Collective(grpc::ServerContext* ctx, const wv1::CollectiveRequest* req,
                                        wv1::CollectiveResponse* resp) {
   InFlight guard(in_flight_);
-  CollectiveSpec spec;
-  spec.group = req->group();
-  spec.rank = req->rank();
-  spec.size = req->size();
-  spec.op = req->op();
-  spec.dtype = req->dtype();
-  spec.elements = req->elements();
-  spec.keep_group = req->keep_group();
-  if (req->bucket_size() > static_cast<int>(kMaxBucketBuffers))
-    return to_grpc(absl::InvalidArgumentError(
-        cat("collective in group '", req->group(), "': a bucket of ", req->bucket_size(), " buffers (at most ", kMaxBucketBuffers, ")")));
-  std::vector<uint64_t> ids;
-  for (const auto& b : req->bucket()) {
-    ids.push_back(b.buffer_id());
-    spec.bucket.push_back(b.elements());
-  }
-  if (ids.empty()) ids.push_back(req->buffer_id());
-  spec.transport = req->transport();
-  spec.rendezvous = req->rendezvous();
-  spec.rendezvous_dial = rt_->options().rendezvous_dial;
-  // The caller's deadline bounds the wait for peers too: a member never waits longer than
-  // the scheduler is willing to.
-  uint32_t timeout = req->timeout_ms() ? req->timeout_ms() : kDefaultCollectiveTimeoutMs;
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(ctx->deadline() - std::chrono::system_clock::now());
-  if (left.count() < static_cast<int64_t>(timeout))
-    timeout = static_cast<uint32_t>(std::max<int64_t>(left.count(), 1));
-  spec.timeout_ms = timeout;
-  auto ms = rt_->collective(spec, ids, [ctx] { return ctx->IsCancelled(); });
-  if (!ms.ok()) return to_grpc(ms.status());
-  resp->set_ms(*ms);
-  return grpc::Status::OK;
+  return to_grpc(run_collective_request(*rt_, *req, resp, [ctx] { return ctx->IsCancelled(); }, deadline_of(*ctx)));
 }
 
 }  // namespace uop

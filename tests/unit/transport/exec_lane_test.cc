@@ -773,6 +773,52 @@ TEST_F(ExecLaneTest, DeadlineLeavesTheSlotToTheWorker) {
   EXPECT_TRUE(wait_until([&] { return count_claimable(*lane) == kSlots; })) << "a past deadline lost a slot";
 }
 
+// A call cancelled by another thread while the worker holds it (what the executor does to
+// the other members of a collective when one fails) comes back CANCELLED, the handler
+// sees abandoned() turn true, and the slot stays the worker's until its handler returns.
+// A flag that stays clear changes nothing.
+TEST_F(ExecLaneTest, CancelLeavesTheSlotToTheWorker) {
+  constexpr uint32_t kSlots = 2;
+  ASSERT_TRUE(serve(
+      kSlots, 256,
+      [b = b, echo = counting_echo()](std::string_view request, std::span<char> reply,
+                                      const std::function<bool()>& abandoned, absl::Time deadline) -> absl::StatusOr<size_t> {
+        if (request != "hold") return echo(request, reply, abandoned, deadline);
+        b->started = 1;
+        b->saw_abandoned = wait_until(abandoned) ? 1 : 2;
+        wait_until([b] { return b->release.load() != 0; });
+        return 0;
+      }));
+  std::atomic<bool> cancel{false};
+  {
+    auto c = claim_within(*lane);
+    ASSERT_TRUE(c.has_value());
+    std::memcpy(c->request().data(), "echo", 4);
+    auto r = c->call(4, far_deadline(), &cancel);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(*r, "echo");
+  }
+  auto c = claim_within(*lane);
+  ASSERT_TRUE(c.has_value());
+  std::memcpy(c->request().data(), "hold", 4);
+  std::thread canceller([&] {
+    wait_until([&] { return b->started.load() != 0; });
+    cancel.store(true);
+  });
+  auto r = c->call(4, far_deadline(), &cancel);
+  canceller.join();
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kCancelled) << r.status();
+  c.reset();  // the Call goes: that must not free the slot
+  ASSERT_TRUE(wait_until([&] { return b->saw_abandoned.load() != 0; }));
+  EXPECT_EQ(b->saw_abandoned.load(), 1) << "abandoned() never turned true in the handler";
+  EXPECT_EQ(count_claimable(*lane), kSlots - 1) << "the cancelled slot was handed out while its handler ran";
+  b->release = 1;
+  EXPECT_TRUE(wait_until([&] { return count_claimable(*lane) == kSlots; })) << "the worker never freed the slot";
+  auto next = call_once(*lane, "next", far_deadline());
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(*next, "next");
+}
+
 // A request over capacity() is refused with INVALID_ARGUMENT and never posted: the one
 // slot comes back when the Call goes and the worker never saw the request. A Call posts
 // once: a second call() is FAILED_PRECONDITION.

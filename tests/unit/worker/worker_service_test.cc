@@ -7,6 +7,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -618,9 +620,11 @@ namespace {
 // bytes holds the request and then the reply (lane_messages.h's framing).
 struct LaneSlot {
   explicit LaneSlot(size_t bytes) : buf(bytes, '\0') {}
-  absl::StatusOr<std::string> call(const ExecLane::Handler& h, std::string_view request) {
+  // `abandoned` as the lane would say it: uopd stopped waiting.
+  absl::StatusOr<std::string> call(const ExecLane::Handler& h, std::string_view request,
+                                   const std::function<bool()>& abandoned = [] { return false; }) {
     std::memcpy(buf.data(), request.data(), request.size());
-    auto n = h(std::string_view(buf.data(), request.size()), std::span<char>(buf.data(), buf.size()), [] { return false; },
+    auto n = h(std::string_view(buf.data(), request.size()), std::span<char>(buf.data(), buf.size()), abandoned,
                absl::InfiniteFuture());
     if (!n.ok()) return n.status();
     return buf.substr(0, *n);
@@ -642,6 +646,10 @@ std::string lane_read(uint64_t id, uint64_t offset, uint64_t length) {
 
 std::string lane_execute(const wv1::ExecuteRequest& req) {
   return std::string(1, static_cast<char>(lane::Kind::Execute)) + req.SerializeAsString();
+}
+
+std::string lane_message(lane::Kind kind, const google::protobuf::MessageLite& req) {
+  return std::string(1, static_cast<char>(kind)) + req.SerializeAsString();
 }
 
 // Writes and reads at offsets reach the runtime's buffers as write_buffer / read_buffer
@@ -682,7 +690,9 @@ TEST(LaneHandler, RefusesMalformedRequests) {
   ASSERT_TRUE(rt.write_buffer(5, 0, std::string(1000, 'a')).ok());
   for (const std::string& bad : {std::string(), std::string("\x09hello"), std::string("\x02short"),
                                  lane_read(5, 0, 8).substr(0, 20), lane_read(5, 0, 8) + "x", lane_read(5, 0, 0),
-                                 lane_read(5, 0, 301), std::string("\x01not a protobuf \xff\xff\xff")}) {
+                                 lane_read(5, 0, 301), std::string("\x01not a protobuf \xff\xff\xff"),
+                                 std::string("\x04not a protobuf \xff\xff\xff"), std::string("\x05not a protobuf \xff\xff\xff"),
+                                 std::string("\x06")}) {
     auto r = slot.call(h, bad);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << absl::CEscape(bad) << ": " << r.status();
   }
@@ -740,6 +750,69 @@ TEST(LaneHandler, ExecutesABatch) {
   EXPECT_EQ(resp.missing_programs(0), "missing");
   EXPECT_EQ(resp.outputs_size(), 0);
   EXPECT_EQ(rt.info().buffers, 0u);
+}
+
+// A Free through the lane frees what FreeBuffers would (unknown ids skipped) and says how
+// many it freed.
+TEST(LaneHandler, FreesBuffers) {
+  WorkerRuntime rt = make_runtime();
+  ExecLane::Handler h = lane_handler(&rt);
+  LaneSlot slot(4096);
+  for (uint64_t id : {1, 2, 3}) ASSERT_TRUE(rt.alloc_buffer(id, 64).ok());
+  wv1::FreeBuffersRequest req;
+  for (uint64_t id : {1, 3, 99}) req.add_buffer_ids(id);
+  auto r = slot.call(h, lane_message(lane::Kind::Free, req));
+  ASSERT_TRUE(r.ok()) << r.status();
+  wv1::FreeBuffersResponse resp;
+  ASSERT_TRUE(resp.ParseFromString(*r));
+  EXPECT_EQ(resp.freed(), 2u);
+  EXPECT_EQ(rt.info().buffers, 1u);
+  EXPECT_TRUE(rt.read_buffer(2, 0, 0).ok());
+  EXPECT_EQ(rt.read_buffer(1, 0, 0).status().code(), absl::StatusCode::kNotFound);
+}
+
+// A Collective through the lane runs as the gRPC Collective does: a member alone reduces
+// nothing and answers, an unknown buffer is NOT_FOUND naming it, and a member whose peer
+// never comes stops waiting once uopd abandons the call (CANCELLED), long before the
+// collective's own timeout.
+TEST(LaneHandler, RunsACollectiveAndStopsWhenAbandoned) {
+  WorkerRuntime rt = make_runtime();
+  ExecLane::Handler h = lane_handler(&rt);
+  LaneSlot slot(4096);
+  ASSERT_TRUE(rt.alloc_buffer(7, 4 * 16).ok());
+  const std::vector<float> ones(16, 1.0f);
+  ASSERT_TRUE(rt.write_buffer(7, 0, std::string_view(reinterpret_cast<const char*>(ones.data()), 64)).ok());
+  wv1::CollectiveRequest req;
+  req.set_group("lane-handler-test-" + std::to_string(getpid()));
+  req.set_rank(0);
+  req.set_size(1);
+  req.set_op("add");
+  req.set_dtype("float32");
+  req.set_elements(16);
+  req.set_buffer_id(7);
+  req.set_transport("shm");
+  auto r = slot.call(h, lane_message(lane::Kind::Collective, req));
+  ASSERT_TRUE(r.ok()) << r.status();
+  wv1::CollectiveResponse resp;
+  EXPECT_TRUE(resp.ParseFromString(*r));
+  auto after = rt.read_buffer(7, 0, 0);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->bytes(), std::string(reinterpret_cast<const char*>(ones.data()), 64));
+
+  req.set_buffer_id(8);
+  r = slot.call(h, lane_message(lane::Kind::Collective, req));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound) << r.status();
+  EXPECT_NE(r.status().message().find("8"), std::string::npos) << r.status();
+
+  // Two members, the second never coming; the call is abandoned after a few questions.
+  req.set_buffer_id(7);
+  req.set_size(2);
+  req.set_group("lane-handler-test-alone-" + std::to_string(getpid()));
+  req.set_timeout_ms(600000);
+  std::atomic<int> asked{0};
+  r = slot.call(h, lane_message(lane::Kind::Collective, req), [&] { return asked.fetch_add(1) >= 3; });
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << r.status();
+  EXPECT_GE(asked.load(), 4);
 }
 
 }  // namespace
