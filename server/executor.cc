@@ -64,7 +64,8 @@ bool nccl_has(Scalar t) {
 // request or the reply it may bring would not fit a slot, or every slot is busy): the
 // caller sends it over gRPC. `reply_bytes` bounds the outputs read back.
 std::optional<absl::Status> execute_on_lane(ExecLane& lane, const wpb::ExecuteRequest& req, uint64_t reply_bytes,
-                                            absl::Time deadline, wpb::ExecuteResponse* resp) {
+                                            absl::Time deadline, wpb::ExecuteResponse* resp,
+                                            const std::atomic<bool>* cancel = nullptr) {
   // The reply's framing: a tag and a length per output, and run_ms; a profiled one's
   // launch times are packed, 8 bytes each behind one tag and length; or, instead of all
   // that, the keys of programs missing (at most one per launch, 64 hex digits each).
@@ -73,7 +74,7 @@ std::optional<absl::Status> execute_on_lane(ExecLane& lane, const wpb::ExecuteRe
   const uint64_t reply_bound = std::max(reply_bytes + 16 * static_cast<uint64_t>(req.read_back_size()) + 16 +
                                             (req.profile() ? 8 * static_cast<uint64_t>(req.launches_size()) + 16 : 0),
                                         launch_keys);
-  return Executor::call_on_lane(lane, lane::Kind::Execute, req, reply_bound, deadline, resp);
+  return Executor::call_on_lane(lane, lane::Kind::Execute, req, reply_bound, deadline, resp, cancel);
 }
 
 }  // namespace
@@ -109,6 +110,15 @@ struct Executor::RunState {
   std::vector<size_t> kernel_device;  // per plan kernel: index into devices
   RunOutcome out;
   std::mutex out_mu;  // out's collective counts, which collectives running side by side add to
+  // A collective folded into its members' pending Executes (fold_collective): its live
+  // group held from the fold until those Executes are done, which go together.
+  struct Folded {
+    std::string key, what;
+    std::shared_ptr<LiveGroup> group;
+    std::unique_lock<std::mutex> lock;  // group->run
+    std::vector<size_t> devices;        // the members' devices
+  };
+  std::optional<Folded> folded;
 };
 
 absl::Status Executor::first_failure(RunState& rs, std::vector<std::pair<Worker, absl::Status>> failures,
@@ -132,7 +142,14 @@ absl::Status Executor::first_failure(RunState& rs, std::vector<std::pair<Worker,
   return absl::Status(s.code(), cat(what, " on ", failures[pick].first->device(), ": ", s.message()));
 }
 
-absl::Status Executor::flush_launches(RunState& rs, const std::vector<bool>* which) {
+absl::Status Executor::flush_launches(RunState& rs, std::vector<bool>* which) {
+  // A folded collective's members go together: each waits in it for the others.
+  bool folded = false;
+  if (rs.folded) {
+    for (size_t i : rs.folded->devices) folded |= !which || (*which)[i];
+    if (folded && which)
+      for (size_t i : rs.folded->devices) (*which)[i] = true;
+  }
   std::vector<size_t> busy;
   for (size_t i = 0; i < rs.devices.size(); ++i) {
     if (which && !(*which)[i]) continue;
@@ -142,12 +159,29 @@ absl::Status Executor::flush_launches(RunState& rs, const std::vector<bool>* whi
   if (busy.empty()) return absl::OkStatus();
   auto t0 = std::chrono::steady_clock::now();
   std::vector<absl::Status> status(busy.size());
+  // With a folded collective, a device that fails stops the others (they would wait for
+  // it in the collective until its timeout): their lane calls are abandoned, their gRPC
+  // calls cancelled.
+  std::unique_ptr<std::atomic<bool>[]> stop(new std::atomic<bool>[busy.size()]);
+  for (size_t k = 0; k < busy.size(); ++k) stop[k].store(false);
+  std::mutex calls_mu;
+  std::vector<grpc::ClientContext*> calls(busy.size(), nullptr);  // guarded by calls_mu
+  std::vector<bool> stopped(busy.size(), false);                  // guarded by calls_mu
+  auto stop_others = [&](size_t failed) {
+    std::lock_guard l(calls_mu);
+    for (size_t j = 0; j < busy.size(); ++j) {
+      if (j == failed || stopped[j]) continue;
+      stopped[j] = true;
+      stop[j].store(true, std::memory_order_release);
+      if (calls[j]) calls[j]->TryCancel();
+    }
+  };
   auto execute = [&](size_t k) {
     RunState::Device& d = rs.devices[busy[k]];
     d.answer.Clear();
     if (rs.profile && d.pending.launches_size() > 0) d.pending.set_profile(true);
     if (std::shared_ptr<ExecLane> lane = d.w->lane()) {
-      if (auto done = execute_on_lane(*lane, d.pending, d.pending_out, rs.deadline, &d.answer)) {
+      if (auto done = execute_on_lane(*lane, d.pending, d.pending_out, rs.deadline, &d.answer, &stop[k])) {
         lane_executes_.fetch_add(1, std::memory_order_relaxed);
         status[k] = *done;
         return;
@@ -156,38 +190,56 @@ absl::Status Executor::flush_launches(RunState& rs, const std::vector<bool>* whi
     grpc_executes_.fetch_add(1, std::memory_order_relaxed);
     grpc::ClientContext ctx;
     set_deadline(ctx, rs.deadline);
+    {
+      std::lock_guard l(calls_mu);
+      calls[k] = &ctx;
+      if (stopped[k]) ctx.TryCancel();
+    }
     auto st = stub(d.w);
     status[k] = st.ok() ? from_grpc((*st)->Execute(&ctx, d.pending, &d.answer)) : st.status();
+    std::lock_guard l(calls_mu);
+    calls[k] = nullptr;
   };
   // A worker that unloaded a program this batch launches (its program budget, for a load
   // since this run's) did nothing: the programs are loaded again and the batch sent once
   // more. Missing again, the budget is too small for the programs of one batch.
+  // A folded collective runs while these Executes do.
+  if (folded) collectives_running_.fetch_add(1, std::memory_order_relaxed);
+  absl::Cleanup not_running = [&] {
+    if (folded) collectives_running_.fetch_sub(1, std::memory_order_relaxed);
+  };
   auto execute_loaded = [&](size_t k) {
     RunState::Device& d = rs.devices[busy[k]];
     execute(k);
-    if (!status[k].ok() || d.answer.missing_programs_size() == 0) return;
-    status[k] = load_missing(rs, busy[k]);
-    if (!status[k].ok()) return;
-    execute(k);
-    if (status[k].ok() && d.answer.missing_programs_size() > 0)
-      status[k] = absl::ResourceExhaustedError(
-          cat(d.w->describe(), " unloads kernels this run launches as fast as they are loaded: its program budget "
-                               "(uop-worker --max-program-bytes, uopd --worker-max-program-bytes) is smaller than the ",
-              d.pending.launches_size(), " kernels of one Execute"));
+    if (status[k].ok() && d.answer.missing_programs_size() > 0) {
+      status[k] = load_missing(rs, busy[k]);
+      if (status[k].ok()) execute(k);
+      if (status[k].ok() && d.answer.missing_programs_size() > 0)
+        status[k] = absl::ResourceExhaustedError(
+            cat(d.w->describe(), " unloads kernels this run launches as fast as they are loaded: its program budget "
+                                 "(uop-worker --max-program-bytes, uopd --worker-max-program-bytes) is smaller than the ",
+                d.pending.launches_size(), " kernels of one Execute"));
+    }
+    if (!status[k].ok() && folded) stop_others(k);
   };
   // Kernels of different devices between two collectives never share a buffer: they
   // run side by side.
   side_by_side(busy.size(), execute_loaded);
-  rs.out.run_ms += ms_since(t0);
+  double collective_ms = 0;
+  for (size_t k = 0; k < busy.size(); ++k)
+    if (status[k].ok()) collective_ms = std::max(collective_ms, rs.devices[busy[k]].answer.collective_ms());
+  rs.out.run_ms += std::max(ms_since(t0) - collective_ms, 0.0);
   std::vector<std::pair<Worker, absl::Status>> failures;
+  bool failed_first = false;  // a failure that is not only our stopping it
+  for (size_t k = 0; k < busy.size(); ++k) failed_first |= !status[k].ok() && !stopped[k];
   for (size_t k = 0; k < busy.size(); ++k) {
     RunState::Device& d = rs.devices[busy[k]];
-    if (status[k].ok() && rs.profile && d.pending.launches_size() > 0 &&
-        d.answer.launch_ms_size() != d.pending.launches_size())
+    if (status[k].ok() && rs.profile && !d.pending_kernels.empty() &&
+        d.answer.launch_ms_size() != static_cast<int>(d.pending_kernels.size()))
       status[k] = absl::InternalError(cat("the worker timed ", d.answer.launch_ms_size(), " of ",
-                                          d.pending.launches_size(), " launches"));
+                                          d.pending_kernels.size(), " launches"));
     if (status[k].ok()) {
-      rs.out.kernels_run += d.pending.launches_size();
+      rs.out.kernels_run += d.pending_kernels.size();
       if (rs.profile) {
         for (int i = 0; i < d.answer.launch_ms_size(); ++i)
           rs.out.launch_times.push_back({d.pending_kernels[i], d.name, d.answer.launch_ms(i)});
@@ -200,7 +252,8 @@ absl::Status Executor::flush_launches(RunState& rs, const std::vector<bool>* whi
         std::erase_if(d.temps, [&](uint64_t id) { return freed.contains(id); });
         d.w->release_buffer_ids({d.pending.free_after().data(), static_cast<size_t>(d.pending.free_after_size())}, d.generation);
       }
-    } else {
+    } else if (!(stopped[k] && failed_first && status[k].code() == absl::StatusCode::kCancelled)) {
+      // Stopped by us because a peer failed: the peer's failure says why.
       failures.emplace_back(d.w, status[k]);
     }
     d.pending.Clear();
@@ -208,8 +261,25 @@ absl::Status Executor::flush_launches(RunState& rs, const std::vector<bool>* whi
     d.pending_inline = 0;
     d.pending_out = 0;
   }
+  std::string what = "running the kernels";
+  if (folded) {
+    // The folded collective is done with, one way or the other: its group is let go, and
+    // dropped after a failure (its members dropped it too).
+    RunState::Folded f = std::move(*rs.folded);
+    rs.folded.reset();
+    what = cat("running the kernels and ", f.what);
+    if (failures.empty()) {
+      collectives_run_.fetch_add(1, std::memory_order_relaxed);
+      collectives_shm_.fetch_add(1, std::memory_order_relaxed);
+      std::lock_guard l(rs.out_mu);
+      rs.out.collective_ms += collective_ms;
+      ++rs.out.collectives_run;
+    } else {
+      drop_live_group(f.key, f.group.get());
+    }
+  }
   if (failures.empty()) return absl::OkStatus();
-  return first_failure(rs, std::move(failures), "running the kernels");
+  return first_failure(rs, std::move(failures), what);
 }
 
 struct Executor::LiveGroup {
@@ -281,47 +351,122 @@ Executor::CollectiveCounts Executor::collective_counts() const {
           collectives_shm_.load(), collectives_gloo_.load(), collectives_nccl_.load()};
 }
 
-absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, size_t index) {
-  const Plan& plan = *rs.plan;
-  const std::vector<int>& members = c.members();
-  const size_t n = members.size();
+// What every call of a collective shares: its members' names and processes, the group's
+// key, the transport, the members' timeout.
+struct Executor::CollectiveSetup {
+  std::vector<int> members;  // plan buffers of one segment, in rank order
+  std::vector<std::pair<std::string, uint64_t>> processes;  // worker id and generation, by rank
+  std::string key;        // the live group's: tenant, member processes, transport
+  std::string what;       // "allreduce 3 (add of float32 over CPU:0, CPU:1)"
+  std::string transport;  // "shm", "gloo", "nccl"
+  absl::Duration timeout;
+  // shm and gloo groups live: formed by the first collective of their members, reused by
+  // every later one. NCCL forms its communicator per call, under a name of its own, and
+  // reduces a bucket's buffers one by one (device memory is not staged through a flat copy).
+  bool live = false;
+};
+
+absl::StatusOr<Executor::CollectiveSetup> Executor::collective_setup(const RunState& rs, const PlannedCollective& c,
+                                                                   size_t index) const {
+  CollectiveSetup cs;
+  cs.members = c.members();
+  const std::vector<int>& members = cs.members;
   std::vector<std::string> names;
   bool one_host = true;
   // The transport that reduces in the members' device memory, when they all have the same
   // one (NCCL between GPUs; compiler/backend.h).
   std::string_view in_device = backend_for_device(rs.devices[rs.device_of[members[0]]].w->device()).device_collectives;
   // The group's identity: who asks, and the member processes in rank order.
-  std::string key = cat(rs.tenant.size(), ":", rs.tenant);
-  std::vector<std::pair<std::string, uint64_t>> processes;
+  cs.key = cat(rs.tenant.size(), ":", rs.tenant);
   for (int b : members) {
     const RunState::Device& d = rs.devices[rs.device_of[b]];
     names.push_back(d.name);
-    processes.emplace_back(d.w->id(), d.generation);
+    cs.processes.emplace_back(d.w->id(), d.generation);
     one_host &= host_of(d.w->address()) == host_of(rs.devices[rs.device_of[members[0]]].w->address());
     if (backend_for_device(d.w->device()).device_collectives != in_device) in_device = "";
-    key += cat("|", d.w->id(), "@", d.generation);
+    cs.key += cat("|", d.w->id(), "@", d.generation);
   }
-  const std::string what = cat("allreduce ", index, " (", reduce_op_wire(c.op), " of ", scalar_name(c.dtype),
-                               c.segments.size() > 1 ? cat(", a bucket of ", c.segments.size()) : std::string(), " over ",
-                               join(names, ", "), ")");
+  cs.what = cat("allreduce ", index, " (", reduce_op_wire(c.op), " of ", scalar_name(c.dtype),
+                c.segments.size() > 1 ? cat(", a bucket of ", c.segments.size()) : std::string(), " over ",
+                join(names, ", "), ")");
   // GPU workers reduce in GPU memory with NCCL (its unique id through the rendezvous),
   // where NCCL has the dtype; the rest by where the members are. A forced transport wins.
-  std::string transport = collectives_.transport;
-  if (transport.empty())
-    transport = in_device == "nccl" && nccl_has(c.dtype) && !collectives_.rendezvous.empty() ? "nccl" : one_host ? "shm" : "gloo";
-  if (transport != "shm" && (collectives_.rendezvous.empty() || !collectives_.groups))
-    return absl::FailedPreconditionError(cat(what, transport == "nccl"
-                                                       ? ": nccl needs the rendezvous and this scheduler serves none"
-                                                       : ": the workers are on different hosts and this scheduler serves no rendezvous"));
+  cs.transport = collectives_.transport;
+  if (cs.transport.empty())
+    cs.transport =
+        in_device == "nccl" && nccl_has(c.dtype) && !collectives_.rendezvous.empty() ? "nccl" : one_host ? "shm" : "gloo";
+  if (cs.transport != "shm" && (collectives_.rendezvous.empty() || !collectives_.groups))
+    return absl::FailedPreconditionError(cat(cs.what, cs.transport == "nccl"
+                                                          ? ": nccl needs the rendezvous and this scheduler serves none"
+                                                          : ": the workers are on different hosts and this scheduler serves no rendezvous"));
   absl::Duration left = rs.deadline - absl::Now();
-  if (left <= absl::ZeroDuration()) return absl::DeadlineExceededError(cat(what, ": the request's deadline passed"));
-  absl::Duration timeout = std::min(collectives_.timeout, left);
-  key += cat("|", transport);
+  if (left <= absl::ZeroDuration()) return absl::DeadlineExceededError(cat(cs.what, ": the request's deadline passed"));
+  cs.timeout = std::min(collectives_.timeout, left);
+  cs.key += cat("|", cs.transport);
+  cs.live = cs.transport != "nccl";
+  return cs;
+}
 
-  // shm and gloo groups live: formed by the first collective of their members, reused by
-  // every later one. NCCL forms its communicator per call, under a name of its own, and
-  // reduces a bucket's buffers one by one (device memory is not staged through a flat copy).
-  const bool live = transport != "nccl";
+wpb::CollectiveRequest Executor::member_request(const RunState& rs, const PlannedCollective& c, const CollectiveSetup& cs,
+                                                const std::string& name, size_t call, size_t i) const {
+  const Plan& plan = *rs.plan;
+  wpb::CollectiveRequest req;
+  req.set_group(name);
+  req.set_rank(static_cast<int>(i));
+  req.set_size(static_cast<int>(cs.members.size()));
+  req.set_op(reduce_op_wire(c.op));
+  req.set_dtype(std::string(scalar_name(c.dtype)));
+  if (!cs.live || c.segments.size() == 1) {
+    const int b = c.segments[call][i];
+    req.set_buffer_id(rs.ids[b]);
+    req.set_elements(static_cast<uint64_t>(plan.buffers[b].elements));
+  } else {
+    for (const std::vector<int>& seg : c.segments) {
+      wpb::CollectiveBuffer* cb = req.add_bucket();
+      cb->set_buffer_id(rs.ids[seg[i]]);
+      cb->set_elements(static_cast<uint64_t>(plan.buffers[seg[i]].elements));
+    }
+  }
+  req.set_keep_group(cs.live);
+  req.set_transport(cs.transport);
+  req.set_rendezvous(collectives_.rendezvous);
+  req.set_timeout_ms(static_cast<uint32_t>(std::max<int64_t>(absl::ToInt64Milliseconds(cs.timeout), 1)));
+  return req;
+}
+
+absl::StatusOr<bool> Executor::fold_collective(RunState& rs, const PlannedCollective& c, size_t index) {
+  if (rs.folded || collectives_.sequential) return false;
+  ASSIGN_OR_RETURN(const CollectiveSetup cs, collective_setup(rs, c, index));
+  // One host's shared-memory ring between embedded workers, whose Executes can be stopped
+  // (their lanes): a member that fails then stops the others at once.
+  if (cs.transport != "shm" || !cs.live) return false;
+  std::vector<size_t> devices;
+  for (int b : cs.members) {
+    const size_t dev = rs.device_of[b];
+    if (!rs.devices[dev].w->lane() || std::find(devices.begin(), devices.end(), dev) != devices.end()) return false;
+    devices.push_back(dev);
+  }
+  RunState::Folded f;
+  f.key = cs.key;
+  f.what = cs.what;
+  f.group = live_group(cs.key, cs.transport, cs.processes);
+  f.lock = std::unique_lock<std::mutex>(f.group->run);
+  f.devices = devices;
+  for (size_t i = 0; i < devices.size(); ++i)
+    *rs.devices[devices[i]].pending.add_launches()->mutable_collective() = member_request(rs, c, cs, f.group->name, 0, i);
+  rs.folded = std::move(f);
+  return true;
+}
+
+absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, size_t index) {
+  ASSIGN_OR_RETURN(const CollectiveSetup cs, collective_setup(rs, c, index));
+  const std::vector<int>& members = cs.members;
+  const size_t n = members.size();
+  const std::string& what = cs.what;
+  const std::string& key = cs.key;
+  const std::string& transport = cs.transport;
+  const absl::Duration timeout = cs.timeout;
+  const bool live = cs.live;
   std::shared_ptr<LiveGroup> group;
   std::string name;
   struct CloseRendezvous {
@@ -333,7 +478,7 @@ absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, 
   } close_rendezvous;
   std::unique_lock<std::mutex> group_lock;
   if (live) {
-    group = live_group(key, transport, processes);
+    group = live_group(key, transport, cs.processes);
     group_lock = std::unique_lock<std::mutex>(group->run);
     name = group->name;
     if (transport != "shm" && !group->rendezvous_open) {
@@ -374,27 +519,7 @@ absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, 
     std::vector<absl::Status> status(n);
     auto member = [&](size_t i) {
       const RunState::Device& d = rs.devices[rs.device_of[members[i]]];
-      wpb::CollectiveRequest req;
-      req.set_group(name);
-      req.set_rank(static_cast<int>(i));
-      req.set_size(static_cast<int>(n));
-      req.set_op(reduce_op_wire(c.op));
-      req.set_dtype(std::string(scalar_name(c.dtype)));
-      if (!live || c.segments.size() == 1) {
-        const int b = c.segments[call][i];
-        req.set_buffer_id(rs.ids[b]);
-        req.set_elements(static_cast<uint64_t>(plan.buffers[b].elements));
-      } else {
-        for (const std::vector<int>& seg : c.segments) {
-          wpb::CollectiveBuffer* cb = req.add_bucket();
-          cb->set_buffer_id(rs.ids[seg[i]]);
-          cb->set_elements(static_cast<uint64_t>(plan.buffers[seg[i]].elements));
-        }
-      }
-      req.set_keep_group(live);
-      req.set_transport(transport);
-      req.set_rendezvous(collectives_.rendezvous);
-      req.set_timeout_ms(static_cast<uint32_t>(std::max<int64_t>(absl::ToInt64Milliseconds(timeout), 1)));
+      const wpb::CollectiveRequest req = member_request(rs, c, cs, name, call, i);
       wpb::CollectiveResponse resp;
       // An embedded member waits in a slot of its execute lane: the collective costs no
       // gRPC round trip, which for a small bucket is most of its time.
@@ -801,8 +926,9 @@ absl::Status Executor::run_steps(RunState& rs) {
     state[step] = State::Done;
     return r.status;
   };
-  // Sends the batches of the devices marked, side by side, and waits for them.
-  auto flush = [&](const std::vector<bool>& which) -> absl::Status {
+  // Sends the batches of the devices marked (with a folded collective's other members),
+  // side by side, and waits for them.
+  auto flush = [&](std::vector<bool> which) -> absl::Status {
     if (std::find(which.begin(), which.end(), true) == which.end()) return absl::OkStatus();
     RETURN_IF_ERROR(flush_launches(rs, &which));
     for (size_t device = 0; device < which.size(); ++device) {
@@ -812,27 +938,51 @@ absl::Status Executor::run_steps(RunState& rs) {
     }
     return absl::OkStatus();
   };
+  // The devices whose pending Executes hold a batched step: a kernel's, or a folded
+  // collective's members.
+  auto batched_on = [&](int step) -> std::vector<size_t> {
+    const ScheduleStep& b = plan.steps[step];
+    if (b.kind == ScheduleStep::Kind::Kernel) return {rs.kernel_device[b.index]};
+    return rs.folded ? rs.folded->devices : std::vector<size_t>{};
+  };
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     const ScheduleStep& st = plan.steps[s];
     const std::optional<size_t> here =
         st.kind == ScheduleStep::Kind::Kernel ? std::optional<size_t>(rs.kernel_device[st.index]) : std::nullopt;
+    // A collective the next step needs has nothing to overlap. Where it can, it goes into
+    // its members' Executes, between the launches it waits for and those that need it: a
+    // data-parallel step is then one Execute per worker, not three round trips.
+    const bool needed_next = st.kind == ScheduleStep::Kind::Collective && s + 1 < plan.steps.size() &&
+                             std::binary_search(plan.waits_for[s + 1].begin(), plan.waits_for[s + 1].end(), static_cast<int>(s));
+    std::vector<bool> members(rs.devices.size(), false);
+    bool fold = needed_next && !rs.folded;
+    if (fold) {
+      for (int b : plan.collectives[st.index].members()) members[rs.device_of[b]] = true;
+      for (int d : plan.waits_for[s]) fold &= state[d] != State::Running;
+    }
     // What this step waits for: launches batched on other devices are sent now (on its
-    // own device they run before it in the same Execute); a running collective is waited
-    // for, after this device's batch, which does not need it, has gone.
+    // own device, or a folded collective's, they run before it in the same Execute); a
+    // running collective is waited for, after this device's batch, which does not need
+    // it, has gone.
     std::vector<bool> to_send(rs.devices.size(), false);
     std::vector<int> to_finish;
     for (int d : plan.waits_for[s]) {
       if (state[d] == State::Batched) {
-        const size_t dev = rs.kernel_device[plan.steps[d].index];
-        if (here != dev) to_send[dev] = true;
+        const std::vector<size_t> on = batched_on(d);
+        // A step on one of the devices it is batched on runs after it in that Execute
+        // (a folded collective's members' Executes go together whenever they go).
+        if (here && std::find(on.begin(), on.end(), *here) != on.end()) continue;
+        for (size_t dev : on)
+          if (!(fold && members[dev])) to_send[dev] = true;
       } else if (state[d] == State::Running) {
         if (here && !batched[*here].empty()) to_send[*here] = true;
         to_finish.push_back(d);
       }
     }
     // A collective or a copy reaches buffers outside any Execute: those still to be
-    // allocated by a device's first Execute are allocated first.
-    if (!here)
+    // allocated by a device's first Execute are allocated first. (A folded one runs in
+    // the Execute, after its allocations.)
+    if (!here && !fold)
       for (size_t dev = 0; dev < rs.devices.size(); ++dev)
         if (rs.devices[dev].pending.allocs_size() > 0) to_send[dev] = true;
     RETURN_IF_ERROR(flush(to_send));
@@ -845,10 +995,23 @@ absl::Status Executor::run_steps(RunState& rs) {
         state[s] = State::Batched;
         break;
       case ScheduleStep::Kind::Collective: {
-        // When the next step needs it, there is nothing to overlap: it runs here.
-        const bool needed_next = s + 1 < plan.steps.size() && std::binary_search(plan.waits_for[s + 1].begin(),
-                                                                                 plan.waits_for[s + 1].end(), static_cast<int>(s));
+        if (fold) {
+          ASSIGN_OR_RETURN(fold, fold_collective(rs, plan.collectives[st.index], st.index));
+          if (fold) {
+            for (size_t dev : rs.folded->devices) batched[dev].push_back(static_cast<int>(s));
+            state[s] = State::Batched;
+            break;
+          }
+        }
         if (needed_next) {
+          // Not folded: the batches it waits for go first (as above, for a collective).
+          std::vector<bool> rest(rs.devices.size(), false);
+          for (int d : plan.waits_for[s])
+            if (state[d] == State::Batched)
+              for (size_t dev : batched_on(d)) rest[dev] = true;
+          for (size_t dev = 0; dev < rs.devices.size(); ++dev)
+            if (rs.devices[dev].pending.allocs_size() > 0) rest[dev] = true;
+          RETURN_IF_ERROR(flush(rest));
           RETURN_IF_ERROR(run_collective(rs, plan.collectives[st.index], st.index));
           state[s] = State::Done;
           break;

@@ -39,6 +39,9 @@
 namespace google::protobuf {
 class MessageLite;
 }
+namespace uopd::worker::v1 {
+class CollectiveRequest;
+}
 
 namespace uop::server {
 
@@ -236,8 +239,20 @@ class Executor {
   void free_temporaries(RunState& rs);
   // Sends each device's gathered launches (only the devices `which` marks, when given) and
   // waits for them.
-  absl::Status flush_launches(RunState& rs, const std::vector<bool>* which = nullptr);
+  // A folded collective's members are sent together: `which` gains them.
+  absl::Status flush_launches(RunState& rs, std::vector<bool>* which = nullptr);
+  // The collective as a launch in each member's pending Execute, when the members are
+  // embedded workers of one host (shm, each with its lane) and the run folds nothing yet;
+  // false (nothing done) otherwise. The live group is held until those Executes are done.
+  absl::StatusOr<bool> fold_collective(RunState& rs, const PlannedCollective& c, size_t index);
   absl::Status run_collective(RunState& rs, const PlannedCollective& c, size_t index);
+  struct CollectiveSetup;
+  absl::StatusOr<CollectiveSetup> collective_setup(const RunState& rs, const PlannedCollective& c, size_t index) const;
+  // Member i's part of call `call` of the collective (a group not kept makes one call per
+  // segment) in the group `name`.
+  ::uopd::worker::v1::CollectiveRequest member_request(const RunState& rs, const PlannedCollective& c,
+                                                       const CollectiveSetup& cs, const std::string& name, size_t call,
+                                                       size_t i) const;
   // fn(0) on the calling thread and fn(1) ... fn(n - 1) on helper threads, side by side;
   // returns once every one has.
   void side_by_side(size_t n, const std::function<void(size_t)>& fn);

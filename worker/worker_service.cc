@@ -179,6 +179,7 @@ std::vector<WorkerRuntime::Program> WorkerRuntime::resolve(std::span<const Launc
   std::vector<Program> progs(launches.size());
   std::lock_guard lock(mu_);
   for (size_t i = 0; i < launches.size(); ++i) {
+    if (launches[i].collective) continue;
     auto it = programs_.find(launches[i].key);
     if (it == programs_.end()) continue;
     progs[i] = it->second.program;
@@ -241,7 +242,7 @@ absl::StatusOr<double> WorkerRuntime::execute(std::span<const LaunchSpec> launch
                                               std::vector<double>* launch_ms) const {
   std::vector<Program> progs = resolve(launches);
   for (size_t i = 0; i < launches.size(); ++i)
-    if (!progs[i])
+    if (!progs[i] && !launches[i].collective)
       return absl::FailedPreconditionError(
           cat("launch ", i, " (program ", launches[i].key, "): program ", launches[i].key, " not loaded"));
   return run_launches(launches, progs, cancelled, deadline, launch_ms);
@@ -249,19 +250,27 @@ absl::StatusOr<double> WorkerRuntime::execute(std::span<const LaunchSpec> launch
 
 absl::StatusOr<double> WorkerRuntime::run_launches(std::span<const LaunchSpec> launches, std::span<const Program> programs,
                                                    const std::function<bool()>& cancelled, absl::Time deadline,
-                                                   std::vector<double>* launch_ms) const {
+                                                   std::vector<double>* launch_ms, double* collective_ms) const {
   auto start = std::chrono::steady_clock::now();
+  double in_collectives = 0;
   for (size_t i = 0; i < launches.size(); ++i) {
     if (cancelled && cancelled())
       return absl::CancelledError(cat("cancelled by the caller before launch ", i, " of ", launches.size()));
     if (absl::Now() >= deadline)
       return absl::DeadlineExceededError(cat("the deadline passed before launch ", i, " of ", launches.size()));
+    if (const std::optional<CollectiveSpec>& c = launches[i].collective) {
+      auto ms = collective(*c, launches[i].buffer_ids, cancelled);
+      if (!ms.ok()) return absl::Status(ms.status().code(), cat("launch ", i, " (collective in group '", c->group, "'): ", ms.status().message()));
+      in_collectives += *ms;
+      continue;
+    }
     double ms = 0;
     if (absl::Status st = run_launch(i, launches[i], *programs[i], cancelled, deadline, launch_ms ? &ms : nullptr); !st.ok())
       return st;
     if (launch_ms) launch_ms->push_back(ms);
   }
-  return ms_since(start);
+  if (collective_ms) *collective_ms += in_collectives;
+  return std::max(ms_since(start) - in_collectives, 0.0);
 }
 
 absl::StatusOr<ExecuteResult> WorkerRuntime::execute(const ExecuteBatch& batch, const std::function<bool()>& cancelled,
@@ -271,7 +280,7 @@ absl::StatusOr<ExecuteResult> WorkerRuntime::execute(const ExecuteBatch& batch, 
   // the table, not from under these launches). One missing: nothing happens.
   std::vector<Program> progs = resolve(batch.launches);
   for (size_t i = 0; i < progs.size(); ++i)
-    if (!progs[i] && std::find(result.missing_programs.begin(), result.missing_programs.end(), batch.launches[i].key) ==
+    if (!progs[i] && !batch.launches[i].collective && std::find(result.missing_programs.begin(), result.missing_programs.end(), batch.launches[i].key) ==
                          result.missing_programs.end())
       result.missing_programs.push_back(batch.launches[i].key);
   if (!result.missing_programs.empty()) return result;
@@ -284,7 +293,8 @@ absl::StatusOr<ExecuteResult> WorkerRuntime::execute(const ExecuteBatch& batch, 
       if (s.ok()) s = write_buffer(a.id, 0, a.data);
       if (!s.ok()) return absl::Status(s.code(), cat("allocating buffer ", a.id, ": ", s.message()));
     }
-    auto ms = run_launches(batch.launches, progs, cancelled, deadline, batch.profile ? &result.launch_ms : nullptr);
+    auto ms = run_launches(batch.launches, progs, cancelled, deadline, batch.profile ? &result.launch_ms : nullptr,
+                           &result.collective_ms);
     if (!ms.ok()) return ms.status();
     result.run_ms = *ms;
     for (uint64_t id : batch.read_back) {
@@ -300,12 +310,12 @@ absl::StatusOr<ExecuteResult> WorkerRuntime::execute(const ExecuteBatch& batch, 
 }
 
 absl::StatusOr<double> WorkerRuntime::collective(const CollectiveSpec& spec, uint64_t id,
-                                                 const std::function<bool()>& cancelled) {
+                                                 const std::function<bool()>& cancelled) const {
   return collective(spec, std::span<const uint64_t>(&id, 1), cancelled);
 }
 
 absl::StatusOr<double> WorkerRuntime::collective(const CollectiveSpec& spec, std::span<const uint64_t> ids,
-                                                 const std::function<bool()>& cancelled) {
+                                                 const std::function<bool()>& cancelled) const {
   auto start = std::chrono::steady_clock::now();
   // The references keep the memory alive if a buffer is freed meanwhile.
   std::vector<std::shared_ptr<DeviceMemory>> mems;
@@ -442,28 +452,12 @@ grpc::Status WorkerService::LoadProgram(grpc::ServerContext*, const wv1::LoadPro
   return to_grpc(s);
 }
 
-absl::Status run_execute(WorkerRuntime& rt, const wv1::ExecuteRequest& req, wv1::ExecuteResponse* resp,
-                         const std::function<bool()>& cancelled, absl::Time deadline) {
-  ExecuteBatch batch;
-  batch.allocs.reserve(req.allocs_size());
-  for (const wv1::BufferInit& a : req.allocs()) batch.allocs.push_back({a.buffer_id(), a.bytes(), a.data()});
-  batch.launches.reserve(req.launches_size());
-  for (const wv1::Launch& l : req.launches())
-    batch.launches.push_back({l.key(), {l.buffer_ids().begin(), l.buffer_ids().end()}, {l.vars().begin(), l.vars().end()}});
-  batch.read_back.assign(req.read_back().begin(), req.read_back().end());
-  batch.free_after.assign(req.free_after().begin(), req.free_after().end());
-  batch.profile = req.profile();
-  auto result = rt.execute(batch, cancelled, deadline);
-  if (!result.ok()) return result.status();
-  for (std::string& k : result->missing_programs) resp->add_missing_programs(std::move(k));
-  resp->set_run_ms(result->run_ms);
-  for (double ms : result->launch_ms) resp->add_launch_ms(ms);
-  for (const BufferSlice& out : result->outputs) resp->add_outputs(out.data, out.length);
-  return absl::OkStatus();
-}
-
-absl::Status run_collective_request(WorkerRuntime& rt, const wv1::CollectiveRequest& req, wv1::CollectiveResponse* resp,
-                                    const std::function<bool()>& cancelled, absl::Time deadline) {
+// A CollectiveRequest as the runtime takes it: the spec and its buffers (one, or a
+// bucket's). The caller's deadline bounds the wait for peers too: a member never waits
+// longer than the scheduler is willing to.
+absl::StatusOr<std::pair<CollectiveSpec, std::vector<uint64_t>>> collective_of(const WorkerRuntime& rt,
+                                                                                 const wv1::CollectiveRequest& req,
+                                                                                 absl::Time deadline) {
   CollectiveSpec spec;
   spec.group = req.group();
   spec.rank = req.rank();
@@ -484,17 +478,47 @@ absl::Status run_collective_request(WorkerRuntime& rt, const wv1::CollectiveRequ
   spec.transport = req.transport();
   spec.rendezvous = req.rendezvous();
   spec.rendezvous_dial = rt.options().rendezvous_dial;
-  // The caller's deadline bounds the wait for peers too: a member never waits longer than
-  // the scheduler is willing to.
   uint32_t timeout = req.timeout_ms() ? req.timeout_ms() : kDefaultCollectiveTimeoutMs;
   if (deadline != absl::InfiniteFuture()) {
     const int64_t left = absl::ToInt64Milliseconds(deadline - absl::Now());
     if (left < static_cast<int64_t>(timeout)) timeout = static_cast<uint32_t>(std::max<int64_t>(left, 1));
   }
   spec.timeout_ms = timeout;
-  auto ms = rt.collective(spec, ids, cancelled);
-  if (!ms.ok()) return ms.status();
-  resp->set_ms(*ms);
+  return std::make_pair(std::move(spec), std::move(ids));
+}
+
+absl::Status run_collective_request(WorkerRuntime& rt, const wv1::CollectiveRequest& req, wv1::CollectiveResponse* resp,
+                                    const std::function<bool()>& cancelled, absl::Time deadline) {
+  ASSIGN_OR_RETURN(auto c, collective_of(rt, req, deadline));
+  ASSIGN_OR_RETURN(double ms, rt.collective(c.first, c.second, cancelled));
+  resp->set_ms(ms);
+  return absl::OkStatus();
+}
+
+absl::Status run_execute(WorkerRuntime& rt, const wv1::ExecuteRequest& req, wv1::ExecuteResponse* resp,
+                         const std::function<bool()>& cancelled, absl::Time deadline) {
+  ExecuteBatch batch;
+  batch.allocs.reserve(req.allocs_size());
+  for (const wv1::BufferInit& a : req.allocs()) batch.allocs.push_back({a.buffer_id(), a.bytes(), a.data()});
+  batch.launches.reserve(req.launches_size());
+  for (const wv1::Launch& l : req.launches()) {
+    if (l.has_collective()) {
+      ASSIGN_OR_RETURN(auto c, collective_of(rt, l.collective(), deadline));
+      batch.launches.push_back({"", std::move(c.second), {}, std::move(c.first)});
+      continue;
+    }
+    batch.launches.push_back({l.key(), {l.buffer_ids().begin(), l.buffer_ids().end()}, {l.vars().begin(), l.vars().end()}});
+  }
+  batch.read_back.assign(req.read_back().begin(), req.read_back().end());
+  batch.free_after.assign(req.free_after().begin(), req.free_after().end());
+  batch.profile = req.profile();
+  auto result = rt.execute(batch, cancelled, deadline);
+  if (!result.ok()) return result.status();
+  for (std::string& k : result->missing_programs) resp->add_missing_programs(std::move(k));
+  resp->set_run_ms(result->run_ms);
+  resp->set_collective_ms(result->collective_ms);
+  for (double ms : result->launch_ms) resp->add_launch_ms(ms);
+  for (const BufferSlice& out : result->outputs) resp->add_outputs(out.data, out.length);
   return absl::OkStatus();
 }
 

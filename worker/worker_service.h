@@ -14,6 +14,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -47,6 +48,10 @@ struct LaunchSpec {
   std::string key;
   std::vector<uint64_t> buffer_ids;  // by slot; 0 for none
   std::vector<int64_t> vars;
+  // Set instead of a program: this worker's part of a collective over buffer_ids (one, or
+  // a bucket's in order), run where it stands among the launches (worker.proto's
+  // Launch.collective); no program is looked up for it and it is not timed per launch.
+  std::optional<CollectiveSpec> collective;
 };
 
 // A buffer an ExecuteBatch allocates: zeroed, then `data` written at its start.
@@ -70,7 +75,8 @@ struct ExecuteResult {
   // since the scheduler loaded them): when not empty, nothing of the batch happened, not
   // even its frees, so the caller can load them and send the same batch again.
   std::vector<std::string> missing_programs;
-  double run_ms = 0;                 // the launches
+  double run_ms = 0;                 // the launches, the collectives among them apart
+  double collective_ms = 0;          // the collectives among the launches
   std::vector<BufferSlice> outputs;  // one per read_back (they stay valid after the frees)
   std::vector<double> launch_ms;     // with ExecuteBatch::profile: one per launch, in order
 };
@@ -139,10 +145,10 @@ class WorkerRuntime {
   // run_collective's errors (collective.h), each naming the buffer. `cancelled` is asked
   // while waiting for peers. Returns the time it took, in milliseconds.
   absl::StatusOr<double> collective(const CollectiveSpec& spec, uint64_t id,
-                                    const std::function<bool()>& cancelled = {});
+                                    const std::function<bool()>& cancelled = {}) const;
   // The same over a bucket (spec.bucket): one buffer id per entry.
   absl::StatusOr<double> collective(const CollectiveSpec& spec, std::span<const uint64_t> ids,
-                                    const std::function<bool()>& cancelled = {});
+                                    const std::function<bool()>& cancelled = {}) const;
 
   WorkerInfo info() const;
   const WorkerRuntimeOptions& options() const { return options_; }
@@ -152,9 +158,10 @@ class WorkerRuntime {
   using Program = std::shared_ptr<const DeviceProgram>;
   // The program of each launch (null where not loaded), each marked as just used.
   std::vector<Program> resolve(std::span<const LaunchSpec> launches) const;
+  // Returns the time spent running, the collectives' apart (added to *collective_ms).
   absl::StatusOr<double> run_launches(std::span<const LaunchSpec> launches, std::span<const Program> programs,
                                       const std::function<bool()>& cancelled, absl::Time deadline,
-                                      std::vector<double>* launch_ms) const;
+                                      std::vector<double>* launch_ms, double* collective_ms = nullptr) const;
   absl::Status run_launch(size_t index, const LaunchSpec& launch, const DeviceProgram& prog,
                           const std::function<bool()>& cancelled, absl::Time deadline, double* launch_ms) const;
 

@@ -165,8 +165,8 @@ TEST(TrainingE2E, BucketedAndUnbucketedAllreducesTrainTheSameBits) {
 // their session buffers (each step's update written into them), the graph goes by its
 // digest, the loss comes back with the Run. Stats across step 3 (a new batch every step):
 // bytes uploaded == the batch's, no graph bytes, no buffer made, nothing compiled, the plan
-// a cache hit, no group formed. The losses and the parameters are those of the same steps
-// in this process, bit for bit.
+// a cache hit, no group formed, one Execute per worker (the allreduce inside them). The
+// losses and the parameters are those of the same steps in this process, bit for bit.
 TEST(TrainingE2E, AWarmStepUploadsOnlyItsBatch) {
   constexpr int kSteps = 4;
   Service svc;
@@ -184,6 +184,8 @@ TEST(TrainingE2E, AWarmStepUploadsOnlyItsBatch) {
     auto before = c.stats();
     ASSERT_TRUE(before.ok()) << before.status();
     const double groups_before = svc.metric("uopd_collective_groups_formed_total");
+    const double lane_before = svc.metric("uopd_worker_executes_total{transport=\"lane\"}");
+    const double grpc_before = svc.metric("uopd_worker_executes_total{transport=\"grpc\"}");
     auto got = trainer.step();
     ASSERT_TRUE(got.ok()) << "step " << step << ": " << got.status();
     auto after = c.stats();
@@ -203,14 +205,18 @@ TEST(TrainingE2E, AWarmStepUploadsOnlyItsBatch) {
     EXPECT_EQ(after->compiles, before->compiles) << "step " << step;
     EXPECT_EQ(after->plan_cache_hits, before->plan_cache_hits + 1) << "step " << step;
     EXPECT_EQ(svc.metric("uopd_collective_groups_formed_total"), groups_before) << "step " << step;
+    // The allreduce runs inside its members' Executes: one Execute per worker per step.
+    EXPECT_EQ(svc.metric("uopd_worker_executes_total{transport=\"lane\"}"), lane_before + 2) << "step " << step;
+    EXPECT_EQ(svc.metric("uopd_worker_executes_total{transport=\"grpc\"}"), grpc_before) << "step " << step;
   }
   ASSERT_TRUE(trainer.check_replicas().ok()) << trainer.check_replicas();
   expect_same_parameters(trainer, reference);
 }
 
-// A step's collectives overlapped with the kernels that do not need them, or every step
-// after the one before (--sequential-steps), bucketed or one collective per allreduce
-// (where there are several to overlap): the same bits in all four.
+// A step's collectives overlapped with the kernels that do not need them or run inside
+// the members' Executes, or every step after the one before (--sequential-steps: each
+// collective its own call), bucketed or one collective per allreduce (where there are
+// several to overlap): the same bits in all four.
 TEST(TrainingE2E, OverlappedAndSequentialStepsTrainTheSameBits) {
   constexpr int kSteps = 3;
   demo::TrainOptions opts = small_mlp();

@@ -19,7 +19,9 @@
 
 #include "absl/strings/escaping.h"
 #include "compiler/support/strings.h"
+#include "compiler/support/status_macros.h"
 #include "tests/unit/compiler/codegen/linear_builder.h"
+#include "tests/unit/worker/collectives/collective_testing.h"
 #include "transport/lane_messages.h"
 
 namespace uop {
@@ -187,6 +189,56 @@ TEST(WorkerRuntime, LoadsByKeyAndRunsLaunchesInOrder) {
   ASSERT_TRUE(rt.execute(std::vector<LaunchSpec>{{"k5", {3, 1}, {10}}}).ok());
   out = read_ints(rt, 3);
   for (int i = 0; i < N; ++i) ASSERT_EQ(out[i], i < 10 ? in[i] * 5 + i : 0) << i;
+}
+
+// A collective in a batch (worker.proto's Launch.collective) runs where it stands: after
+// the launches before it, before those after it, with its peer's batch in another process
+// at the same time. Two members, each: mid = in * 2 + i, the allreduce (add) of mid, then
+// out = mid * 5 + i, read back; the oracle is that arithmetic on the host. Only the
+// kernels are timed per launch.
+TEST(WorkerRuntime, ABatchRunsACollectiveWhereItStandsAmongItsLaunches) {
+  const CpuArtifact times2 = scale_kernel(2), times5 = scale_kernel(5);
+  testing::SharedMemory results(2 * N * sizeof(int32_t));
+  const std::string group = cat("batch-collective-", getpid());
+  auto input = [](int rank) {
+    std::vector<int32_t> in = iota_input();
+    for (int32_t& v : in) v *= rank + 1;
+    return in;
+  };
+  auto reports = testing::run_members(2, [&](int rank) -> absl::Status {
+    WorkerRuntime rt = make_runtime();
+    RETURN_IF_ERROR(rt.load_program("k2", times2.object, times2.abi.serialize()));
+    RETURN_IF_ERROR(rt.load_program("k5", times5.object, times5.abi.serialize()));
+    const std::string in = bytes_of(input(rank));
+    ExecuteBatch b;
+    b.allocs = {{1, N * 4, in}, {2, N * 4, {}}, {3, N * 4, {}}};
+    CollectiveSpec c;
+    c.group = group;
+    c.rank = rank;
+    c.size = 2;
+    c.op = "add";
+    c.dtype = "int32";
+    c.elements = N;
+    c.transport = "shm";
+    b.launches = {{"k2", {2, 1}, {N}}, {"", {2}, {}, c}, {"k5", {3, 2}, {N}}};
+    b.read_back = {3};
+    b.profile = true;
+    auto r = rt.execute(b);
+    if (!r.ok()) return r.status();
+    if (r->launch_ms.size() != 2) return absl::InternalError(cat(r->launch_ms.size(), " launches timed, not the 2 kernels"));
+    if (r->outputs.size() != 1 || r->outputs[0].length != N * 4) return absl::InternalError("no output read back");
+    std::memcpy(results.data() + rank * N * 4, r->outputs[0].data, N * 4);
+    return absl::OkStatus();
+  });
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(reports[r].status().ok()) << "rank " << r << ": " << reports[r].status();
+  const std::vector<int32_t> in0 = input(0), in1 = input(1);
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<int32_t> out = ints_of(std::string_view(reinterpret_cast<const char*>(results.data()) + rank * N * 4, N * 4));
+    for (int i = 0; i < N; ++i) {
+      const int32_t sum = (in0[i] * 2 + i) + (in1[i] * 2 + i);
+      ASSERT_EQ(out[i], sum * 5 + i) << "rank " << rank << ", element " << i;
+    }
+  }
 }
 
 // Timed only when asked: one time per launch, in order, which together fit in the time the
