@@ -913,18 +913,21 @@ absl::Status Executor::run_steps(RunState& rs) {
       std::unique_lock l(mu);
       cv.wait(l, [&] { return done; });
     }
+    bool finished() {
+      std::lock_guard l(mu);
+      return done;
+    }
   };
   std::vector<std::unique_ptr<Running>> running(plan.steps.size());
   std::vector<std::vector<int>> batched(rs.devices.size());  // per device: its steps in `pending`
+  // A collective still running after a failure may wait for the live group a folded one
+  // holds: the run is over, so the fold (never sent) lets go of it first.
   absl::Cleanup join_all = [&] {
+    bool unfinished = false;
+    for (auto& r : running) unfinished |= r && !r->finished();
+    if (unfinished) rs.folded.reset();
     for (auto& r : running)
       if (r) r->wait();
-  };
-  auto finish = [&](int step) -> absl::Status {
-    Running& r = *running[step];
-    r.wait();
-    state[step] = State::Done;
-    return r.status;
   };
   // Sends the batches of the devices marked (with a folded collective's other members),
   // side by side, and waits for them.
@@ -937,6 +940,23 @@ absl::Status Executor::run_steps(RunState& rs) {
       batched[device].clear();
     }
     return absl::OkStatus();
+  };
+  // Waits for a running collective. A folded one's batches go first: the running one may
+  // need the live group the fold holds until they are back.
+  auto finish = [&](int step) -> absl::Status {
+    if (rs.folded) {
+      std::vector<bool> members(rs.devices.size(), false);
+      for (size_t dev : rs.folded->devices) members[dev] = true;
+      if (absl::Status sent = flush(members); !sent.ok()) {
+        rs.folded.reset();
+        running[step]->wait();
+        return sent;
+      }
+    }
+    Running& r = *running[step];
+    r.wait();
+    state[step] = State::Done;
+    return r.status;
   };
   // The devices whose pending Executes hold a batched step: a kernel's, or a folded
   // collective's members.
