@@ -75,11 +75,20 @@ std::string search_mode_name(const SearchOptions& o) {
   return "";
 }
 
-std::string tuning_record_key(const Digest& kernel, const Backend& backend, std::string_view cache_namespace) {
+namespace {
+
+// What a tuning record's key is the SHA-256 of.
+std::string tuning_record_material(const Digest& kernel, const Backend& backend, std::string_view cache_namespace) {
   std::string material = cat("uopd-tuning-record/1\n", kernel.hex(), "\n", backend.target_id(), "\n", backend.build_id(),
                              "\n", backend.key_parts());
   if (!cache_namespace.empty()) material = cat(material, "\nnamespace=", cache_namespace);
-  return sha256(material).hex();
+  return material;
+}
+
+}  // namespace
+
+std::string tuning_record_key(const Digest& kernel, const Backend& backend, std::string_view cache_namespace) {
+  return sha256(tuning_record_material(kernel, backend, cache_namespace)).hex();
 }
 
 std::string encode_tuning_record(const TuningRecord& r) {
@@ -191,9 +200,21 @@ void Tuner::put_record(const std::string& key, const TuningRecord& r) {
 
 std::string Tuner::recorded_schedule(const PlannedKernel& k, const Backend& backend, std::string_view cache_namespace) {
   if (opts_.mode == SearchMode::Off || backend.name() != "cpu") return "";
-  const std::string key = tuning_record_key(k.digest, backend, cache_namespace);
+  // Every Run asks this of each of its kernels: the key's SHA-256 is worked out once per
+  // kernel, target and namespace (it was a quarter of a warm training step's planning).
+  std::string material = tuning_record_material(k.digest, backend, cache_namespace);
+  std::string key;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    std::unique_lock<std::mutex> l(mu_);
+    if (auto it = keys_.find(material); it != keys_.end()) {
+      key = it->second;
+    } else {
+      l.unlock();
+      key = sha256(material).hex();
+      l.lock();
+      if (keys_.size() > 65536) keys_.clear();
+      keys_.emplace(std::move(material), key);
+    }
     if (auto it = known_.find(key); it != known_.end()) return it->second;
     if (auto it = missing_.find(key); it != missing_.end() && absl::Now() < it->second) return "";
   }
