@@ -127,6 +127,9 @@ absl::Status realize_all(const std::vector<Tensor>& tensors, Realizer& r, const 
     impl.data = it->second.impl()->data;
     if (impl.requires_grad) ctx->watch(t.impl());
   }
+  made.clear();
+  cg = CanonicalGraph();
+  ctx->compact_if_grown();
   return absl::OkStatus();
 }
 

@@ -65,7 +65,7 @@ std::shared_ptr<LeafStorage> TensorContext::storage(const UOp* buffer) const {
 
 const UOp* TensorContext::device_node(const std::string& device) {
   auto [it, fresh] = devices_.try_emplace(device, nullptr);
-  if (fresh) it->second = graph_.make(Op::DEVICE, dtypes::void_, {}, DeviceArg{{device}});
+  if (fresh) it->second = graph_->make(Op::DEVICE, dtypes::void_, {}, DeviceArg{{device}});
   return it->second;
 }
 
@@ -84,13 +84,13 @@ const UOp* TensorContext::record(const UOp* u, NodeInfo info) {
 const UOp* TensorContext::leaf_node(const std::shared_ptr<LeafStorage>& data) {
   const auto n = checked_numel(data->shape);
   UOP_TENSOR_CHECK(n.has_value(), "bad leaf shape ", shape_str(data->shape));
-  const UOp* unique = graph_.make(Op::UNIQUE, dtypes::void_, {}, IntArg{next_unique_++});
-  const UOp* buf = graph_.make(Op::BUFFER, DType(data->dtype), {unique, device_node(data->device)}, BufferArg{*n});
+  const UOp* unique = graph_->make(Op::UNIQUE, dtypes::void_, {}, IntArg{next_unique_++});
+  const UOp* buf = graph_->make(Op::BUFFER, DType(data->dtype), {unique, device_node(data->device)}, BufferArg{*n});
   const Placement on = Placement::on(data->device);
   record(buf, NodeInfo{{*n}, on, nullptr, true});
   storage_[buf] = data;
   if (data->shape == std::vector<int64_t>{*n}) return buf;
-  const UOp* view = graph_.make(Op::RESHAPE, buf->dtype(), {buf, detail::shape_operand(graph_, data->shape)});
+  const UOp* view = graph_->make(Op::RESHAPE, buf->dtype(), {buf, detail::shape_operand(*graph_, data->shape)});
   return record(view, NodeInfo{data->shape, on, nullptr, true});
 }
 
@@ -100,6 +100,79 @@ void TensorContext::watch(const std::shared_ptr<TensorImpl>& t) {
   for (const auto& w : list)
     if (w.lock() == t) return;
   list.push_back(t);
+}
+
+void TensorContext::adopt(const std::shared_ptr<TensorImpl>& t) {
+  // Pruned here too, so that a loop whose graph never grows (every node hash-consed to
+  // one made before) does not grow this list either.
+  if (tensors_.size() > 2 * tensors_kept_ + 1024) {
+    std::erase_if(tensors_, [](const std::weak_ptr<TensorImpl>& w) { return w.expired(); });
+    tensors_kept_ = tensors_.size();
+  }
+  tensors_.push_back(t);
+}
+
+void TensorContext::compact_if_grown() {
+  if (graph_->size() > kCompactNodes && graph_->size() > 2 * nodes_kept_) compact();
+}
+
+void TensorContext::compact() {
+  std::vector<std::shared_ptr<TensorImpl>> live;
+  for (const auto& w : tensors_)
+    if (auto t = w.lock()) live.push_back(std::move(t));
+  tensors_.assign(live.begin(), live.end());
+  tensors_kept_ = tensors_.size();
+  auto fresh = std::make_unique<Graph>();
+  absl::flat_hash_map<const UOp*, const UOp*> moved;
+  auto keep = [&](std::vector<const UOp*> roots) {
+    std::erase_if(roots, [&](const UOp* u) { return moved.contains(u); });
+    for (const UOp* u : toposort(roots)) {
+      if (moved.contains(u)) continue;
+      std::vector<const UOp*> src;
+      src.reserve(u->num_src());
+      for (const UOp* s : u->src()) src.push_back(moved.at(s));
+      moved.emplace(u, fresh->make(u->op(), u->dtype(), src, u->arg()));
+    }
+  };
+  std::vector<const UOp*> roots;
+  for (const auto& t : live)
+    if (t->node) roots.push_back(t->node);
+  for (const auto& [device, node] : devices_) roots.push_back(node);
+  keep(roots);
+  // A record may name another node (a relayout's source): kept too, until none is new.
+  for (;;) {
+    std::vector<const UOp*> named;
+    for (const auto& [old, now] : moved)
+      if (auto it = info_.find(old); it != info_.end() && it->second.relayout_of && !moved.contains(it->second.relayout_of))
+        named.push_back(it->second.relayout_of);
+    if (named.empty()) break;
+    keep(named);
+  }
+  absl::node_hash_map<const UOp*, NodeInfo> info;
+  absl::flat_hash_map<const UOp*, std::weak_ptr<LeafStorage>> storage;
+  absl::flat_hash_map<const UOp*, std::vector<std::weak_ptr<TensorImpl>>> watched;
+  for (const auto& [old, now] : moved) {
+    if (auto it = info_.find(old); it != info_.end()) {
+      NodeInfo i = it->second;
+      if (i.relayout_of) i.relayout_of = moved.at(i.relayout_of);
+      info.emplace(now, std::move(i));
+    }
+    if (auto it = storage_.find(old); it != storage_.end() && !it->second.expired()) storage.emplace(now, it->second);
+    if (auto it = watched_.find(old); it != watched_.end()) {
+      std::vector<std::weak_ptr<TensorImpl>> alive;
+      for (const auto& w : it->second)
+        if (!w.expired()) alive.push_back(w);
+      if (!alive.empty()) watched.emplace(now, std::move(alive));
+    }
+  }
+  for (auto& [device, node] : devices_) node = moved.at(node);
+  for (const auto& t : live)
+    if (t->node) t->node = moved.at(t->node);
+  info_ = std::move(info);
+  storage_ = std::move(storage);
+  watched_ = std::move(watched);
+  graph_ = std::move(fresh);
+  nodes_kept_ = graph_->size();
 }
 
 std::vector<std::shared_ptr<TensorImpl>> TensorContext::watchers(const UOp* u) const {
@@ -148,6 +221,7 @@ Tensor wrap(const ContextPtr& ctx, const UOp* node, std::shared_ptr<const LeafSe
   impl->ctx = ctx;
   impl->node = node;
   impl->leaves = leaves ? std::move(leaves) : std::make_shared<const LeafSet>();
+  ctx->adopt(impl);
   return Tensor(std::move(impl));
 }
 

@@ -101,7 +101,7 @@ class TensorContext {
   TensorContext(const TensorContext&) = delete;
   TensorContext& operator=(const TensorContext&) = delete;
 
-  Graph& graph() { return graph_; }
+  Graph& graph() { return *graph_; }
   const NodeInfo& info(const UOp* u) const;  // aborts for a node the frontend did not make
   const NodeInfo* find(const UOp* u) const;
   // The leaf data behind a BUFFER, while a tensor still holds it.
@@ -117,10 +117,26 @@ class TensorContext {
   // Tensors with requires_grad, by node: backward() finds them in the loss's graph.
   void watch(const std::shared_ptr<TensorImpl>& t);
   std::vector<std::shared_ptr<TensorImpl>> watchers(const UOp* u) const;
+  // Every tensor made in this context, held weakly: what compact() keeps.
+  void adopt(const std::shared_ptr<TensorImpl>& t);
+
+  // Forgets every node no living tensor reaches: the nodes of the tensors alive (and what
+  // their nodes' records name) are rebuilt in a fresh Graph, the tensors moved onto them,
+  // and the old Graph goes. Without it the context grows by every step of a training loop
+  // (each realize makes new leaves, so every node of the next step is new). Node pointers
+  // from before (Tensor::node(), Graph&) are invalid after it. realize_all calls
+  // compact_if_grown() last, when nothing else is using the graph: once the graph has
+  // grown past twice what the last compaction kept, and past kCompactNodes.
+  void compact();
+  void compact_if_grown();
+  static constexpr size_t kCompactNodes = size_t{1} << 16;
 
  private:
   TensorContext() = default;
-  Graph graph_;
+  std::unique_ptr<Graph> graph_ = std::make_unique<Graph>();
+  std::vector<std::weak_ptr<TensorImpl>> tensors_;  // adopt(); pruned by compact()
+  size_t tensors_kept_ = 0;                          // tensors_.size() after the last prune
+  size_t nodes_kept_ = 0;                            // graph_->size() after the last compact()
   absl::node_hash_map<const UOp*, NodeInfo> info_;  // node map: references stay valid as it grows
   absl::flat_hash_map<const UOp*, std::weak_ptr<LeafStorage>> storage_;
   absl::flat_hash_map<std::string, const UOp*> devices_;

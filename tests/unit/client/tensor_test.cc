@@ -465,5 +465,57 @@ TEST(TensorRealize, IntoWritesTheResultInPlace) {
   EXPECT_EQ(w.to_host()->data, host(Scalar::Float32, {3}, {3, 5, 7}).data);  // nothing refused ran
 }
 
+// A training loop in one context: every step's realize makes new leaves, so every node of
+// the next step is new. TensorContext::compact() keeps what living tensors reach (a lazy
+// tensor made before it too, and the parameters' gradients) and forgets the rest: the
+// same steps with a compaction after each give the same losses and parameters, bit for
+// bit, as without, while the graph stays the size of one step instead of growing with
+// every one. realize_all compacts by itself past kCompactNodes.
+TEST(TensorContext, CompactionKeepsWhatLiveTensorsReachAndForgetsTheRest) {
+  struct Run {
+    std::vector<std::string> losses;
+    HostTensor w, lazy;
+    size_t nodes_at_5 = 0, nodes_at_end = 0;
+  };
+  auto train = [](bool compact) {
+    InterpRealizer r;
+    Run run;
+    ContextPtr ctx = TensorContext::make();
+    Tensor x = Tensor::from(randn(Scalar::Float32, {8, 3}, 1), "CPU:0", ctx);
+    Tensor y = Tensor::from(randn(Scalar::Float32, {8, 2}, 2), "CPU:0", ctx);
+    Tensor w = Tensor::from(randn(Scalar::Float32, {3, 2}, 3, -0.5, 0.5), "CPU:0", ctx);
+    w.requires_grad_();
+    Tensor lazy;
+    for (int step = 1; step <= 30; ++step) {
+      Tensor loss = (x.matmul(w) - y).square().mean();
+      loss.backward();
+      Tensor next = (w - w.grad() * 0.1).detach();
+      RealizeOptions ro;
+      ro.into = {Tensor(), w};
+      EXPECT_TRUE(realize_all({loss, next}, r, ro).ok()) << "step " << step;
+      auto l = loss.to_host();
+      EXPECT_TRUE(l.ok());
+      run.losses.push_back(l.ok() ? l->data : std::string());
+      next.requires_grad_();
+      w = next;
+      if (step == 10) lazy = w * 3.0 + 1.0;  // made before the compactions that follow, realized after them
+      if (compact) ctx->compact();
+      if (step == 5) run.nodes_at_5 = ctx->graph().size();
+    }
+    run.nodes_at_end = ctx->graph().size();
+    run.w = w.to_host().value();
+    EXPECT_TRUE(lazy.realize(r).ok());
+    run.lazy = lazy.to_host().value();
+    return run;
+  };
+  const Run kept = train(false), compacted = train(true);
+  ASSERT_EQ(kept.losses.size(), compacted.losses.size());
+  for (size_t i = 0; i < kept.losses.size(); ++i) EXPECT_EQ(kept.losses[i], compacted.losses[i]) << "step " << i + 1;
+  EXPECT_EQ(kept.w.data, compacted.w.data);
+  EXPECT_EQ(kept.lazy.data, compacted.lazy.data);
+  EXPECT_GT(kept.nodes_at_end, 3 * kept.nodes_at_5) << "without compaction the graph grows with the steps";
+  EXPECT_LE(compacted.nodes_at_end, compacted.nodes_at_5 + 16) << "compacted, it stays the size of a step";
+}
+
 }  // namespace
 }  // namespace uop::client
