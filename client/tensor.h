@@ -170,6 +170,8 @@ class Tensor {
 
   // ---- what it is
   bool defined() const { return impl_ != nullptr; }
+  // Valid until the next realize in this context (which may compact it:
+  // TensorContext::compact).
   const UOp* node() const;
   const std::vector<int64_t>& shape() const;
   int64_t ndim() const { return static_cast<int64_t>(shape().size()); }
