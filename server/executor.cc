@@ -77,6 +77,51 @@ std::optional<absl::Status> execute_on_lane(ExecLane& lane, const wpb::ExecuteRe
   return Executor::call_on_lane(lane, lane::Kind::Execute, req, reply_bound, deadline, resp, cancel);
 }
 
+// Calls made side by side that stand or fall together (a collective's members, the
+// Executes that carry a folded one): when one fails, stop_others() stops the rest, which
+// would otherwise wait for it until their timeout. A lane call watches its flag(); a gRPC
+// call's context, while attached, is cancelled.
+class PeerCalls {
+ public:
+  explicit PeerCalls(size_t n) : flags_(new std::atomic<bool>[n]), contexts_(n, nullptr), stopped_(n, false) {
+    for (size_t i = 0; i < n; ++i) flags_[i].store(false);
+  }
+  const std::atomic<bool>* flag(size_t i) const { return &flags_[i]; }
+  // Cancelled at once when stop_others() came first.
+  void attach(size_t i, grpc::ClientContext* ctx) {
+    std::lock_guard l(mu_);
+    contexts_[i] = ctx;
+    if (stopped_[i]) ctx->TryCancel();
+  }
+  void detach(size_t i) {
+    std::lock_guard l(mu_);
+    contexts_[i] = nullptr;
+  }
+  // From a call that failed on its own: one we stopped stops nobody, so the first failure
+  // is never taken for a consequence.
+  void stop_others(size_t failed) {
+    std::lock_guard l(mu_);
+    if (stopped_[failed]) return;
+    for (size_t j = 0; j < stopped_.size(); ++j) {
+      if (j == failed || stopped_[j]) continue;
+      stopped_[j] = true;
+      flags_[j].store(true, std::memory_order_release);
+      if (contexts_[j]) contexts_[j]->TryCancel();
+    }
+  }
+  // A CANCELLED status of a call we stopped is a consequence of its peer's failure.
+  bool stopped_by_us(size_t i, const absl::Status& s) const {
+    std::lock_guard l(mu_);
+    return stopped_[i] && s.code() == absl::StatusCode::kCancelled;
+  }
+
+ private:
+  std::unique_ptr<std::atomic<bool>[]> flags_;
+  mutable std::mutex mu_;
+  std::vector<grpc::ClientContext*> contexts_;  // guarded by mu_
+  std::vector<bool> stopped_;                   // guarded by mu_
+};
+
 }  // namespace
 
 // What one run holds while its steps go: the worker of each device it uses, the worker
@@ -159,29 +204,14 @@ absl::Status Executor::flush_launches(RunState& rs, std::vector<bool>* which) {
   if (busy.empty()) return absl::OkStatus();
   auto t0 = std::chrono::steady_clock::now();
   std::vector<absl::Status> status(busy.size());
-  // With a folded collective, a device that fails stops the others (they would wait for
-  // it in the collective until its timeout): their lane calls are abandoned, their gRPC
-  // calls cancelled.
-  std::unique_ptr<std::atomic<bool>[]> stop(new std::atomic<bool>[busy.size()]);
-  for (size_t k = 0; k < busy.size(); ++k) stop[k].store(false);
-  std::mutex calls_mu;
-  std::vector<grpc::ClientContext*> calls(busy.size(), nullptr);  // guarded by calls_mu
-  std::vector<bool> stopped(busy.size(), false);                  // guarded by calls_mu
-  auto stop_others = [&](size_t failed) {
-    std::lock_guard l(calls_mu);
-    for (size_t j = 0; j < busy.size(); ++j) {
-      if (j == failed || stopped[j]) continue;
-      stopped[j] = true;
-      stop[j].store(true, std::memory_order_release);
-      if (calls[j]) calls[j]->TryCancel();
-    }
-  };
+  // With a folded collective, a device that fails stops the others.
+  PeerCalls peers(busy.size());
   auto execute = [&](size_t k) {
     RunState::Device& d = rs.devices[busy[k]];
     d.answer.Clear();
     if (rs.profile && d.pending.launches_size() > 0) d.pending.set_profile(true);
     if (std::shared_ptr<ExecLane> lane = d.w->lane()) {
-      if (auto done = execute_on_lane(*lane, d.pending, d.pending_out, rs.deadline, &d.answer, &stop[k])) {
+      if (auto done = execute_on_lane(*lane, d.pending, d.pending_out, rs.deadline, &d.answer, peers.flag(k))) {
         lane_executes_.fetch_add(1, std::memory_order_relaxed);
         status[k] = *done;
         return;
@@ -190,24 +220,19 @@ absl::Status Executor::flush_launches(RunState& rs, std::vector<bool>* which) {
     grpc_executes_.fetch_add(1, std::memory_order_relaxed);
     grpc::ClientContext ctx;
     set_deadline(ctx, rs.deadline);
-    {
-      std::lock_guard l(calls_mu);
-      calls[k] = &ctx;
-      if (stopped[k]) ctx.TryCancel();
-    }
+    peers.attach(k, &ctx);
     auto st = stub(d.w);
     status[k] = st.ok() ? from_grpc((*st)->Execute(&ctx, d.pending, &d.answer)) : st.status();
-    std::lock_guard l(calls_mu);
-    calls[k] = nullptr;
+    peers.detach(k);
   };
-  // A worker that unloaded a program this batch launches (its program budget, for a load
-  // since this run's) did nothing: the programs are loaded again and the batch sent once
-  // more. Missing again, the budget is too small for the programs of one batch.
   // A folded collective runs while these Executes do.
   if (folded) collectives_running_.fetch_add(1, std::memory_order_relaxed);
   absl::Cleanup not_running = [&] {
     if (folded) collectives_running_.fetch_sub(1, std::memory_order_relaxed);
   };
+  // A worker that unloaded a program this batch launches (its program budget, for a load
+  // since this run's) did nothing: the programs are loaded again and the batch sent once
+  // more. Missing again, the budget is too small for the programs of one batch.
   auto execute_loaded = [&](size_t k) {
     RunState::Device& d = rs.devices[busy[k]];
     execute(k);
@@ -220,7 +245,7 @@ absl::Status Executor::flush_launches(RunState& rs, std::vector<bool>* which) {
                                  "(uop-worker --max-program-bytes, uopd --worker-max-program-bytes) is smaller than the ",
                 d.pending.launches_size(), " kernels of one Execute"));
     }
-    if (!status[k].ok() && folded) stop_others(k);
+    if (!status[k].ok() && folded) peers.stop_others(k);
   };
   // Kernels of different devices between two collectives never share a buffer: they
   // run side by side.
@@ -230,8 +255,6 @@ absl::Status Executor::flush_launches(RunState& rs, std::vector<bool>* which) {
     if (status[k].ok()) collective_ms = std::max(collective_ms, rs.devices[busy[k]].answer.collective_ms());
   rs.out.run_ms += std::max(ms_since(t0) - collective_ms, 0.0);
   std::vector<std::pair<Worker, absl::Status>> failures;
-  bool failed_first = false;  // a failure that is not only our stopping it
-  for (size_t k = 0; k < busy.size(); ++k) failed_first |= !status[k].ok() && !stopped[k];
   for (size_t k = 0; k < busy.size(); ++k) {
     RunState::Device& d = rs.devices[busy[k]];
     if (status[k].ok() && rs.profile && !d.pending_kernels.empty() &&
@@ -252,8 +275,7 @@ absl::Status Executor::flush_launches(RunState& rs, std::vector<bool>* which) {
         std::erase_if(d.temps, [&](uint64_t id) { return freed.contains(id); });
         d.w->release_buffer_ids({d.pending.free_after().data(), static_cast<size_t>(d.pending.free_after_size())}, d.generation);
       }
-    } else if (!(stopped[k] && failed_first && status[k].code() == absl::StatusCode::kCancelled)) {
-      // Stopped by us because a peer failed: the peer's failure says why.
+    } else if (!peers.stopped_by_us(k, status[k])) {  // else the peer's failure says why
       failures.emplace_back(d.w, status[k]);
     }
     d.pending.Clear();
@@ -434,28 +456,34 @@ wpb::CollectiveRequest Executor::member_request(const RunState& rs, const Planne
   return req;
 }
 
-absl::StatusOr<bool> Executor::fold_collective(RunState& rs, const PlannedCollective& c, size_t index) {
-  if (rs.folded || collectives_.sequential) return false;
-  ASSIGN_OR_RETURN(const CollectiveSetup cs, collective_setup(rs, c, index));
+absl::StatusOr<std::optional<Executor::CollectiveSetup>> Executor::foldable(const RunState& rs, const PlannedCollective& c,
+                                                                            size_t index) const {
+  if (rs.folded || collectives_.sequential) return std::nullopt;
+  ASSIGN_OR_RETURN(CollectiveSetup cs, collective_setup(rs, c, index));
   // One host's shared-memory ring between embedded workers, whose Executes can be stopped
   // (their lanes): a member that fails then stops the others at once.
-  if (cs.transport != "shm" || !cs.live) return false;
+  if (cs.transport != "shm" || !cs.live) return std::nullopt;
   std::vector<size_t> devices;
   for (int b : cs.members) {
     const size_t dev = rs.device_of[b];
-    if (!rs.devices[dev].w->lane() || std::find(devices.begin(), devices.end(), dev) != devices.end()) return false;
+    if (!rs.devices[dev].w->lane() || std::find(devices.begin(), devices.end(), dev) != devices.end()) return std::nullopt;
     devices.push_back(dev);
   }
+  return cs;
+}
+
+std::vector<size_t> Executor::fold_collective(RunState& rs, const PlannedCollective& c, const CollectiveSetup& cs) {
   RunState::Folded f;
   f.key = cs.key;
   f.what = cs.what;
   f.group = live_group(cs.key, cs.transport, cs.processes);
   f.lock = std::unique_lock<std::mutex>(f.group->run);
-  f.devices = devices;
-  for (size_t i = 0; i < devices.size(); ++i)
-    *rs.devices[devices[i]].pending.add_launches()->mutable_collective() = member_request(rs, c, cs, f.group->name, 0, i);
+  for (size_t i = 0; i < cs.members.size(); ++i) {
+    f.devices.push_back(rs.device_of[cs.members[i]]);
+    *rs.devices[f.devices.back()].pending.add_launches()->mutable_collective() = member_request(rs, c, cs, f.group->name, 0, i);
+  }
   rs.folded = std::move(f);
-  return true;
+  return rs.folded->devices;
 }
 
 absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, size_t index) {
@@ -512,10 +540,8 @@ absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, 
       ctxs.push_back(std::make_unique<grpc::ClientContext>());
       set_deadline(*ctxs.back(), ctx_deadline);
     }
-    std::unique_ptr<std::atomic<bool>[]> stop(new std::atomic<bool>[n]);
-    for (size_t i = 0; i < n; ++i) stop[i].store(false);
-    std::mutex mu;
-    std::vector<bool> done(n, false), cancelled(n, false);
+    PeerCalls peers(n);
+    for (size_t i = 0; i < n; ++i) peers.attach(i, ctxs[i].get());
     std::vector<absl::Status> status(n);
     auto member = [&](size_t i) {
       const RunState::Device& d = rs.devices[rs.device_of[members[i]]];
@@ -525,7 +551,7 @@ absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, 
       // gRPC round trip, which for a small bucket is most of its time.
       std::optional<absl::Status> on_lane;
       if (std::shared_ptr<ExecLane> lane = d.w->lane())
-        on_lane = call_on_lane(*lane, lane::Kind::Collective, req, 64, ctx_deadline, &resp, &stop[i]);
+        on_lane = call_on_lane(*lane, lane::Kind::Collective, req, 64, ctx_deadline, &resp, peers.flag(i));
       absl::Status s;
       if (on_lane) {
         s = *on_lane;
@@ -533,17 +559,9 @@ absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, 
         auto st = stub(d.w);
         s = st.ok() ? from_grpc((*st)->Collective(ctxs[i].get(), req, &resp)) : st.status();
       }
-      std::lock_guard<std::mutex> l(mu);
       status[i] = s;
-      done[i] = true;
-      if (s.ok() || cancelled[i]) return;
       // One member failed: the others cannot finish, so stop them waiting now.
-      for (size_t j = 0; j < n; ++j)
-        if (!done[j] && !cancelled[j]) {
-          cancelled[j] = true;
-          stop[j].store(true, std::memory_order_release);
-          ctxs[j]->TryCancel();
-        }
+      if (!s.ok()) peers.stop_others(i);
     };
     auto t0 = std::chrono::steady_clock::now();
     collectives_run_.fetch_add(1, std::memory_order_relaxed);
@@ -559,8 +577,7 @@ absl::Status Executor::run_collective(RunState& rs, const PlannedCollective& c, 
     std::vector<std::pair<Worker, absl::Status>> failures;
     for (size_t i = 0; i < n; ++i) {
       if (status[i].ok()) continue;
-      // Stopped by us because a peer failed: the peer's failure says why.
-      if (cancelled[i] && status[i].code() == absl::StatusCode::kCancelled) continue;
+      if (peers.stopped_by_us(i, status[i])) continue;  // the peer's failure says why
       failures.emplace_back(rs.devices[rs.device_of[members[i]]].w, status[i]);
     }
     if (!failures.empty()) {
@@ -974,12 +991,14 @@ absl::Status Executor::run_steps(RunState& rs) {
     // data-parallel step is then one Execute per worker, not three round trips.
     const bool needed_next = st.kind == ScheduleStep::Kind::Collective && s + 1 < plan.steps.size() &&
                              std::binary_search(plan.waits_for[s + 1].begin(), plan.waits_for[s + 1].end(), static_cast<int>(s));
-    std::vector<bool> members(rs.devices.size(), false);
-    bool fold = needed_next && !rs.folded;
-    if (fold) {
-      for (int b : plan.collectives[st.index].members()) members[rs.device_of[b]] = true;
-      for (int d : plan.waits_for[s]) fold &= state[d] != State::Running;
+    std::optional<CollectiveSetup> fold;
+    if (needed_next && std::none_of(plan.waits_for[s].begin(), plan.waits_for[s].end(),
+                                    [&](int d) { return state[d] == State::Running; })) {
+      ASSIGN_OR_RETURN(fold, foldable(rs, plan.collectives[st.index], st.index));
     }
+    std::vector<bool> members(rs.devices.size(), false);
+    if (fold)
+      for (int b : fold->members) members[rs.device_of[b]] = true;
     // What this step waits for: launches batched on other devices are sent now (on its
     // own device, or a folded collective's, they run before it in the same Execute); a
     // running collective is waited for, after this device's batch, which does not need
@@ -1016,22 +1035,11 @@ absl::Status Executor::run_steps(RunState& rs) {
         break;
       case ScheduleStep::Kind::Collective: {
         if (fold) {
-          ASSIGN_OR_RETURN(fold, fold_collective(rs, plan.collectives[st.index], st.index));
-          if (fold) {
-            for (size_t dev : rs.folded->devices) batched[dev].push_back(static_cast<int>(s));
-            state[s] = State::Batched;
-            break;
-          }
+          for (size_t dev : fold_collective(rs, plan.collectives[st.index], *fold)) batched[dev].push_back(static_cast<int>(s));
+          state[s] = State::Batched;
+          break;
         }
         if (needed_next) {
-          // Not folded: the batches it waits for go first (as above, for a collective).
-          std::vector<bool> rest(rs.devices.size(), false);
-          for (int d : plan.waits_for[s])
-            if (state[d] == State::Batched)
-              for (size_t dev : batched_on(d)) rest[dev] = true;
-          for (size_t dev = 0; dev < rs.devices.size(); ++dev)
-            if (rs.devices[dev].pending.allocs_size() > 0) rest[dev] = true;
-          RETURN_IF_ERROR(flush(rest));
           RETURN_IF_ERROR(run_collective(rs, plan.collectives[st.index], st.index));
           state[s] = State::Done;
           break;

@@ -241,12 +241,16 @@ class Executor {
   // waits for them.
   // A folded collective's members are sent together: `which` gains them.
   absl::Status flush_launches(RunState& rs, std::vector<bool>* which = nullptr);
-  // The collective as a launch in each member's pending Execute, when the members are
+  // The collective's setup when it can go into its members' Executes: the members are
   // embedded workers of one host (shm, each with its lane) and the run folds nothing yet;
-  // false (nothing done) otherwise. The live group is held until those Executes are done.
-  absl::StatusOr<bool> fold_collective(RunState& rs, const PlannedCollective& c, size_t index);
-  absl::Status run_collective(RunState& rs, const PlannedCollective& c, size_t index);
+  // nullopt otherwise.
   struct CollectiveSetup;
+  absl::StatusOr<std::optional<CollectiveSetup>> foldable(const RunState& rs, const PlannedCollective& c,
+                                                          size_t index) const;
+  // The collective as a launch in each member's pending Execute; the live group is held
+  // until those Executes are done. Returns the members' devices.
+  std::vector<size_t> fold_collective(RunState& rs, const PlannedCollective& c, const CollectiveSetup& cs);
+  absl::Status run_collective(RunState& rs, const PlannedCollective& c, size_t index);
   absl::StatusOr<CollectiveSetup> collective_setup(const RunState& rs, const PlannedCollective& c, size_t index) const;
   // Member i's part of call `call` of the collective (a group not kept makes one call per
   // segment) in the group `name`.
