@@ -232,13 +232,13 @@ std::optional<absl::Status> Executor::call_on_lane(ExecLane& lane, lane::Kind ki
   return absl::OkStatus();
 }
 
-absl::Status Executor::free(const Worker& w, const std::vector<uint64_t>& ids) {
+absl::Status Executor::free(const Worker& w, const std::vector<uint64_t>& ids, std::optional<uint64_t> of) {
   if (ids.empty()) return absl::OkStatus();
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   wpb::FreeBuffersRequest req;
   for (uint64_t id : ids) req.add_buffer_ids(id);
   wpb::FreeBuffersResponse resp;
-  const uint64_t generation = w->generation();
+  const uint64_t generation = of.value_or(w->generation());
   std::optional<absl::Status> on_lane;
   if (std::shared_ptr<ExecLane> lane = w->lane()) on_lane = call_on_lane(*lane, lane::Kind::Free, req, 16, deadline, &resp);
   absl::Status s;
@@ -277,7 +277,7 @@ void Executor::send_frees() {
     LaterFree f = std::move(frees_.front());
     frees_.pop_front();
     l.unlock();
-    if (f.w->generation() == f.generation) (void)free(f.w, f.ids);
+    if (f.w->generation() == f.generation) (void)free(f.w, f.ids, f.generation);
     l.lock();
     ++frees_done_;
     frees_cv_.notify_all();

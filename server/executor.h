@@ -144,7 +144,8 @@ class Executor {
   absl::Status read_into(const Worker& w, uint64_t id, uint64_t offset, uint64_t length, absl::Time deadline,
                          const std::function<bool(uint64_t offset, std::string& data)>& sink);
   // The ids are released for reuse once the worker freed them.
-  absl::Status free(const Worker& w, const std::vector<uint64_t>& ids);
+  // `generation`: the process the ids are of (default: the worker's current one).
+  absl::Status free(const Worker& w, const std::vector<uint64_t>& ids, std::optional<uint64_t> generation = std::nullopt);
   // The same without waiting (nothing waits on a free): queued for a thread of the
   // executor's own, which sends them in order, so a Run's answer never waits for the
   // frees of the buffers it retired. Nothing is sent when `w` is no longer the process of
