@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <iterator>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -391,6 +392,34 @@ std::vector<LoopSchedule> schedule_neighbours(const LoopSchedule& schedule) {
   return out;
 }
 
+// The lanes of the kernel's widest value once expanded: a value is a vector over the
+// Upcast ranges it depends on (expand.h), less those a REDUCE it passes through folds, so
+// sibling reductions' lanes do not multiply (a GRU step's three gates, each 4 outputs x 16
+// lanes of its own reduce loop, are vectors of 64, not 4 x 16 x 16 x 16).
+namespace {
+int64_t widest_lanes(const UOp* kernel) {
+  absl::flat_hash_map<const UOp*, std::vector<const UOp*>> over;  // sorted, by address
+  int64_t widest = 1;
+  for (const UOp* u : toposort(kernel)) {
+    std::vector<const UOp*> d;
+    if (u->op() == Op::RANGE && u->arg_as<RangeArg>().type == AxisType::Upcast) d.push_back(u);
+    for (const UOp* s : u->src()) {
+      const std::vector<const UOp*>& o = over[s];
+      std::vector<const UOp*> m;
+      std::set_union(d.begin(), d.end(), o.begin(), o.end(), std::back_inserter(m));
+      d = std::move(m);
+    }
+    if (u->op() == Op::REDUCE)
+      for (const UOp* r : u->src().subspan(1)) d.erase(std::remove(d.begin(), d.end(), r), d.end());
+    __int128 n = 1;
+    for (const UOp* r : d) n = std::min<__int128>(n * std::max<int64_t>(const_end(r), 1), __int128{1} << 62);
+    widest = std::max<int64_t>(widest, static_cast<int64_t>(n));
+    over[u] = std::move(d);
+  }
+  return widest;
+}
+}  // namespace
+
 absl::StatusOr<const UOp*> apply_schedule(Graph& g, const UOp* kernel, const LoopSchedule& schedule,
                                           const ScheduleLimits& limits) {
   if (schedule.empty()) return kernel;
@@ -404,9 +433,6 @@ absl::StatusOr<const UOp*> apply_schedule(Graph& g, const UOp* kernel, const Loo
     is_output[i] = i < outputs;
     maskable[i] = !gated.contains(axes[i]);
   }
-  int64_t lanes = 1;
-  for (const UOp* r : axes)
-    if (r->arg_as<RangeArg>().type == AxisType::Upcast) lanes *= std::max<int64_t>(const_end(r), 1);
 
   const UOp* k = kernel;
   for (size_t i = 0; i < schedule.steps.size(); ++i) {
@@ -449,15 +475,11 @@ absl::StatusOr<const UOp*> apply_schedule(Graph& g, const UOp* kernel, const Loo
         const int64_t outer = n / st.factor + (n % st.factor != 0);  // ceil, without overflow
         if (r->arg_as<RangeArg>().type == AxisType::Thread && outer < 2)
           return bad(cat("axis ", a, " runs on threads: it would keep one iteration"));
-        int64_t after = lanes;
-        if (r->arg_as<RangeArg>().type == AxisType::Upcast) after = after / n * outer;
-        if (st.type == AxisType::Upcast) after *= st.factor;
-        if (after > limits.max_lanes)
-          return bad(cat("the Upcast ranges would make ", after, " lanes, at most ", limits.max_lanes));
         auto s = split_impl(g, k, r, st.factor, st.type, maskable[a]);
         if (!s.ok()) return bad(std::string(s.status().message()));
+        if (const int64_t after = widest_lanes(s->kernel); after > limits.max_lanes)
+          return bad(cat("the Upcast ranges would make ", after, " lanes, at most ", limits.max_lanes));
         k = s->kernel;
-        lanes = after;
         axes[a] = s->outer;
         axes.push_back(s->inner);
         is_output.push_back(is_output[a]);

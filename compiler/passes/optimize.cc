@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 
 #include "compiler/ir/value_range.h"
@@ -71,6 +72,24 @@ Operands reduced_loads(const UOp* kernel) {
   return o;
 }
 
+// The axes (indices into `axis_of`) a REDUCE's value varies over: its own ranges and
+// every range its operands read, without looking inside the REDUCEs among them.
+std::vector<size_t> scope_axes(const UOp* reduce, const absl::flat_hash_map<const UOp*, size_t>& axis_of) {
+  std::vector<size_t> scope;
+  absl::flat_hash_set<const UOp*> seen{reduce};
+  std::vector<const UOp*> todo(reduce->src().begin(), reduce->src().end());
+  while (!todo.empty()) {
+    const UOp* u = todo.back();
+    todo.pop_back();
+    if (!seen.insert(u).second) continue;
+    if (auto at = axis_of.find(u); at != axis_of.end()) scope.push_back(at->second);
+    if (u->op() == Op::REDUCE) continue;
+    for (const UOp* s : u->src()) todo.push_back(s);
+  }
+  std::sort(scope.begin(), scope.end());
+  return scope;
+}
+
 // The kernel as heuristic_schedule sees it, and the schedule it has chosen so far: each
 // axis's trip count (its largest, for a variable one) and whether it is Upcast, and the
 // order the STORE closes the output axes in, kept as the steps would leave them.
@@ -84,6 +103,15 @@ struct Plan {
   std::vector<bool> maskable;            // can_mask, per axis of the kernel
   size_t outputs = 0;                    // axes 0 .. outputs-1 are the STORE's
   bool reduces = false;
+  // Per REDUCE of the kernel: the axes its value varies over (its own and those its
+  // operands read, not looking inside the REDUCEs it uses: each of those is its own
+  // entry), and its innermost own loop (-1: none is an axis).
+  struct Reduction {
+    const UOp* op;
+    std::vector<size_t> scope;
+    int64_t inner = -1;
+  };
+  std::vector<Reduction> reductions;
   int64_t width = 0;                     // lanes of one vector register, 0: no upcasting
   Operands ops;                          // what the reductions load
   LoopSchedule out;
@@ -254,20 +282,36 @@ void window_tile(Plan& p, const OptimizeOptions& o, int64_t a) {
   p.split(a, cl);
 }
 
-// Outputs and a reduction whose operands are contiguous along the innermost reduce loop
-// and not along the output (Q K^T, a matmul with a transposed operand, a sum over the
-// innermost axis): vector lanes along the reduce loop, folded once after it, and a tile
-// of up to 4 x 4 outputs around them (each a row of lanes) so that one operand's vector
-// serves several dot products, as many accumulators as a matmul's tile: 4 x 2 with AVX2's
-// 16 registers, 4 x 4 with AVX-512's 32 (a training step's 128 x 1024 x 1024 dH = dY W^T
-// ran 1.32 times faster so than with 4 x 2, schedule search's pick on an AMD EPYC).
+// Outputs and reductions whose operands are contiguous along each one's innermost reduce
+// loop and not along the output (Q K^T, a matmul with a transposed operand, a sum over
+// the innermost axis, the matrix-vector products of a recurrent cell's gates): vector
+// lanes along each reduce loop, folded once after it, and a tile of up to 4 x 4 outputs
+// around them (each a row of lanes) so that one operand's vector serves several dot
+// products, as many accumulators as a matmul's tile: 4 x 2 with AVX2's 16 registers, 4 x 4
+// with AVX-512's 32 (a training step's 128 x 1024 x 1024 dH = dY W^T ran 1.32 times
+// faster so than with 4 x 2, schedule search's pick on an AMD EPYC). Sibling reductions
+// (a GRU step's three gates, each W_g h over 128) run one after another, so they share
+// the tile's budget rather than divide it; a GRU step ran 4.6 times faster so than with
+// its 128 outputs as 32-lane vectors gathering each weight column.
 bool dot_tile(Plan& p, const OptimizeOptions& o) {
   const int64_t budget = matmul_budget(p, o), w = p.width;
-  const int64_t r = static_cast<int64_t>(p.axes.size()) - 1;  // the innermost reduce loop
-  for (size_t l = 0; l < p.ops.idx.size(); ++l)
-    if (p.ops.coeff(l, p.axes[static_cast<size_t>(r)]) != 1) return false;
-  const int64_t rl = pow2_lanes(p.trip[r], w);
-  if (rl < std::max<int64_t>(4, w / 2)) return false;
+  std::vector<std::pair<int64_t, int64_t>> splits;  // (reduce loop, lanes), once each
+  int64_t rl = w;                                   // the fewest lanes of any
+  for (const Plan::Reduction& red : p.reductions) {
+    const int64_t r = red.inner;
+    if (r < 0) return false;
+    for (const UOp* x : toposort(red.op->src(0)))
+      if (x->op() == Op::LOAD && x->src(1)->op() == Op::INDEX && x->src(1)->num_src() >= 2) {
+        auto c = affine_coeff(x->src(1)->src(1), p.axes[static_cast<size_t>(r)]);
+        if (!c || *c != 1) return false;
+      }
+    const int64_t l = pow2_lanes(p.trip[r], w);
+    if (l < std::max<int64_t>(4, w / 2)) return false;
+    if (std::find_if(splits.begin(), splits.end(), [&](auto& s) { return s.first == r; }) == splits.end())
+      splits.emplace_back(r, l);
+    rl = std::min(rl, l);
+  }
+  if (splits.empty()) return false;
   int64_t j = -1, jl = 1, i = -1, il = 1;
   for (size_t x = p.outputs; x-- > 0;) {
     const int64_t xx = static_cast<int64_t>(x);
@@ -281,7 +325,7 @@ bool dot_tile(Plan& p, const OptimizeOptions& o) {
   }
   p.split(i, il);
   p.split(j, jl);
-  p.split(r, rl);
+  for (auto [r, l] : splits) p.split(r, l);
   return true;
 }
 
@@ -321,16 +365,39 @@ void full_reduction(Plan& p, const OptimizeOptions& o) {
   p.split(a, p.lanes(a, std::min<int64_t>(p.width, o.max_lanes)));
 }
 
+// The scalar or vector iterations the kernel runs, as its loops stand after the splits:
+// the STORE's loops, plus, per REDUCE, those loops times the loops of its scope. Sibling
+// reductions add (three matrix-vector products of 128 fused into one kernel are 3 x 128
+// iterations per output vector, not 128 cubed); a REDUCE nested in another's body and
+// reading its loop has that loop in its own scope, so nesting multiplies.
+__int128 iterations(const Plan& p) {
+  constexpr __int128 kCap = __int128{1} << 62;
+  auto product = [&](auto&& axes) {
+    __int128 w = 1;
+    for (size_t i : axes)
+      if (!p.upcast[i]) w = std::min<__int128>(w * std::max<int64_t>(p.trip[i], 1), kCap);
+    return w;
+  };
+  std::vector<size_t> outs;
+  for (size_t i = 0; i < p.outputs; ++i) outs.push_back(i);
+  const __int128 per_output = product(outs);
+  __int128 work = per_output;
+  for (const Plan::Reduction& r : p.reductions) {
+    std::vector<size_t> inner;
+    for (size_t i : r.scope)
+      if (i >= p.outputs) inner.push_back(i);
+    work = std::min<__int128>(work + std::min<__int128>(per_output * product(inner), kCap), kCap);
+  }
+  return work;
+}
+
 // The outermost output loop on threads, if the whole kernel is worth several. Where that
 // loop has under 8 iterations (a convolution's output channels, 64 / 16 lanes) and
 // another output loop has more (the map's height), that one is moved outermost first, so
 // that a machine with more cores than 4 still has a task for each.
 void threads(Plan& p, const OptimizeOptions& o) {
   if (p.store_order.empty()) return;
-  __int128 work = 1;
-  for (size_t i = 0; i < p.trip.size(); ++i)
-    if (!p.upcast[i]) work = std::min<__int128>(work * std::max<int64_t>(p.trip[i], 1), __int128{1} << 62);
-  if (work < o.min_parallel_work) return;
+  if (iterations(p) < o.min_parallel_work) return;
   int64_t a = p.store_order[0];
   if (!p.upcast[a] && p.trip[a] < 8) {
     int64_t best = a;
@@ -370,8 +437,16 @@ LoopSchedule heuristic_schedule(const UOp* kernel, const OptimizeOptions& opts) 
   // A CUSTOM op is a call of a C function on scalars (llvm_cpu.custom): a kernel with one
   // gets no vector lanes, whatever its trip counts.
   bool custom = false;
+  absl::flat_hash_map<const UOp*, size_t> axis_of;
+  for (size_t i = 0; i < p.axes.size(); ++i) axis_of[p.axes[i]] = i;
   for (const UOp* u : toposort(kernel)) {
-    if (u->op() == Op::REDUCE && u->num_src() > 1) p.reduces = true;
+    if (u->op() == Op::REDUCE && u->num_src() > 1) {
+      p.reduces = true;
+      Plan::Reduction r{.op = u, .scope = scope_axes(u, axis_of)};
+      for (const UOp* s : u->src().subspan(1))
+        if (auto at = axis_of.find(s); at != axis_of.end()) r.inner = std::max(r.inner, static_cast<int64_t>(at->second));
+      p.reductions.push_back(std::move(r));
+    }
     if (u->op() == Op::CUSTOM || u->op() == Op::CUSTOMI) custom = true;
   }
   for (const UOp* u : p.store->src().subspan(2))

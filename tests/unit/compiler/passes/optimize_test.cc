@@ -227,6 +227,49 @@ TEST(Optimize, TheOutermostLoopRunsOnThreadsWhenTheWorkPaysForThem) {
   EXPECT_TRUE(testing::trips_of(*by_default, AxisType::Thread).empty());
 }
 
+// A recurrent cell's gates: out[j] = sum_k W[j, k] h[k] + sum_k W[128 + j, k] h[k] +
+// sum_k W[256 + j, k] h[k], three sibling reductions of 128 over 128 outputs, 512-bit
+// vectors. The weights are contiguous along each reduce loop and stride along j, so each
+// reduce loop takes 16 lanes and j a tile of 4 dot products; the three reductions run one
+// after another, so they are 3 x 128 x 128 / 16 iterations, too few for threads, and
+// their lanes do not multiply (each value is at most 4 x 16 lanes, under the limit).
+TEST(Optimize, SiblingReductionsShareADotTileAndAreNotWorthThreads) {
+  KernelBuilder k;
+  constexpr int64_t n = 128;
+  const UOp* out = k.param(0, dtypes::float32, n);
+  const UOp* w = k.param(1, dtypes::float32, 3 * n * n);
+  const UOp* h = k.param(2, dtypes::float32, n);
+  const UOp* j = k.range(n);
+  const UOp* sum = nullptr;
+  for (int64_t g = 0; g < 3; ++g) {
+    const UOp* r = k.range(n, AxisType::Reduce);
+    const UOp* at = k.alu(Op::ADD, k.alu(Op::MUL, k.alu(Op::ADD, j, k.ix(g * n)), k.ix(n)), r);
+    const UOp* gate = k.reduce(ReduceOp::Add, k.alu(Op::MUL, k.load(w, at), k.load(h, r)), {r});
+    sum = sum ? k.alu(Op::ADD, sum, gate) : gate;
+  }
+  const UOp* before = k.sink({k.store(out, j, sum, {j})});
+  auto after = optimize_cpu(k.g, before, with_bits(512));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(testing::trips_of(*after, AxisType::Upcast), (std::vector<int64_t>{4, 16, 16, 16}));
+  EXPECT_TRUE(testing::trips_of(*after, AxisType::Thread).empty());
+  const testing::Slots slots{{Scalar::Float32, n}, {Scalar::Float32, 3 * n * n}, {Scalar::Float32, n}};
+  testing::expect_interpreter_agrees(before, *after, slots);
+  expect_lowered_on_cpu_agrees(k, before, *after, slots);
+
+  // It runs 32 output iterations plus 3 x 32 x 8 in the reductions: 800. At a threshold
+  // of 800 it runs on threads, at 801 not, as it would had the sibling reduce loops been
+  // counted as nested (32 x 8 x 8 x 8 = 16,384).
+  OptimizeOptions low = with_bits(512);
+  low.min_parallel_work = 800;
+  auto threaded = optimize_cpu(k.g, before, low);
+  ASSERT_TRUE(threaded.ok()) << threaded.status();
+  EXPECT_FALSE(testing::trips_of(*threaded, AxisType::Thread).empty());
+  low.min_parallel_work = 801;
+  auto serial = optimize_cpu(k.g, before, low);
+  ASSERT_TRUE(serial.ok()) << serial.status();
+  EXPECT_TRUE(testing::trips_of(*serial, AxisType::Thread).empty());
+}
+
 // Only a kernel of one STORE is shaped: two stores come back as they are.
 TEST(Optimize, AKernelOfTwoStoresIsLeftAlone) {
   KernelBuilder k;
