@@ -28,7 +28,8 @@ namespace {
 
 // The heuristic's choices are part of what this names (docs/ARCHITECTURE.md, The compile cache):
 // a change in heuristic_schedule bumps it too.
-constexpr int kBackendVersion = 3;  // 2: the stop word; 3: convolution tiles of half the register file, masked pixel tiles
+constexpr int kBackendVersion = 4;  // 2: the stop word; 3: convolution tiles of half the register file, masked pixel tiles;
+                                     // 4: sibling reductions in a dot tile, threads by summed iterations
 
 void init_llvm_targets() {
   static std::once_flag once;
