@@ -34,11 +34,24 @@ absl::StatusOr<const UOp*> Backend::lower(Graph& g, const UOp* kernel, const Pip
   return run_kernel_stages(g, kernel, schedule(), opts, kernel_name);
 }
 
+const std::string& Backend::identity() const {
+  std::call_once(identity_once_, [this] {
+    identity_ = cat(target_id(), "\n", build_id(), "\n", key_parts());
+    identity_digest_ = sha256(identity_);
+  });
+  return identity_;
+}
+
+const Digest& Backend::identity_digest() const {
+  identity();
+  return identity_digest_;
+}
+
 std::string Backend::cache_key(const Digest& kernel, bool keep_source, std::string_view cache_namespace,
                                std::string_view schedule) const {
-  std::string parts = key_parts();
-  std::string material = cat("uopd-kernel-key/1\n", kernel.hex(), "\n", target_id(), "\n", build_id(), "\n", parts,
-                             parts.empty() ? "" : " ", "keep_source=", keep_source);
+  const std::string& id = identity();
+  const bool parts = id.back() != '\n';  // key_parts not empty
+  std::string material = cat("uopd-kernel-key/1\n", kernel.hex(), "\n", id, parts ? " " : "", "keep_source=", keep_source);
   // The heuristic's schedule is the target's (build_id and key_parts name it), so the
   // default key has no schedule line; a given one is named by its text, which is
   // canonical (parse, then print, gives it back), length-prefixed so no text can end the line.

@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -82,6 +83,16 @@ class Backend {
   // schedules of one kernel are two keys; the kernel's digest is the same.
   std::string cache_key(const Digest& kernel, bool keep_source, std::string_view cache_namespace = {},
                         std::string_view schedule = {}) const;
+  // target_id, build_id and key_parts, one to a line, worked out on first use (they are
+  // fixed for the object's life; the CPU's target_id names every feature, some 1.5 KB
+  // built anew on each call), and its SHA-256: what every key of this target starts from.
+  const std::string& identity() const;
+  const Digest& identity_digest() const;
+
+ private:
+  mutable std::once_flag identity_once_;
+  mutable std::string identity_;
+  mutable Digest identity_digest_;
 };
 
 // A kind of target, as the registry knows it.

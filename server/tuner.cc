@@ -79,8 +79,7 @@ namespace {
 
 // What a tuning record's key is the SHA-256 of.
 std::string tuning_record_material(const Digest& kernel, const Backend& backend, std::string_view cache_namespace) {
-  std::string material = cat("uopd-tuning-record/1\n", kernel.hex(), "\n", backend.target_id(), "\n", backend.build_id(),
-                             "\n", backend.key_parts());
+  std::string material = cat("uopd-tuning-record/1\n", kernel.hex(), "\n", backend.identity());
   if (!cache_namespace.empty()) material = cat(material, "\nnamespace=", cache_namespace);
   return material;
 }
@@ -201,19 +200,22 @@ void Tuner::put_record(const std::string& key, const TuningRecord& r) {
 std::string Tuner::recorded_schedule(const PlannedKernel& k, const Backend& backend, std::string_view cache_namespace) {
   if (opts_.mode == SearchMode::Off || backend.name() != "cpu") return "";
   // Every Run asks this of each of its kernels: the key's SHA-256 is worked out once per
-  // kernel, target and namespace (it was a quarter of a warm training step's planning).
-  std::string material = tuning_record_material(k.digest, backend, cache_namespace);
+  // kernel, target and namespace (it was a quarter of a warm training step's planning),
+  // remembered under the kernel's digest, the target's identity digest and the namespace
+  // (the target's whole identity, 1.5 KB, cost an eighth of a warm small model's Run to
+  // build and compare).
+  MemoKey memo{k.digest, backend.identity_digest(), std::string(cache_namespace)};
   std::string key;
   {
     std::unique_lock<std::mutex> l(mu_);
-    if (auto it = keys_.find(material); it != keys_.end()) {
+    if (auto it = keys_.find(memo); it != keys_.end()) {
       key = it->second;
     } else {
       l.unlock();
-      key = sha256(material).hex();
+      key = sha256(tuning_record_material(k.digest, backend, cache_namespace)).hex();
       l.lock();
       if (keys_.size() > 65536) keys_.clear();
-      keys_.emplace(std::move(material), key);
+      keys_.emplace(std::move(memo), key);
     }
     if (auto it = known_.find(key); it != known_.end()) return it->second;
     if (auto it = missing_.find(key); it != missing_.end() && absl::Now() < it->second) return "";

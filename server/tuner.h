@@ -57,6 +57,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -205,8 +206,9 @@ class Tuner {
   // Records seen in this process: key -> schedule; misses -> when to ask again.
   absl::flat_hash_map<std::string, std::string> known_;
   absl::flat_hash_map<std::string, absl::Time> missing_;
-  // What tuning_record_key hashes -> the key: recorded_schedule's SHA-256s, remembered.
-  absl::flat_hash_map<std::string, std::string> keys_;
+  // The kernel digest, target identity digest and namespace -> the record key: recorded_schedule's SHA-256s, remembered.
+  using MemoKey = std::tuple<Digest, Digest, std::string>;
+  absl::flat_hash_map<MemoKey, std::string> keys_;
   absl::flat_hash_set<std::string> queued_;  // record keys searched or queued in the background
   // Record keys with a search queued or running in this process: one search per kernel at
   // a time, and a Tune of a pending kernel waits for it (searched_ says when one ends).

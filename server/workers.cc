@@ -149,8 +149,11 @@ void WorkerHandle::forget_programs(std::span<const std::string> keys, uint64_t g
 uint64_t WorkerHandle::new_buffer_id() {
   absl::MutexLock lock(&mu_);
   for (;;) {
-    uint64_t id = 0;
-    if (getrandom(&id, sizeof id, 0) != static_cast<ssize_t>(sizeof id)) continue;  // EINTR, or a short read
+    if (drawn_left_ == 0) {
+      if (getrandom(drawn_.data(), sizeof drawn_, 0) != static_cast<ssize_t>(sizeof drawn_)) continue;  // EINTR, or a short read
+      drawn_left_ = drawn_.size();
+    }
+    const uint64_t id = drawn_[--drawn_left_];
     if (id != 0 && buffer_ids_.insert(id).second) return id;
   }
 }

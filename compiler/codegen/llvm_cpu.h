@@ -31,8 +31,11 @@
 //
 // float64 calls the same libm functions eval.h does (so it is exact in practice);
 // float32, float16 and bfloat16 call the float32 functions (glibc documents <= 1 ULP for
-// them; eval.h rounds the double result once) and round the float32 result once. On the
-// test inputs (llvm_cpu_test.cc) every case is exact except float32 SIN, at 1 ULP.
+// them; eval.h rounds the double result once) and round the float32 result once, except
+// EXP2, which is vector code computed in float64 to some 1e-13 and rounded once
+// (llvm_cpu_alu.cc, exp2_narrow), so it rounds as eval.h does but in vanishingly rare
+// ties. On the test inputs (llvm_cpu_test.cc) every case is exact except float32 SIN, at
+// 1 ULP.
 // float16 and bfloat16 arithmetic is computed in float32 and rounded once, which is exact
 // for + - * / sqrt; MULACC on them rounds to odd before the final rounding, like eval.h.
 // Conversions to bfloat16 are integer code, so no compiler-runtime helper is called.

@@ -15,6 +15,8 @@
 // Debian 12's libgcc) is ever called.
 #include "compiler/codegen/llvm_cpu_alu.h"
 
+#include <bit>
+
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/DerivedTypes.h>
 #include <llvm/IR/IRBuilder.h>
@@ -263,6 +265,36 @@ class Lower {
     return from_f64(b_.CreateBitCast(odd, sum->getType()), s);
   }
 
+  // 2^x for float32 and the narrower floats in vector code rather than a libm call per
+  // lane (sigmoid's and softmax's exp were scalar calls, a sixth of a recurrent model's
+  // worker time). In float64: 2^x = 2^n 2^f with n the integer nearest x (the 1.5 * 2^52
+  // trick: adding it leaves n in the low bits, with plain vector adds on AVX2 too) and
+  // |f| <= 1/2; 2^f = e^(f ln 2) by its Taylor series to degree 10, whose truncation is
+  // below 3e-13 relative and its rounding a few float64 ULPs, far under float32's half
+  // ULP of 6e-8, so the one rounding to the type at the end is the correct one in all
+  // but vanishingly rare ties (within 1 ULP always, as llvm_cpu.h bounds it); 2^n by its
+  // exponent bits, exact. x is clamped to [-300, 300] first, where 2^x rounds to 0 or
+  // infinity in float32 as it would unclamped; NaN stays NaN; 2^k of an integer k is exact.
+  Value* exp2_narrow(Value* v, Scalar s) {
+    Type* d = b_.getDoubleTy();
+    Type* i64 = b_.getInt64Ty();
+    Value* x = to_f64(v, s);
+    Value* c = intr(Intr::minnum, intr(Intr::maxnum, x, cf(x, d, -300)), cf(x, d, 300));
+    constexpr double kShifter = 6755399441055744.0;  // 1.5 * 2^52
+    Value* t = b_.CreateFAdd(c, cf(x, d, kShifter));
+    Value* n = b_.CreateFSub(t, cf(x, d, kShifter));
+    Value* f = b_.CreateFSub(c, n);  // exact
+    double coeff[11];
+    coeff[0] = 1;
+    for (int k = 1; k <= 10; ++k) coeff[k] = coeff[k - 1] * 0.6931471805599453 / k;  // (ln 2)^k / k!
+    Value* p = cf(x, d, coeff[10]);
+    for (int k = 9; k >= 0; --k) p = b_.CreateIntrinsic(Intr::fma, {p->getType()}, {p, f, cf(x, d, coeff[k])});
+    Value* ni = b_.CreateSub(b_.CreateBitCast(t, shaped(x, i64)), ci(x, i64, std::bit_cast<uint64_t>(kShifter)));
+    Value* scale = b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(ni, ci(x, i64, 1023)), 52), shaped(x, d));
+    Value* r = b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, b_.CreateFMul(p, scale));
+    return from_f64(r, s);
+  }
+
   Value* float_op(Op op, Scalar s, std::span<Value* const> a) {
     switch (op) {
       case Op::NEG:  // a sign flip, no rounding
@@ -283,7 +315,9 @@ class Lower {
       }
       case Op::SQRT: return from_wide(intr(Intr::sqrt, to_f32(a[0], s)), s);
       case Op::TRUNC: return from_wide(intr(Intr::trunc, to_f32(a[0], s)), s);
-      case Op::EXP2: return from_wide(intr(Intr::exp2, to_f32(a[0], s)), s);
+      case Op::EXP2:
+        if (s == Scalar::Float64) return intr(Intr::exp2, a[0]);
+        return exp2_narrow(a[0], s);
       case Op::LOG2: return from_wide(intr(Intr::log2, to_f32(a[0], s)), s);
       case Op::SIN: return from_wide(intr(Intr::sin, to_f32(a[0], s)), s);
       case Op::POW: return from_wide(intr(Intr::pow, to_f32(a[0], s), to_f32(a[1], s)), s);

@@ -29,7 +29,7 @@ namespace {
 // The heuristic's choices are part of what this names (docs/ARCHITECTURE.md, The compile cache):
 // a change in heuristic_schedule bumps it too.
 constexpr int kBackendVersion = 4;  // 2: the stop word; 3: convolution tiles of half the register file, masked pixel tiles;
-                                     // 4: sibling reductions in a dot tile, threads by summed iterations
+                                     // 4: sibling reductions in a dot tile, threads by summed iterations, EXP2 in vector code
 
 void init_llvm_targets() {
   static std::once_flag once;

@@ -300,6 +300,10 @@ bool dot_tile(Plan& p, const OptimizeOptions& o) {
   for (const Plan::Reduction& red : p.reductions) {
     const int64_t r = red.inner;
     if (r < 0) return false;
+    // A reduction nested in another's body (reading its loop) would multiply their lanes.
+    for (const Plan::Reduction& other : p.reductions)
+      if (other.inner != r && std::find(red.scope.begin(), red.scope.end(), static_cast<size_t>(other.inner)) != red.scope.end())
+        return false;
     for (const UOp* x : toposort(red.op->src(0)))
       if (x->op() == Op::LOAD && x->src(1)->op() == Op::INDEX && x->src(1)->num_src() >= 2) {
         auto c = affine_coeff(x->src(1)->src(1), p.axes[static_cast<size_t>(r)]);

@@ -266,6 +266,38 @@ INSTANTIATE_TEST_SUITE_P(FloatDtypes, TranscendentalTest,
                                             ::testing::Values(1u, 4u)),
                          param_name);
 
+// EXP2 below float64 is vector code computed in float64 (llvm_cpu_alu.cc, exp2_narrow):
+// over a dense sweep of float32 inputs, from where 2^x is 0 through the subnormals to
+// where it overflows, and over every float16 and bfloat16 value, it rounds as eval.h
+// does (libm's double exp2 rounded once), at most a handful of ties within 1 ULP.
+TEST(LlvmCpu, VectorExp2RoundsAsEvalDoes) {
+  for (Scalar s : {Scalar::Float32, Scalar::Float16, Scalar::BFloat16}) {
+    std::vector<ConstValue> x;
+    if (s == Scalar::Float32) {
+      std::mt19937_64 rng(5);
+      std::uniform_real_distribution<double> wide(-152, 130), near(-1, 1);
+      for (int i = 0; i < 1 << 17; ++i) x.push_back(cast_value(ConstValue::Float(i % 4 ? wide(rng) : near(rng)), s));
+      for (int i = -1600; i <= 1300; ++i) x.push_back(cast_value(ConstValue::Float(i / 10.0), s));
+    } else {
+      for (uint32_t bits = 0; bits < 1u << 16; ++bits) x.push_back(*bitcast_value(ConstValue::Int(bits), Scalar::UInt16, s));
+    }
+    while (x.size() % 16) x.push_back(x[0]);
+    std::vector<HostBuffer> ins;
+    ins.push_back(buffer_of(s, x));
+    auto got = run_map(ins, {{s, alu_maker(Op::EXP2)}}, 16);
+    size_t inexact = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      ConstValue args[] = {x[i]};
+      ConstValue want = *eval_alu(Op::EXP2, s, args);
+      const uint64_t d = ulp_distance(got[0].get(i), want, s);
+      ASSERT_LE(d, 1u) << "EXP2 " << scalar_name(s) << " of " << x[i].str() << ": got " << got[0].get(i).str()
+                       << ", eval.h says " << want.str();
+      inexact += d != 0;
+    }
+    EXPECT_LE(inexact, 4u) << scalar_name(s) << ": " << inexact << " of " << x.size() << " one ULP off";
+  }
+}
+
 TEST(LlvmCpu, BitcastsKeepTheBits) {
   const std::vector<std::vector<Scalar>> groups = {
       {Scalar::Int8, Scalar::UInt8},

@@ -270,6 +270,29 @@ TEST(Optimize, SiblingReductionsShareADotTileAndAreNotWorthThreads) {
   EXPECT_TRUE(testing::trips_of(*serial, AxisType::Thread).empty());
 }
 
+// A reduction nested in another's body and reading its loop: out[j] = sum_r W[j, r] *
+// (sum_s X[j, r + s]), a window of each row. Every load is contiguous along each loop, but a dot tile
+// over both would make values of 4 x 16 x 16 lanes inside the inner one, past the limit:
+// the heuristic does not give it one, and what it chooses applies and computes what the
+// interpreter does.
+TEST(Optimize, ANestedReductionGetsNoDotTileOverBothLoops) {
+  KernelBuilder k;
+  constexpr int64_t n = 64;
+  const UOp* out = k.param(0, dtypes::float32, n);
+  const UOp* w = k.param(1, dtypes::float32, n * n);
+  const UOp* x = k.param(2, dtypes::float32, 2 * n * n);
+  const UOp* j = k.range(n);
+  const UOp* r = k.range(n, AxisType::Reduce);
+  const UOp* t = k.range(n, AxisType::Reduce);
+  const UOp* inner = k.reduce(ReduceOp::Add, k.load(x, k.alu(Op::ADD, k.alu(Op::MUL, j, k.ix(2 * n)), k.alu(Op::ADD, r, t))), {t});
+  const UOp* outer = k.reduce(ReduceOp::Add, k.alu(Op::MUL, k.load(w, k.alu(Op::ADD, k.alu(Op::MUL, j, k.ix(n)), r)), inner), {r});
+  const UOp* before = k.sink({k.store(out, j, outer, {j})});
+  auto after = optimize_cpu(k.g, before, with_bits(512));
+  ASSERT_TRUE(after.ok()) << after.status();
+  const testing::Slots slots{{Scalar::Float32, n}, {Scalar::Float32, n * n}, {Scalar::Float32, 2 * n * n}};
+  testing::expect_interpreter_agrees(before, *after, slots);
+}
+
 // Only a kernel of one STORE is shaped: two stores come back as they are.
 TEST(Optimize, AKernelOfTwoStoresIsLeftAlone) {
   KernelBuilder k;
