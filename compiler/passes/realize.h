@@ -21,7 +21,9 @@ namespace uop {
 //   * a reduction's operand that a broadcast repeats (a matmul's A along the output
 //     columns) and whose elementwise chain is more than a few ops (a LayerNorm feeding a
 //     projection): fused, it would be recomputed for every tile of the broadcast axis;
-//   * a REDUCE_AXIS read by more than one kernel, so it is computed once.
+//   * a REDUCE_AXIS read by more than one kernel, so it is computed once;
+//   * a REDUCE_AXIS that another REDUCE_AXIS of its kernel folds (a convolution pooled to
+//     a vector): fused, its loops run inside the outer reduction's, untiled.
 // Elementwise values are recomputed in each kernel that reads them (cheap, and it keeps
 // an elementwise chain one kernel). A reduction with its elementwise prologue and
 // epilogue stays one kernel.

@@ -2,7 +2,7 @@
 // buffer. Every output and every CONTIGUOUS; a reduction read through a broadcasting
 // EXPAND (softmax's max and sum) or a PAD; a padded operand of a reduction; a matmul's
 // operand whose long elementwise chain its columns would recompute; a reduction read by
-// two kernels. Not realized, so fused
+// two kernels; a reduction another one folds. Not realized, so fused
 // into the kernel that reads it: elementwise values, a reduction with its elementwise
 // prologue and epilogue, a reduction one kernel reads twice without broadcasting it, the
 // EXPANDs inside a matmul. A graph whose shapes do not hold is refused with the shape
@@ -158,6 +158,28 @@ TEST(PlanRealize, AMatmulIsOneKernel) {
   auto r = plan(g, tb.sink({out}));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(*r, Set{out});
+}
+
+// A matmul's output pooled to a vector, sum(relu(a b), axis 0) (a convolution and its
+// global average pool): the matmul's reduction is realized, a kernel of its own, and the
+// pool reads its buffer, rather than the matmul running inside the pool's loop.
+TEST(PlanRealize, AReductionAnotherOneFoldsIsRealized) {
+  Graph g;
+  TensorBuilder tb(g);
+  const UOp* a = tb.input(Scalar::Float32, {4, 6});
+  const UOp* b = tb.input(Scalar::Float32, {6, 3});
+  const UOp* m = tb.matmul(a, b);
+  const UOp* relu = tb.alu(Op::MAX, {m, tb.full(Scalar::Float32, 0.0, {4, 3})});
+  const UOp* out = tb.reduce(relu, ReduceOp::Add, {0});
+  auto r = plan(g, tb.sink({out}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->size(), 2u);
+  EXPECT_TRUE(r->contains(out));
+  const UOp* inner = nullptr;
+  for (const UOp* u : *r)
+    if (u != out) inner = u;
+  ASSERT_NE(inner, nullptr);
+  EXPECT_EQ(inner->op(), Op::REDUCE_AXIS) << "the matmul's reduction";
 }
 
 // A matmul's A computed by a chain of more than four ALU ops (a LayerNorm's scale and
