@@ -28,8 +28,9 @@ namespace {
 
 // The heuristic's choices are part of what this names (docs/ARCHITECTURE.md, The compile cache):
 // a change in heuristic_schedule bumps it too.
-constexpr int kBackendVersion = 4;  // 2: the stop word; 3: convolution tiles of half the register file, masked pixel tiles;
-                                     // 4: sibling reductions in a dot tile, threads by summed iterations, EXP2 in vector code
+constexpr int kBackendVersion = 5;  // 2: the stop word; 3: convolution tiles of half the register file, masked pixel tiles;
+                                     // 4: sibling reductions in a dot tile, threads by summed iterations, EXP2 in vector code;
+                                     // 5: reduce loops a load divides split into lanes
 
 void init_llvm_targets() {
   static std::once_flag once;

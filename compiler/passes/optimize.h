@@ -27,14 +27,20 @@
 //         lane loop's vector, filled from a second loop, and up to 4 rows of another for
 //         the adds in flight; the small window loops stay constant inner loops;
 //       - dot tile (Q K^T, a matmul with a transposed operand, a sum over the innermost
-//         axis): no operand is contiguous along the output but all are along the
-//         innermost reduce loop: its lanes, folded after it, under up to 4 x 2 outputs.
+//         axis, a recurrent cell's sibling gate products): no operand is contiguous along
+//         the output but all are along each reduction's innermost reduce loop: its
+//         lanes, folded after it, under up to 4 x 4 outputs (not for a reduction nested
+//         in another's body, whose lanes would multiply).
 //   * full reduction (no output loop): the reduce loop is upcast by 4W, 2W or W, the
 //     largest that divides it, else as an elementwise lane loop: vector accumulators,
 //     folded at the end.
 //   * then, for every shape, Thread: the outermost output loop is split across the thread
-//     pool when the kernel does enough work to pay for waking threads (an output loop of
-//     more iterations moved outermost first where that one has under 8).
+//     pool when the kernel does enough work to pay for waking threads, its iterations
+//     counted with sibling reductions added, not multiplied (an output loop of more
+//     iterations moved outermost first where that one has under 8);
+//   * last, a reduce loop that a load's index divides or takes a remainder of by a small
+//     factor (a channel shuffle read by a convolution) is split by it into lanes, which
+//     makes the index affine.
 // A new shape is a new function called from heuristic_schedule. expand.h turns Upcast
 // ranges into vector ops. The schedule is part of the compiled kernel and its cache key,
 // not of its identity: the digest of the normalized kernel (before this stage) names the

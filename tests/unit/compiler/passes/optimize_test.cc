@@ -293,6 +293,33 @@ TEST(Optimize, ANestedReductionGetsNoDotTileOverBothLoops) {
   testing::expect_interpreter_agrees(before, *after, slots);
 }
 
+// A 1x1 convolution over shuffled channels (ShuffleNet's): out[c, p] = sum_k
+// X[(k % 2) * 8 * 8 + (k / 2) * 8 + p] W[c, k]. The reduce loop k is split into 2 lanes,
+// after the tile, so that the index is affine in both halves; values by the interpreter
+// and through the CPU backend.
+TEST(Optimize, AReduceLoopALoadDividesIsSplitByTheDivisor) {
+  KernelBuilder k;
+  constexpr int64_t c_out = 8, kk = 16, px = 8;
+  const UOp* out = k.param(0, dtypes::float32, c_out * px);
+  const UOp* x = k.param(1, dtypes::float32, kk * px);
+  const UOp* w = k.param(2, dtypes::float32, c_out * kk);
+  const UOp* c = k.range(c_out);
+  const UOp* p = k.range(px);
+  const UOp* r = k.range(kk, AxisType::Reduce);
+  const UOp* shuffled = k.alu(Op::ADD, k.alu(Op::MUL, k.alu(Op::MOD, r, k.ix(2)), k.ix(kk / 2 * px)),
+                              k.alu(Op::MUL, k.alu(Op::IDIV, r, k.ix(2)), k.ix(px)));
+  const UOp* prod = k.alu(Op::MUL, k.load(x, k.alu(Op::ADD, shuffled, p)), k.load(w, k.alu(Op::ADD, k.alu(Op::MUL, c, k.ix(kk)), r)));
+  const UOp* before = k.sink({k.store(out, k.alu(Op::ADD, k.alu(Op::MUL, c, k.ix(px)), p), k.reduce(ReduceOp::Add, prod, {r}), {c, p})});
+  const LoopSchedule s = heuristic_schedule(before, with_bits(512));
+  ASSERT_FALSE(s.steps.empty());
+  EXPECT_EQ(s.steps.back().str(), "split(2,2,upcast)") << s.str();
+  auto after = optimize_cpu(k.g, before, with_bits(512));
+  ASSERT_TRUE(after.ok()) << after.status();
+  const testing::Slots slots{{Scalar::Float32, c_out * px}, {Scalar::Float32, kk * px}, {Scalar::Float32, c_out * kk}};
+  testing::expect_interpreter_agrees(before, *after, slots);
+  expect_lowered_on_cpu_agrees(k, before, *after, slots);
+}
+
 // Only a kernel of one STORE is shaped: two stores come back as they are.
 TEST(Optimize, AKernelOfTwoStoresIsLeftAlone) {
   KernelBuilder k;
