@@ -86,7 +86,7 @@ struct Kernel {
   CacheStatus status = CacheStatus::Unspecified;
   std::string tier;       // for Hit: "memory", "disk" or "redis"
   double compile_ms = 0;  // for Miss
-  std::string abi;        // the kernel ABI, text form
+  std::string abi;        // the kernel ABI, text form (Compile's answer; empty in a Run's)
   std::string binary;     // when asked for: the object (cpu) or cubin (cuda)
   std::string source;     // when asked for: LLVM IR or CUDA C
 };

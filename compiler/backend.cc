@@ -49,9 +49,8 @@ const Digest& Backend::identity_digest() const {
 
 std::string Backend::cache_key(const Digest& kernel, bool keep_source, std::string_view cache_namespace,
                                std::string_view schedule) const {
-  const std::string& id = identity();
-  const bool parts = id.back() != '\n';  // key_parts not empty
-  std::string material = cat("uopd-kernel-key/1\n", kernel.hex(), "\n", id, parts ? " " : "", "keep_source=", keep_source);
+  std::string material =
+      cat("uopd-kernel-key/1\n", kernel.hex(), "\n", identity(), key_parts().empty() ? "" : " ", "keep_source=", keep_source);
   // The heuristic's schedule is the target's (build_id and key_parts name it), so the
   // default key has no schedule line; a given one is named by its text, which is
   // canonical (parse, then print, gives it back), length-prefixed so no text can end the line.

@@ -24,7 +24,7 @@ class Kernel:
     status: str  # "hit", "miss", "coalesced" or "unspecified"
     tier: str  # for a hit: "memory", "disk" or "redis"
     compile_ms: float  # for a miss
-    abi: str  # the kernel ABI, text form
+    abi: str  # the kernel ABI, text form (Compile's answer; "" in a Run's)
     binary: bytes = b""  # on request: the object (cpu) or cubin (cuda)
     source: str = ""  # on request: LLVM IR or CUDA C
 
