@@ -217,6 +217,16 @@ const UOp* unclamp(const UOp* idx, int64_t size) {
   }
 }
 
+// An access's `e` (its gate, a load's alternative) over lanes [l, l + n) of `a`: one scalar
+// where the lanes share it, else a lane-wise vector expression, else the lanes' scalars.
+const UOp* lanes_of(Graph& g, Ctx& c, const UOp* e, const Axes& a, int64_t l, int64_t n) {
+  std::vector<const UOp*> v;
+  for (int64_t i = 0; i < n; ++i) v.push_back(at_lane(g, c, e, a, l + i));
+  if (std::all_of(v.begin(), v.end(), [&](const UOp* y) { return y == v[0]; })) return v[0];
+  if (const UOp* vx = vector_over(g, e, a, l, n)) return vx;
+  return g.make(Op::VECTORIZE, e->dtype().vec(static_cast<uint32_t>(n)), v);
+}
+
 // INDEX(buf, idx) without its gate, where the bounds stage proves it so (the index is
 // clamped into the buffer): loaded unconditionally and selected by the gate, it is
 // branch-free where a gated scalar load is a branch. Global memory only: a gated read of
@@ -265,14 +275,7 @@ const rw::RuleSet& memory_rules() {
         std::vector<const UOp*> parts;
         for (int64_t l = 0; chunk > 1 && l < n; l += chunk) {
           DType vt = t.vec(static_cast<uint32_t>(chunk));
-          auto lanes_of = [&](const UOp* e) -> const UOp* {
-            std::vector<const UOp*> v;
-            for (int64_t i = 0; i < chunk; ++i) v.push_back(at_lane(g, c, e, a, l + i));
-            if (std::all_of(v.begin(), v.end(), [&](const UOp* y) { return y == v[0]; })) return v[0];
-            if (const UOp* vx = vector_over(g, e, a, l, chunk)) return vx;
-            return g.make(Op::VECTORIZE, e->dtype().vec(static_cast<uint32_t>(chunk)), v);
-          };
-          const UOp* index = make_index(g, at.buf, at_lane(g, c, x, a, l), lanes_of(at.gate), vt);
+          const UOp* index = make_index(g, at.buf, at_lane(g, c, x, a, l), lanes_of(g, c, at.gate, a, l, chunk), vt);
           if (!check_index(g, index).ok()) {
             parts.clear();
             break;
@@ -281,7 +284,7 @@ const rw::RuleSet& memory_rules() {
             parts.push_back(g.make(Op::LOAD, vt, {at.buf, index}));
             continue;
           }
-          const UOp* other = lanes_of(alt);
+          const UOp* other = lanes_of(g, c, alt, a, l, chunk);
           if (other->dtype().count == 1) other = g.make(Op::VECTORIZE, vt, std::vector<const UOp*>(chunk, other));
           parts.push_back(g.make(Op::LOAD, vt, {at.buf, index, other}));
         }
@@ -334,17 +337,29 @@ const rw::RuleSet& memory_rules() {
       DType t = st->src(1)->op() == Op::UNROLL ? st->src(1)->dtype().element() : st->src(1)->dtype();
       int64_t n = lanes(a);
       const UOp* value = g.make(Op::CONTRACT, t.vec(static_cast<uint32_t>(n)), {st->src(1)}, factors(a));
-      int64_t chunk = at.gate ? 1 : std::max<int64_t>(contiguous_lanes(at.idx, a), 1);
-      std::vector<const UOp*> stores;
-      for (int64_t l = 0; l < n; l += chunk) {
-        const UOp* base = at_lane(g, c, at.idx, a, l);
-        DType vt = chunk == 1 ? t : t.vec(static_cast<uint32_t>(chunk));
-        const UOp* gate = at.gate ? at_lane(g, c, at.gate, a, l) : nullptr;
-        std::vector<int64_t> lanes_of_chunk;
-        for (int64_t i = 0; i < chunk; ++i) lanes_of_chunk.push_back(l + i);
-        const UOp* v = chunk == n ? value : g.make(Op::GEP, vt, {value}, IntsArg{lanes_of_chunk});
-        stores.push_back(g.make(Op::STORE, dtypes::void_, {make_index(g, at.buf, base, gate, vt), v}));
-      }
+      // A gated store is a vector store too where its index is contiguous over the lanes
+      // (a masked store where the gate differs by lane: a tail, a pad's border), if the
+      // bounds stage will prove it; else lane by lane, as a clamped index is.
+      auto store_chunks = [&](int64_t chunk) {
+        std::vector<const UOp*> out;
+        const UOp* x = at.gate && chunk > 1 ? unclamp(at.idx, buffer_elements(at.buf)) : at.idx;
+        for (int64_t l = 0; l < n; l += chunk) {
+          const UOp* base = at_lane(g, c, x, a, l);
+          DType vt = chunk == 1 ? t : t.vec(static_cast<uint32_t>(chunk));
+          const UOp* gate = !at.gate ? nullptr : chunk == 1 ? at_lane(g, c, at.gate, a, l) : lanes_of(g, c, at.gate, a, l, chunk);
+          const UOp* index = make_index(g, at.buf, base, gate, vt);
+          if (at.gate && chunk > 1 && !check_index(g, index).ok()) return std::vector<const UOp*>{};
+          std::vector<int64_t> lanes_of_chunk;
+          for (int64_t i = 0; i < chunk; ++i) lanes_of_chunk.push_back(l + i);
+          const UOp* v = chunk == n ? value : g.make(Op::GEP, vt, {value}, IntsArg{lanes_of_chunk});
+          out.push_back(g.make(Op::STORE, dtypes::void_, {index, v}));
+        }
+        return out;
+      };
+      const int64_t contiguous = at.gate ? contiguous_lanes(unclamp(at.idx, buffer_elements(at.buf)), a)
+                                         : contiguous_lanes(at.idx, a);
+      std::vector<const UOp*> stores = store_chunks(std::max<int64_t>(contiguous, 1));
+      if (stores.empty()) stores = store_chunks(1);
       if (stores.size() == 1) {
         std::vector<const UOp*> src(stores[0]->src().begin(), stores[0]->src().end());
         src.insert(src.end(), loops.begin(), loops.end());

@@ -131,6 +131,7 @@ struct SplitCtx {
   const UOp* inner = nullptr;   // r1
   const UOp* expr = nullptr;    // what r becomes: r0 * factor + r1, clamped below n
   const UOp* valid = nullptr;   // r0 * factor + r1 < n where the factor does not divide n
+  bool gate_accesses = false;   // valid gates every access that reads r1 (r not clamped)
 };
 
 const rw::RuleSet& split_rules() {
@@ -140,6 +141,23 @@ const rw::RuleSet& split_rules() {
       auto* c = m.ctx<SplitCtx>();
       return m["r"] == c->target ? c->expr : nullptr;
     }, "range.split");
+    // Unclamped, an access that reads r1 is in bounds only where r0 * factor + r1 < n.
+    rs.add(rw::op(Op::INDEX).named("i"), [](const rw::Match& m) -> const UOp* {
+      auto* c = m.ctx<SplitCtx>();
+      const UOp* index = m["i"];
+      if (!c->gate_accesses || index->num_src() < 2) return nullptr;
+      bool reads = false, gated = false;
+      for (size_t s = 1; s < index->num_src(); ++s)
+        for (const UOp* u : toposort(index->src(s))) {
+          reads |= u == c->inner;
+          gated |= u == c->valid;
+        }
+      if (!reads || gated) return nullptr;
+      std::vector<const UOp*> src(index->src().begin(), index->src().end());
+      if (src.size() > 2) src.back() = m.g.alu(Op::AND, {src.back(), c->valid});
+      else src.push_back(c->valid);
+      return m.g.make(Op::INDEX, index->dtype(), src, index->arg());
+    }, "index.split_valid");
     // Where the range was closed, close both halves instead of the expression; past the
     // end (a factor that does not divide) a STORE does not store and a REDUCE folds in
     // its identity.
@@ -160,7 +178,7 @@ const rw::RuleSet& split_rules() {
         }
       }
       if (!changed) return nullptr;
-      if (c->valid && x->op() == Op::STORE) {
+      if (c->valid && x->op() == Op::STORE && !c->gate_accesses) {
         const UOp* index = src[0];
         std::vector<const UOp*> isrc(index->src().begin(), index->src().end());
         if (isrc.size() > 2 && isrc.back()->dtype().is_bool()) isrc.back() = g.alu(Op::AND, {isrc.back(), c->valid});
@@ -193,10 +211,11 @@ struct Split {
   const UOp* inner;
 };
 
-// `maskable`: whether r may be split by a factor that does not divide it (can_mask of the
-// kernel the schedule started from: the gates a split adds prove nothing, its clamps do).
+// `clamp`: whether r's uses may be clamped where the factor does not divide it (can_mask of
+// the kernel the schedule started from: the gates a split adds prove nothing, its clamps
+// do). Where not, they are not clamped and every access that reads r gets the tail's gate.
 absl::StatusOr<Split> split_impl(Graph& g, const UOp* kernel, const UOp* r, int64_t factor, AxisType type,
-                                 bool maskable) {
+                                 bool clamp) {
   const int64_t end = const_end(r);
   if (end < 1 || factor < 2 || factor > end)
     return absl::InvalidArgumentError(cat("split_range: a constant trip count n >= 2 and a factor in [2, n] are needed (n ",
@@ -207,10 +226,10 @@ absl::StatusOr<Split> split_impl(Graph& g, const UOp* kernel, const UOp* r, int6
     if (u->op() == Op::END && std::find(u->src().begin() + 1, u->src().end(), r) != u->src().end() && end % factor)
       return absl::InvalidArgumentError("split_range: a range an END closes is split only by a factor that divides it");
   }
-  if (end % factor != 0 && !maskable)
+  if (end % factor != 0 && !clamp && type != AxisType::Upcast)
     return absl::InvalidArgumentError(cat("split_range: a factor (", factor, ") that does not divide the trip count (", end,
-                                          ") of a range an access's gate reads: the gate is what proves the access in "
-                                          "bounds, and the clamped index would hide the range from it"));
+                                          ") of a range an access's gate reads splits it only into upcast lanes: the gate "
+                                          "is what proves the access in bounds, and it narrows a lane, not a loop"));
   SplitCtx c;
   c.target = r;
   const int64_t outer_end = end / factor + (end % factor != 0);  // ceil, without overflow near INT64_MAX
@@ -227,8 +246,12 @@ absl::StatusOr<Split> split_impl(Graph& g, const UOp* kernel, const UOp* r, int6
     // iterations past n from storing. A remainder loop would need a second STORE (and,
     // for a reduction, a second REDUCE folded into the first), which neither the
     // one-STORE shapes of optimize nor expand's lanes handle.
-    c.expr = g.alu(Op::MIN, {flat, g.idx(end - 1)});
+    // Where an access's gate reads r (a pad), a clamp would hide r from the gate that
+    // proves the access; there r stays r0 * factor + r1 and every access that reads it
+    // is gated by the tail's valid, which bounds each lane as r's range did.
     c.valid = g.alu(Op::CMPLT, {flat, g.idx(end)});
+    if (clamp) c.expr = g.alu(Op::MIN, {flat, g.idx(end - 1)});
+    else c.gate_accesses = true;
   }
   ASSIGN_OR_RETURN(const UOp* k, rw::graph_rewrite(g, kernel, split_rules(), &c));
   return Split{k, c.outer, c.inner};
@@ -467,10 +490,11 @@ absl::StatusOr<const UOp*> apply_schedule(Graph& g, const UOp* kernel, const Loo
                          " on this target, not ", axis_type_step_name(st.type)));
         }
         // An access whose gate reads the axis is proven in bounds through that gate, which
-        // narrows the axis exactly where it is a range, or a range plus a constant (an
-        // Upcast lane, once expanded), and not where it is a sum of two loops, nor clamped.
-        if (!maskable[a] && (n % st.factor != 0 || st.type != AxisType::Upcast))
-          return bad(cat("an access's gate reads axis ", a, ": it splits only into upcast lanes by a divisor of its trip count ", n,
+        // narrows the axis exactly where it is a range, or a range times a constant plus a
+        // constant (an Upcast lane, once expanded), and not where it is a sum of two loops,
+        // nor clamped (a tail past the trip count is gated instead: split_impl).
+        if (!maskable[a] && st.type != AxisType::Upcast)
+          return bad(cat("an access's gate reads axis ", a, ": it splits only into upcast lanes"
                          " (the gate proves the access in bounds)"));
         const int64_t outer = n / st.factor + (n % st.factor != 0);  // ceil, without overflow
         if (r->arg_as<RangeArg>().type == AxisType::Thread && outer < 2)

@@ -20,10 +20,10 @@
 //                     axis of trip count F and axis type TYPE, and A's trip count becomes
 //                     ceil(n / F). F need not divide n: then the iterations past n are
 //                     masked (see split_range in optimize.h). An axis that the gate of
-//                     an access reads (a padded read) splits only into upcast lanes by
-//                     a divisor of n: that gate is what proves the access in bounds, and
-//                     it narrows a loop plus a lane's constant exactly, not a sum of two
-//                     loops or a clamp. TYPE is an AxisType in
+//                     an access reads (a padded read) splits only into upcast lanes, a
+//                     tail gated on every access rather than clamped: that gate is what
+//                     proves the access in bounds, and it narrows a loop plus a lane's
+//                     constant exactly, not a sum of two loops or a clamp. TYPE is an AxisType in
 //                     lower case with '_' between words: loop, upcast, reduce, unroll,
 //                     global, local, group_reduce, thread, warp; a target accepts some.
 //   reorder(A,B,...)  the loops the STORE closes, outermost first: a permutation of

@@ -151,9 +151,11 @@ int64_t lane_axis(const Plan& p) {
   return any;
 }
 
+// A gated lane loop (a pad's) gets a gated tail too: MobileNetV2's pads of 58 and 114
+// columns ran at 2 and 6 lanes, the largest divisors.
 void elementwise(Plan& p, const OptimizeOptions&) {
   int64_t a = lane_axis(p);
-  if (a >= 0) p.split(a, p.lanes(a, p.width));
+  if (a >= 0) p.split(a, lanes_for(p.trip[a], p.width, true));
 }
 
 // The lanes of a tile of accumulators one register file holds: `registers` vector
@@ -374,17 +376,18 @@ void full_reduction(Plan& p, const OptimizeOptions& o) {
 // the STORE's loops, plus, per REDUCE, those loops times the loops of its scope. Sibling
 // reductions add (three matrix-vector products of 128 fused into one kernel are 3 x 128
 // iterations per output vector, not 128 cubed); a REDUCE nested in another's body and
-// reading its loop has that loop in its own scope, so nesting multiplies.
-__int128 iterations(const Plan& p) {
+// reading its loop has that loop in its own scope, so nesting multiplies. With `lanes`,
+// an Upcast loop's lanes count too.
+__int128 iterations(const Plan& p, bool lanes = false) {
   constexpr __int128 kCap = __int128{1} << 62;
   auto product = [&](auto&& axes) {
     __int128 w = 1;
     for (size_t i : axes)
-      if (!p.upcast[i]) w = std::min<__int128>(w * std::max<int64_t>(p.trip[i], 1), kCap);
+      if (lanes || !p.upcast[i]) w = std::min<__int128>(w * std::max<int64_t>(p.trip[i], 1), kCap);
     return w;
   };
-  std::vector<size_t> outs;
-  for (size_t i = 0; i < p.outputs; ++i) outs.push_back(i);
+  std::vector<size_t> outs;  // the STORE's loops: the kernel's and the splits' of them
+  for (int64_t i : p.store_order) outs.push_back(static_cast<size_t>(i));
   const __int128 per_output = product(outs);
   __int128 work = per_output;
   for (const Plan::Reduction& r : p.reductions) {
@@ -396,13 +399,16 @@ __int128 iterations(const Plan& p) {
   return work;
 }
 
-// The outermost output loop on threads, if the whole kernel is worth several. Where that
+// The outermost output loop on threads, if the whole kernel is worth several: its vector
+// iterations, or for an elementwise kernel its elements (a vector iteration of one is a
+// load and a store; MobileNetV2's pad of 144 x 58 x 58, 4 x 16 lanes a row, ran 1 thread
+// with vector iterations counted). Where that
 // loop has under 8 iterations (a convolution's output channels, 64 / 16 lanes) and
 // another output loop has more (the map's height), that one is moved outermost first, so
 // that a machine with more cores than 4 still has a task for each.
 void threads(Plan& p, const OptimizeOptions& o) {
   if (p.store_order.empty()) return;
-  if (iterations(p) < o.min_parallel_work) return;
+  if (iterations(p, !p.reduces) < o.min_parallel_work) return;
   int64_t a = p.store_order[0];
   if (!p.upcast[a] && p.trip[a] < 8) {
     int64_t best = a;

@@ -7,7 +7,8 @@
 //     into an outer loop and an Upcast range the width of a vector register. A loop the
 //     width divides is preferred; else the innermost contiguous loop is upcast by a
 //     divisor of its trip count above half the width, or by the width with the tail
-//     masked (split_range), or whole when it is shorter than the width.
+//     masked (split_range; gated where a pad's gate reads the loop), or whole when it is
+//     shorter than the width.
 //   * outputs and a REDUCE: a tile of accumulators, chosen by what the reduction's
 //     operands (its LOADs) share along the output loop the STORE writes contiguously:
 //       - register tile (a matmul, a convolution, attention's P V): an output loop that
@@ -36,7 +37,8 @@
 //     folded at the end.
 //   * then, for every shape, Thread: the outermost output loop is split across the thread
 //     pool when the kernel does enough work to pay for waking threads, its iterations
-//     counted with sibling reductions added, not multiplied (an output loop of more
+//     (an elementwise kernel's elements) counted with sibling reductions added, not
+//     multiplied (an output loop of more
 //     iterations moved outermost first where that one has under 8);
 //   * last, a reduce loop that a load's index divides or takes a remainder of by a small
 //     factor (a channel shuffle read by a convolution) is split by it into lanes, which
@@ -82,15 +84,17 @@ absl::StatusOr<const UOp*> optimize_cpu(Graph& g, const UOp* kernel, const Optim
 // a new range of `type` with trip count `factor`. Where r was closed, r0 and r1 are
 // closed in its place (r0 outer). A factor that does not divide n masks the iterations
 // past n: r's uses become min(r0 * factor + r1, n - 1), a STORE that closed r stores only
-// where r0 * factor + r1 < n, and a REDUCE that closed r folds in its identity there (a
-// range an END closes is refused, and so is one that the gate of an access reads: see
-// can_mask). INVALID_ARGUMENT otherwise.
+// where r0 * factor + r1 < n, and a REDUCE that closed r folds in its identity there. A
+// range an END closes is refused. A range that the gate of an access reads (see can_mask)
+// splits so only into Upcast lanes, unclamped, every access that reads it gated by
+// r0 * factor + r1 < n. INVALID_ARGUMENT otherwise.
 absl::StatusOr<const UOp*> split_range(Graph& g, const UOp* kernel, const UOp* r, int64_t factor, AxisType type);
 
-// Whether split_range may split `r` by a factor that does not divide its trip count: not
+// Whether split_range may clamp `r` where a factor does not divide its trip count: not
 // where the gate of an access reads r (a padded read, r < 52). Such an access is proven
 // in bounds by narrowing r with its gate, and r clamped, min(r0 * f + r1, n - 1), is an
-// expression the gate no longer narrows the same way once symbolic has rewritten it.
+// expression the gate no longer narrows the same way once symbolic has rewritten it;
+// there only Upcast lanes may have a tail, gated rather than clamped.
 bool can_mask(const UOp* kernel, const UOp* r);
 
 }  // namespace uop

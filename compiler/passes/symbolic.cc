@@ -205,6 +205,58 @@ const UOp* collect_terms(const Match& m) {
   return sum ? sum : zero_of(m.g, T);
 }
 
+// x % n + (x / n % m) * n = x % (n*m), and x % n + (x / n) * n = x, anywhere in a sum and
+// scaled alike by any k: a flat index split into its axes by a reshape and joined again by
+// the next one. With q = x / n: x % n = x - n*q and q % m = q - m*(q / m), so the left side
+// is x - n*m*(q / m) as an integer, and q / m = x / (n*m) for n, m > 0 (trunc and floor
+// alike). Each part is exact, so the ring identity holds however the operands wrap; a pad's
+// index, which leaves the buffer where its gate is false, is rejoined as well.
+const UOp* divmod_refold(const Match& m) {
+  const DType& T = m.root->dtype();
+  if (!int_bounded(T)) return nullptr;
+  std::vector<const UOp*> terms;
+  if (!flatten_sum(m.root, 32, terms)) return nullptr;
+  struct Term { const UOp* factor; i128 coeff; };
+  std::vector<Term> ts;
+  for (const UOp* t : terms) {
+    bool scaled = t->op() == Op::MUL && is_const(t->src(1));
+    ts.push_back({scaled ? t->src(0) : t, scaled ? ival(t->src(1)) : 1});
+  }
+  auto positive_const = [](const UOp* u) { return is_const(u) && ival(u) > 0; };
+  bool changed = false;
+  for (bool again = true; again;) {
+    again = false;
+    for (size_t a = 0; a < ts.size() && !again; ++a) {
+      const UOp* fa = ts[a].factor;
+      if (fa->op() != Op::MOD || !positive_const(fa->src(1))) continue;
+      const UOp* x = fa->src(0);
+      i128 n = ival(fa->src(1)), want = n * ts[a].coeff;
+      for (size_t b = 0; b < ts.size() && !again; ++b) {
+        const UOp* fb = ts[b].factor;
+        if (b == a || ts[b].coeff != want) continue;
+        const UOp* joined = nullptr;
+        if (fb->op() == Op::IDIV && fb->src(0) == x && fb->src(1) == fa->src(1)) {
+          joined = x;  // x % n + (x / n) * n
+        } else if (fb->op() == Op::MOD && positive_const(fb->src(1)) && fb->src(0)->op() == Op::IDIV &&
+                   fb->src(0)->src(0) == x && fb->src(0)->src(1) == fa->src(1) && fits(T, n * ival(fb->src(1)))) {
+          joined = m.g.alu(Op::MOD, {x, iconst(m.g, T, n * ival(fb->src(1)))});
+        }
+        if (!joined) continue;
+        ts[a].factor = joined;
+        ts.erase(ts.begin() + static_cast<std::ptrdiff_t>(b));
+        again = changed = true;
+      }
+    }
+  }
+  if (!changed) return nullptr;
+  const UOp* sum = nullptr;
+  for (const Term& t : ts) {
+    const UOp* term = t.coeff == 1 ? t.factor : alu(m, Op::MUL, t.factor, iconst(m.g, T, t.coeff));
+    sum = sum ? alu(m, Op::ADD, sum, term) : term;
+  }
+  return sum;
+}
+
 // --- div / mod by a positive constant: split the dividend's terms ---------------------
 
 // x = Q*c + R, where Q collects the terms whose coefficient c divides and R the rest. If
@@ -400,6 +452,7 @@ RuleSet build() {
       [](const Match& m) { return alu(m, Op::ADD, m["y"], m["x"]); }, "divmod.recombine_chain");
   add(((y + mod(x, d)) + idiv(x, d) * d).is_int(),
       [](const Match& m) { return alu(m, Op::ADD, m["y"], m["x"]); }, "divmod.recombine_chain2");
+  add(op(Op::ADD).is_int(), divmod_refold, "divmod.refold");
 
   // Rules that need bounds. Only for integer dtypes whose bounds are exact.
   add(op(alu_ops()).where([](const UOp* u) { return ValueRange::bounded(u->dtype()); }),

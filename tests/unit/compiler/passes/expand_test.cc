@@ -226,5 +226,34 @@ TEST(Expand, AGatedReadWhoseClampMattersIsLaneByLaneAndBranchFree) {
   expect_same_values(k.g, before, *after, {{Scalar::Int32, 64}, {Scalar::Int32, 64}});
 }
 
+// out[12 i + u] = i + 1 where 4 <= u < 9, u upcast by 12 (a pad's row: its border and a
+// tail off): one masked 12-lane store per i, its gate a vector; and a gated store whose
+// lanes are not contiguous (a column, out[12 u + i]) stays lane by lane.
+TEST(Expand, AGatedContiguousStoreIsOneMaskedVectorStore) {
+  for (bool contiguous : {true, false}) {
+    SCOPED_TRACE(contiguous ? "a row" : "a column");
+    KernelBuilder k;
+    const UOp* out = k.param(0, dtypes::int32, 144);
+    const UOp* i = k.range(12);
+    const UOp* u = k.range(12, AxisType::Upcast);
+    const UOp* at = contiguous ? k.alu(Op::ADD, k.alu(Op::MUL, i, k.ix(12)), u) : k.alu(Op::ADD, k.alu(Op::MUL, u, k.ix(12)), i);
+    const UOp* gate = k.alu(Op::AND, k.lt(k.ix(3), u), k.lt(u, k.ix(9)));
+    const UOp* value = k.g.make(Op::CAST, dtypes::int32, {k.alu(Op::ADD, i, k.ix(1))});
+    const UOp* index = k.g.make(Op::INDEX, dtypes::int32, {out, at, gate});
+    const UOp* before = k.sink({k.g.make(Op::STORE, dtypes::void_, {index, value, i, u})});
+    auto after = expand_upcasts(k.g, before);
+    ASSERT_TRUE(after.ok()) << after.status();
+    expect_expanded(*after);
+    std::vector<uint32_t> widths;
+    for (const UOp* st : toposort(*after))
+      if (st->op() == Op::STORE) {
+        ASSERT_EQ(st->src(0)->num_src(), 3u) << "every store keeps its gate";
+        widths.push_back(st->src(0)->src(2)->dtype().count);
+      }
+    EXPECT_EQ(widths, contiguous ? std::vector<uint32_t>{12} : std::vector<uint32_t>(12, 1));
+    expect_same_values(k.g, before, *after, {{Scalar::Int32, 144}});
+  }
+}
+
 }  // namespace
 }  // namespace uop

@@ -92,12 +92,17 @@ class ExprGen {
   // constant, nested through div and mod by constants, under a div, mod or comparison.
   const UOp* gen_index_math(DType t, int depth) {
     const UOp* a = affine(t, depth);
-    switch (pick(5)) {
+    switch (pick(6)) {
       case 0: return g_.alu(Op::IDIV, {a, small_pos(t)});
       case 1: return g_.alu(Op::MOD, {a, small_pos(t)});
       case 2: return g_.alu(Op::CMPLT, {a, g_.cnst_int(t, range_in(-20, 40))});
       case 3: return g_.alu(Op::ADD, {g_.alu(Op::MUL, {g_.alu(Op::IDIV, {a, small_pos(t)}), small_pos(t)}),
                                       g_.alu(Op::MOD, {a, small_pos(t)})});
+      case 4: {  // a split into axes n and m and joined again (a reshape's), maybe inexactly
+        const UOp* n = small_pos(t);
+        const UOp* inner = g_.alu(Op::MOD, {g_.alu(Op::IDIV, {a, pick(4) ? n : small_pos(t)}), small_pos(t)});
+        return g_.alu(Op::ADD, {g_.alu(Op::MUL, {inner, pick(4) ? n : small_pos(t)}), g_.alu(Op::MOD, {a, n})});
+      }
       default: return a;
     }
   }

@@ -204,13 +204,15 @@ TEST(Optimize, AFullReductionUpcastsItsReduceLoop) {
   }
 }
 
-// 16 x 64 float32: after the upcast, 16 x 8 iterations. Worth threads at a threshold of 64
-// (the outermost output loop becomes Thread, its trip count kept), not at the default.
+// 16 x 64 float32: after the upcast, 16 x 8 vector iterations, 1024 elements, which is
+// what an elementwise kernel's work is counted in. Worth threads at a threshold of 1024
+// (the outermost output loop becomes Thread, its trip count kept), not at 1025 nor at the
+// default.
 TEST(Optimize, TheOutermostLoopRunsOnThreadsWhenTheWorkPaysForThem) {
   KernelBuilder k;
   const UOp* before = elementwise(k, dtypes::float32, 16, 64);
   OptimizeOptions low = with_bits(256);
-  low.min_parallel_work = 64;
+  low.min_parallel_work = 1024;
   auto threaded = optimize_cpu(k.g, before, low);
   ASSERT_TRUE(threaded.ok()) << threaded.status();
   EXPECT_EQ(testing::trips_of(*threaded, AxisType::Thread), std::vector<int64_t>{16});
@@ -218,10 +220,10 @@ TEST(Optimize, TheOutermostLoopRunsOnThreadsWhenTheWorkPaysForThem) {
   EXPECT_EQ(range_with_id(*threaded, 0)->arg_as<RangeArg>().type, AxisType::Thread);
   testing::expect_interpreter_agrees(before, *threaded, {{Scalar::Float32, 1024}, {Scalar::Float32, 1024}});
 
-  low.min_parallel_work = 129;
+  low.min_parallel_work = 1025;
   auto serial = optimize_cpu(k.g, before, low);
   ASSERT_TRUE(serial.ok()) << serial.status();
-  EXPECT_TRUE(testing::trips_of(*serial, AxisType::Thread).empty()) << "128 iterations are below 129";
+  EXPECT_TRUE(testing::trips_of(*serial, AxisType::Thread).empty()) << "1024 elements are below 1025";
   auto by_default = optimize_cpu(k.g, before, with_bits(256));
   ASSERT_TRUE(by_default.ok()) << by_default.status();
   EXPECT_TRUE(testing::trips_of(*by_default, AxisType::Thread).empty());

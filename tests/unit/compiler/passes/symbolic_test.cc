@@ -269,6 +269,26 @@ TEST_F(SymbolicTest, UnflattensRowMajorIndices) {
   EXPECT_EQ(simp(idiv(flat, 6) * 6 + mod(flat, 6)), simp(flat));
 }
 
+TEST_F(SymbolicTest, RejoinsAFlatIndexSplitIntoItsAxes) {
+  // A padded image's read of its unpadded source: the flat position (c, y - 1, x - 1), split
+  // into the source's axes by a reshape. Outside the pad's gate it is negative or past a row,
+  // so no bound makes the divisions vanish; the split and the join cancel regardless.
+  auto range = [&](int64_t axis, int64_t end) {
+    return E{&g, g.make(Op::RANGE, dtypes::index, {g.idx(end)}, RangeArg{axis, AxisType::Loop})};
+  };
+  E ch = range(0, 4), y = range(1, 7), x = range(2, 7);
+  E flat = ch * 25 + y * 5 + x - 6;
+  E split = mod(flat, 5) + mod(idiv(flat, 5), 5) * 5 + mod(idiv(flat, 25), 4) * 25 + idiv(flat, 100) * 100;
+  EXPECT_EQ(simp(split), simp(flat));
+  // In any order, scaled alike, and stopping at any axis.
+  EXPECT_EQ(simp(mod(idiv(flat, 5), 5) * 15 + x + mod(flat, 5) * 3), simp(x + mod(flat, 25) * 3));
+  E n = var("n", -1000, 1000, dtypes::int32);
+  EXPECT_EQ(simp(idiv(n, 7) * 7 * 2 + mod(n, 7) * 2), simp(n * 2));
+  // Not when the scales disagree, or the inner divisor is not the outer modulus.
+  EXPECT_NE(simp(mod(flat, 5) + mod(idiv(flat, 5), 5) * 6), simp(mod(flat, 25)));
+  EXPECT_NE(simp(mod(flat, 5) + mod(idiv(flat, 4), 5) * 5), simp(mod(flat, 25)));
+}
+
 TEST_F(SymbolicTest, ComparisonsAndMinMaxByBounds) {
   E x = var("x", 0, 9), y = var("y", 10, 20);
   EXPECT_EQ(simp(lt(x, 10)), b(true).u);
@@ -428,7 +448,7 @@ TEST(SymbolicRandom, IndexMathEqualsOriginalEverywhere) {
   std::printf("%s\n", run.summary().c_str());
   EXPECT_LT(run.nodes_after, run.nodes_before);
   for (const char* rule : {"divmod.split", "add.collect", "add.hoist_const", "mul.distribute", "idiv.idiv",
-                           "mod.mod", "lt.add_const", "lt.mul_const", "divmod.recombine"})
+                           "mod.mod", "lt.add_const", "lt.mul_const", "divmod.recombine", "divmod.refold"})
     EXPECT_GT(run.fired[rule], 0) << rule;
 }
 
