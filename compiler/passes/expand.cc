@@ -340,9 +340,10 @@ const rw::RuleSet& memory_rules() {
       // A gated store is a vector store too where its index is contiguous over the lanes
       // (a masked store where the gate differs by lane: a tail, a pad's border), if the
       // bounds stage will prove it; else lane by lane, as a clamped index is.
+      const UOp* plain = at.gate ? unclamp(at.idx, buffer_elements(at.buf)) : at.idx;
       auto store_chunks = [&](int64_t chunk) {
         std::vector<const UOp*> out;
-        const UOp* x = at.gate && chunk > 1 ? unclamp(at.idx, buffer_elements(at.buf)) : at.idx;
+        const UOp* x = chunk > 1 ? plain : at.idx;
         for (int64_t l = 0; l < n; l += chunk) {
           const UOp* base = at_lane(g, c, x, a, l);
           DType vt = chunk == 1 ? t : t.vec(static_cast<uint32_t>(chunk));
@@ -356,9 +357,7 @@ const rw::RuleSet& memory_rules() {
         }
         return out;
       };
-      const int64_t contiguous = at.gate ? contiguous_lanes(unclamp(at.idx, buffer_elements(at.buf)), a)
-                                         : contiguous_lanes(at.idx, a);
-      std::vector<const UOp*> stores = store_chunks(std::max<int64_t>(contiguous, 1));
+      std::vector<const UOp*> stores = store_chunks(std::max<int64_t>(contiguous_lanes(plain, a), 1));
       if (stores.empty()) stores = store_chunks(1);
       if (stores.size() == 1) {
         std::vector<const UOp*> src(stores[0]->src().begin(), stores[0]->src().end());

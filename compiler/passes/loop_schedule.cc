@@ -178,7 +178,15 @@ const rw::RuleSet& split_rules() {
         }
       }
       if (!changed) return nullptr;
-      if (c->valid && x->op() == Op::STORE && !c->gate_accesses) {
+      // (Unclamped, index.split_valid has gated the STORE's INDEX where it reads r1; one
+      // that does not is gated here all the same.)
+      auto gated_by_valid = [&](const UOp* index) {
+        if (index->num_src() < 3) return false;
+        for (const UOp* u : toposort(index->src(2)))
+          if (u == c->valid) return true;
+        return false;
+      };
+      if (c->valid && x->op() == Op::STORE && !gated_by_valid(src[0])) {
         const UOp* index = src[0];
         std::vector<const UOp*> isrc(index->src().begin(), index->src().end());
         if (isrc.size() > 2 && isrc.back()->dtype().is_bool()) isrc.back() = g.alu(Op::AND, {isrc.back(), c->valid});
