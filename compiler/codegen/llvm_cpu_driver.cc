@@ -28,11 +28,12 @@ namespace {
 
 // The heuristic's choices are part of what this names (docs/ARCHITECTURE.md, The compile cache):
 // a change in heuristic_schedule bumps it too.
-constexpr int kBackendVersion = 7;  // 2: the stop word; 3: convolution tiles of half the register file, masked pixel tiles;
+constexpr int kBackendVersion = 8;  // 2: the stop word; 3: convolution tiles of half the register file, masked pixel tiles;
                                      // 4: sibling reductions in a dot tile, threads by summed iterations, EXP2 in vector code;
                                      // 5: reduce loops a load divides split into lanes;
                                      // 6: a split index rejoined; 7: gated tails, masked vector
-                                     // stores, elementwise threads by elements
+                                     // stores, elementwise threads by elements; 8: a dead
+                                     // tail's clamped reads as masked vector loads;
 
 void init_llvm_targets() {
   static std::once_flag once;

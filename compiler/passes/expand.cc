@@ -106,6 +106,9 @@ Address address(const UOp* index) {
 struct Ctx {
   absl::flat_hash_map<const UOp*, Axis> upcast;    // upcast RANGE -> its axis
   absl::flat_hash_map<int64_t, Axis> by_id;
+  // e -> n where every STORE of the kernel is gated by e < n (a constant) and e reads an
+  // upcast axis: a masked tail's lanes past n, which store nothing (tail_lanes).
+  absl::flat_hash_map<const UOp*, int64_t> dead_past;
   absl::Status error;
 
   // The upcast axes a node's value depends on (through UNROLL tags too).
@@ -238,6 +241,78 @@ const UOp* ungated(Graph& g, const Address& at, DType t) {
   return check_index(g, plain).ok() ? plain : nullptr;
 }
 
+// The conjuncts of a gate (an AND tree).
+void conjuncts(const UOp* gate, std::vector<const UOp*>& out) {
+  if (gate->op() == Op::AND && gate->dtype().is_bool()) {
+    conjuncts(gate->src(0), out);
+    conjuncts(gate->src(1), out);
+  } else {
+    out.push_back(gate);
+  }
+}
+
+// Where a range is split by a factor that does not divide it, its lanes past the end run
+// as a clamped copy of the last one (split_range: r becomes min(flat, n - 1)) and every
+// STORE is gated by flat < n. No value of such a lane reaches memory: the lanes of a
+// STORE's loops are independent iterations, which meet only in a REDUCE over a loop of
+// their own (one a STORE's gate cannot read) or through a STORE. So within a load's index
+// the clamp may be dropped for the gate flat < n: a tail lane then loads nothing (zero)
+// where it loaded the last lane's element, and the index stays contiguous over the lanes,
+// one masked vector load where the clamps made it one scalar load per lane (ResNet-18's
+// 7 x 7 maps in a 4 x 4 pixel tile). `dead_past` holds what the kernel's STOREs are
+// gated so by.
+absl::flat_hash_map<const UOp*, int64_t> tail_lanes(const UOp* kernel, const Ctx& c) {
+  absl::flat_hash_map<const UOp*, int64_t> common;
+  bool first = true;
+  for (const UOp* u : toposort(kernel)) {
+    if (u->op() != Op::STORE || u->src(0)->op() != Op::INDEX) continue;
+    absl::flat_hash_map<const UOp*, int64_t> here;
+    if (u->src(0)->num_src() > 2) {
+      std::vector<const UOp*> cs;
+      conjuncts(u->src(0)->src(2), cs);
+      for (const UOp* x : cs) {
+        if (x->op() != Op::CMPLT || x->dtype().count != 1 || !x->src(0)->dtype().is_int()) continue;
+        const ConstValue* k = x->src(1)->const_value();
+        if (!k || k->kind() != ConstValue::Kind::Int) continue;
+        bool lanes = false;
+        for (const UOp* y : toposort(x->src(0))) lanes |= c.upcast.contains(y);
+        if (lanes) here[x->src(0)] = k->as_int();
+      }
+    }
+    if (first) {
+      common = std::move(here);
+      first = false;
+      continue;
+    }
+    absl::erase_if(common, [&](const auto& kv) {
+      auto it = here.find(kv.first);
+      return it == here.end() || it->second != kv.second;
+    });
+  }
+  return common;
+}
+
+// `idx` with each clamp min(e, n - 1) of a dead tail (tail_lanes) replaced by e, and the
+// conjunction of their gates e < n; {idx, nullptr} where it has none.
+std::pair<const UOp*, const UOp*> drop_tail_clamps(Graph& g, const Ctx& c, const UOp* idx) {
+  absl::flat_hash_map<const UOp*, const UOp*> repl;
+  const UOp* gate = nullptr;
+  for (const UOp* u : toposort(idx)) {
+    if (u->op() != Op::MIN || u->dtype().count != 1) continue;
+    for (int side = 0; side < 2; ++side) {
+      const ConstValue* k = u->src(1 - side)->const_value();
+      auto it = c.dead_past.find(u->src(side));
+      if (!k || k->kind() != ConstValue::Kind::Int || it == c.dead_past.end() || k->as_int() != it->second - 1) continue;
+      repl[u] = u->src(side);
+      const UOp* valid = g.alu(Op::CMPLT, {u->src(side), g.idx(it->second)});
+      gate = gate ? g.alu(Op::AND, {gate, valid}) : valid;
+      break;
+    }
+  }
+  if (!gate) return {idx, nullptr};
+  return {substitute(g, idx, repl), gate};
+}
+
 const rw::RuleSet& memory_rules() {
   static const rw::RuleSet rs = [] {
     rw::RuleSet rs("expand.memory");
@@ -306,6 +381,23 @@ const rw::RuleSet& memory_rules() {
       }
       int64_t chunk = alt ? 1 : std::max<int64_t>(contiguous_lanes(at.idx, a), 1);
       std::vector<const UOp*> parts;
+      // A dead tail's clamps dropped: masked vector loads where the clamps broke the lanes
+      // apart (tail_lanes).
+      if (!alt && chunk < n && !c.dead_past.empty() && at.buf->dtype().ptr &&
+          at.buf->dtype().addrspace == AddrSpace::Global) {
+        auto [x, gate] = drop_tail_clamps(g, c, at.idx);
+        const int64_t wide = gate ? contiguous_lanes(x, a) : 0;
+        for (int64_t l = 0; wide > chunk && l < n; l += wide) {
+          DType vt = t.vec(static_cast<uint32_t>(wide));
+          const UOp* index = make_index(g, at.buf, at_lane(g, c, x, a, l), lanes_of(g, c, gate, a, l, wide), vt);
+          if (!check_index(g, index).ok()) {
+            parts.clear();
+            break;
+          }
+          parts.push_back(g.make(Op::LOAD, vt, {at.buf, index}));
+        }
+        if (!parts.empty()) return whole(false, parts);
+      }
       for (int64_t l = 0; l < n; l += chunk) {
         const UOp* base = at_lane(g, c, at.idx, a, l);
         if (chunk == 1) {
@@ -514,6 +606,7 @@ absl::StatusOr<const UOp*> expand_upcasts(Graph& g, const UOp* kernel) {
     c.by_id.emplace(a.id, a);
   }
   if (c.upcast.empty()) return kernel;
+  c.dead_past = tail_lanes(kernel, c);
   auto k = rw::graph_rewrite(g, kernel, memory_rules(), &c);
   if (k.ok()) k = rw::graph_rewrite(g, *k, vectorize_rules(), &c);
   if (k.ok()) k = rw::graph_rewrite(g, *k, strip_rules(), &c);

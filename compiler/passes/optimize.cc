@@ -44,13 +44,20 @@ int64_t pow2_lanes(int64_t n, int64_t most) {
 struct Operands {
   std::vector<const UOp*> idx;  // the index of every LOAD under a REDUCE
   bool gated = false;           // some of those loads are gated (a window read through a pad)
-  // Whether some load's index is gated or not affine in some of `axes` (clamped into its
-  // buffer, as the tinygrad bridge reads a padded window).
+  // Whether some load's index is gated or clamped and so not affine in some of `axes`
+  // (clamped into its buffer, as the tinygrad bridge reads a padded window). An index
+  // that is not affine only through divisions and remainders by constants (weights stored
+  // in blocks of output channels, conv_weights in compiler/onnx) is read as plainly as an
+  // affine one.
   bool irregular(const std::vector<const UOp*>& axes) const {
     if (gated) return true;
-    for (const UOp* i : idx)
+    for (const UOp* i : idx) {
+      bool clamped = false;
+      for (const UOp* u : toposort(i)) clamped |= u->op() == Op::MIN || u->op() == Op::MAX || u->op() == Op::WHERE;
+      if (!clamped) continue;
       for (const UOp* r : axes)
         if (!affine_coeff(i, r)) return true;
+    }
     return false;
   }
   int64_t coeff(size_t load, const UOp* r) const {
@@ -198,7 +205,7 @@ void register_tile(Plan& p, const OptimizeOptions& o, int64_t a, const std::vect
   const bool window = p.axes.size() > p.outputs + 1;
   const bool wide_window = window && (o.vector_bits >= 512 || p.ops.irregular(p.axes));
   const int64_t budget = wide_window ? tile_budget(p, o, 256 / p.width) : matmul_budget(p, o), w = p.width;
-  const int64_t fill_to = window && budget >= 16 * w ? w : w / 2;
+  const int64_t fill_to = window ? w : w / 2;
   int64_t cl = window                                     ? pow2_lanes(n, std::min<int64_t>(w, 8))
                : n % (2 * w) == 0 && 2 * w <= budget ? 2 * w
                                                      : pow2_lanes(n, w);
@@ -221,16 +228,20 @@ void register_tile(Plan& p, const OptimizeOptions& o, int64_t a, const std::vect
   if (cl < fill_to) fill(fill_to, false);
   // A small map of odd sides (ResNet's and MobileNet's 7 x 7, 14 x 14) has no power of two
   // to fill half a vector with, so each gathered weight served one or two pixels: there
-  // the width takes 4 lanes and the height what the tile's pixels still lack (half a
-  // vector, a whole one where a window reduction's tile has a whole vector of pixels),
-  // their tails masked (a 3x3 convolution of 512 channels on 7 x 7 ran 4.7 times faster
-  // with 32 channels x 4 x 2 pixels, on 14 x 14 1.3 times with 32 x 2 x 4, than with the
-  // unmasked 32 x 1 and 32 x 2 x 2; MobileNet's 1x1 convolutions on 7 x 7, 4 to 10 times;
-  // with AVX-512, 16 x 4 x 4 ran 1.1 to 1.3 times faster than 32 x 4 x 2 on ResNet's 7 x 7
-  // and 14 x 14 convolutions, the kernels alone, once their window reads were contiguous).
-  if (cl * sl < w / 2 && p.maskable[a] && n > cl) {
+  // the width takes 4 lanes and the height what the tile's pixels still lack, their tails
+  // masked (a 3x3 convolution of 512 channels on 7 x 7 ran 4.7 times faster with 32
+  // channels x 4 x 2 pixels, on 14 x 14 1.3 times with 32 x 2 x 4, than with the unmasked
+  // 32 x 1 and 32 x 2 x 2; MobileNet's 1x1 convolutions on 7 x 7, 4 to 10 times; with
+  // AVX-512, 16 x 4 x 4 ran 1.1 to 1.3 times faster than 32 x 4 x 2 on ResNet's 7 x 7 and
+  // 14 x 14 convolutions, the kernels alone, once their window reads were contiguous).
+  // What they lack is half a vector, a whole one for a window reduction, so that each
+  // vector holds one channel's pixels and each weight is one broadcast: with AVX2, where a
+  // vector was half one channel's pixels and half the next's, 8 channels x 2 x 4 pixels
+  // ran ResNet-18's 3x3 convolutions on 14 x 14 and 28 x 28 1.05 to 1.4 times faster than
+  // 16 x 2 x 2 and 16 x 4 (uop bench p50, alternating).
+  if (cl * sl < fill_to && p.maskable[a] && n > cl) {
     cl = std::max(cl, std::min<int64_t>(4, n));  // never fewer lanes than the power of two gave
-    if (cl * sl < w / 2 && s < 0) fill(window ? fill_to : w / 2, true);
+    if (cl * sl < fill_to && s < 0) fill(fill_to, true);
   }
   const int64_t bl = b >= 0 ? pow2_lanes(p.trip[b], std::min<int64_t>(32, budget / (cl * sl))) : 1;
   // Rows first, then the filling loop, then the lanes: lane = (row * sl + fill) * cl +

@@ -332,6 +332,73 @@ const UOp* divmod_split(const Match& m) {
   return g.alu(Op::ADD, {q, g.alu(Op::IDIV, {rnode, m["c"]})});
 }
 
+// x = a * X + R over a factor a of c (c = a * q), R the terms a does not divide, where
+// X and R are non-negative, R below a, and nothing wraps: trunc(x / c) = trunc(X / q).
+// divmod.split cannot take these apart: no coefficient is a multiple of c. Weights stored
+// in blocks of output channels and read as [M, C, K...] (compiler/onnx conv_weights) index
+// their block (m * C K + r) / (B C K) with r = c K + k below C K: that is m / B, where the
+// division of the whole sum was one per lane of every tile row. (Not x % c = a (X % q) + R:
+// a remainder kept whole is what a pad's gate bounds, and as a sum it no longer appears in
+// the index the gate proves.)
+const UOp* divmod_factor(const Match& m) {
+  const DType& T = m.root->dtype();
+  i128 c = ival(m["c"]);
+  if (!int_bounded(T) || c <= 1) return nullptr;
+  std::vector<const UOp*> terms;
+  if (!flatten_sum(m["x"], 64, terms) || terms.size() < 2) return nullptr;
+  Ranges range(m);
+  auto coeff = [](const UOp* t) -> i128 { return t->op() == Op::MUL && is_const(t->src(1)) ? ival(t->src(1)) : is_const(t) ? ival(t) : 1; };
+  auto gcd = [](i128 a, i128 b) {
+    if (a < 0) a = -a;
+    if (b < 0) b = -b;
+    while (b != 0) {
+      i128 t = a % b;
+      a = b;
+      b = t;
+    }
+    return a;
+  };
+  // The candidates, largest first: c's common factor with each term's coefficient.
+  std::vector<i128> candidates;
+  for (const UOp* t : terms) {
+    i128 a = gcd(c, coeff(t));
+    if (a > 1 && a < c && std::find(candidates.begin(), candidates.end(), a) == candidates.end()) candidates.push_back(a);
+  }
+  std::sort(candidates.rbegin(), candidates.rend());
+  Interval S{0, 0};
+  for (const UOp* t : terms) {
+    Interval tr = range(t);
+    S = {S.lo + tr.lo, S.hi + tr.hi};
+  }
+  if (!S.within(T) || S.lo < 0) return nullptr;
+  Graph& g = m.g;
+  for (i128 a : candidates) {
+    std::vector<const UOp*> big, small;
+    Interval X{0, 0}, R{0, 0};
+    bool ok = true;
+    for (const UOp* t : terms) {
+      i128 k = coeff(t);
+      if (k % a == 0) {
+        const UOp* f = is_const(t) ? nullptr : t->op() == Op::MUL && is_const(t->src(1)) ? t->src(0) : t;
+        Interval fr = f ? range(f) : Interval{1, 1};
+        Interval xr = f ? range.times(f, k / a) : Interval{k / a, k / a};
+        if (!xr.within(T) || !fr.within(T)) ok = false;
+        X = {X.lo + xr.lo, X.hi + xr.hi};
+        big.push_back(!f ? iconst(g, T, k / a) : k / a == 1 ? f : g.alu(Op::MUL, {f, iconst(g, T, k / a)}));
+      } else {
+        Interval tr = range(t);
+        R = {R.lo + tr.lo, R.hi + tr.hi};
+        small.push_back(t);
+      }
+    }
+    if (!ok || big.empty() || small.empty() || X.lo < 0 || R.lo < 0 || R.hi >= a || !X.within(T)) continue;
+    const UOp* xs = big[0];
+    for (size_t i = 1; i < big.size(); ++i) xs = g.alu(Op::ADD, {xs, big[i]});
+    return g.alu(Op::IDIV, {xs, iconst(g, T, c / a)});
+  }
+  return nullptr;
+}
+
 // --- the table ---------------------------------------------------------------------------
 
 RuleSet build() {
@@ -503,6 +570,7 @@ RuleSet build() {
         return k != 0 && r.lo > -a && r.hi < a ? m["x"] : nullptr;
       }, "mod.small");
   add(op({Op::IDIV, Op::MOD}, {x, c}), divmod_split, "divmod.split");
+  add(idiv(x, c), divmod_factor, "divmod.factor");
   // Comparisons: move constants across when the left side cannot wrap.
   add(lt(x + c1, c2), [](const Match& m) -> const UOp* {
         const DType& t = m["x"]->dtype();

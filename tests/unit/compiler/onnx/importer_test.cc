@@ -13,6 +13,7 @@
 
 #include "client/onnx/model_runner.h"
 #include "compiler/onnx/tensor_proto.h"
+#include "compiler/support/strings.h"
 
 namespace uop::onnx_import {
 namespace {
@@ -105,52 +106,57 @@ TEST(OnnxImporter, ConvWithPaddingAndStride) {
   EXPECT_TRUE(compare(f32({1, 1, 2, 2}, {1, 5, 11, 28}), (*got)[0]));
 }
 
-// Conv's weights from an initializer are stored output channels innermost and read
-// through a permute: the values the interpreter computes are a plain convolution's,
+// Conv's weights from an initializer are stored in blocks of output channels, the block's
+// channels innermost (16 where they divide the channels, else 8), and read through a
+// permute and a reshape: the values the interpreter computes are a plain convolution's,
 // computed here loop by loop.
-TEST(OnnxImporter, ConvWeightsStoredChannelsInnermostComputeTheSameConvolution) {
-  const int64_t M = 8, C = 3, H = 5, W = 4, K = 3;
-  HostTensor x = HostTensor::random(Scalar::Float32, {1, C, H, W}, 1);
-  HostTensor w = HostTensor::random(Scalar::Float32, {M, C, K, K}, 2);
-  onnx::ModelProto m;
-  auto* g = m.mutable_graph();
-  add_input(g, "x", onnx::TensorProto::FLOAT, {1, C, H, W});
-  auto* init = g->add_initializer();
-  init->set_name("w");
-  init->set_data_type(onnx::TensorProto::FLOAT);
-  for (int64_t d : w.shape) init->add_dims(d);
-  init->set_raw_data(w.data);
-  auto* n = add_node(g, "Conv", {"x", "w"}, {"y"});
-  auto* pads = n->add_attribute();
-  pads->set_name("pads");
-  for (int i = 0; i < 4; ++i) pads->add_ints(1);
-  g->add_output()->set_name("y");
-  auto imported = import_model(serialize(m), {{"x", x}});
-  ASSERT_TRUE(imported.ok()) << imported.status();
-  // The weights' binding holds them [C, K, K, M]: element (c, u, v, o) is w[o, c, u, v].
-  HostTensor t = HostTensor::zeros(Scalar::Float32, {C * K * K * M});
-  for (int64_t o = 0; o < M; ++o)
-    for (int64_t r = 0; r < C * K * K; ++r) t.set(r * M + o, w.get(o * C * K * K + r));
-  bool repacked = false;
-  for (const auto& [buf, data] : imported->bindings) repacked |= data.data == t.data;
-  EXPECT_TRUE(repacked) << "the weights are not bound output channels innermost";
-  auto got = run_interpreted(*imported);
-  ASSERT_TRUE(got.ok()) << got.status();
-  HostTensor want = HostTensor::zeros(Scalar::Float32, {1, M, H, W});
-  for (int64_t o = 0; o < M; ++o)
-    for (int64_t y = 0; y < H; ++y)
-      for (int64_t xx = 0; xx < W; ++xx) {
-        double acc = 0;
-        for (int64_t c = 0; c < C; ++c)
-          for (int64_t u = 0; u < K; ++u)
-            for (int64_t v = 0; v < K; ++v) {
-              const int64_t iy = y + u - 1, ix = xx + v - 1;
-              if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
-              acc += x.get((c * H + iy) * W + ix).as_float() * w.get(((o * C + c) * K + u) * K + v).as_float();
-            }
-        want.set((o * H + y) * W + xx, ConstValue::Float(acc));
-      }
-  EXPECT_TRUE(compare(want, (*got)[0]));
+TEST(OnnxImporter, ConvWeightsStoredInChannelBlocksComputeTheSameConvolution) {
+  for (const int64_t M : {24, 32}) {
+    SCOPED_TRACE(cat(M, " output channels"));
+    const int64_t C = 3, H = 5, W = 4, K = 3, B = M % 16 == 0 ? 16 : 8;
+    HostTensor x = HostTensor::random(Scalar::Float32, {1, C, H, W}, 1);
+    HostTensor w = HostTensor::random(Scalar::Float32, {M, C, K, K}, 2);
+    onnx::ModelProto m;
+    auto* g = m.mutable_graph();
+    add_input(g, "x", onnx::TensorProto::FLOAT, {1, C, H, W});
+    auto* init = g->add_initializer();
+    init->set_name("w");
+    init->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : w.shape) init->add_dims(d);
+    init->set_raw_data(w.data);
+    auto* n = add_node(g, "Conv", {"x", "w"}, {"y"});
+    auto* pads = n->add_attribute();
+    pads->set_name("pads");
+    for (int i = 0; i < 4; ++i) pads->add_ints(1);
+    g->add_output()->set_name("y");
+    auto imported = import_model(serialize(m), {{"x", x}});
+    ASSERT_TRUE(imported.ok()) << imported.status();
+    // The weights' binding holds them [M / B, C, K, K, B]: element (o / B, c, u, v, o % B)
+    // is w[o, c, u, v].
+    HostTensor t = HostTensor::zeros(Scalar::Float32, {C * K * K * M});
+    for (int64_t o = 0; o < M; ++o)
+      for (int64_t r = 0; r < C * K * K; ++r) t.set((o / B * C * K * K + r) * B + o % B, w.get(o * C * K * K + r));
+    bool repacked = false;
+    for (const auto& [buf, data] : imported->bindings) repacked |= data.data == t.data;
+    EXPECT_TRUE(repacked) << "the weights are not bound in blocks of " << B << " output channels";
+    auto got = run_interpreted(*imported);
+    ASSERT_TRUE(got.ok()) << got.status();
+    HostTensor want = HostTensor::zeros(Scalar::Float32, {1, M, H, W});
+    for (int64_t o = 0; o < M; ++o)
+      for (int64_t y = 0; y < H; ++y)
+        for (int64_t xx = 0; xx < W; ++xx) {
+          double acc = 0;
+          for (int64_t c = 0; c < C; ++c)
+            for (int64_t u = 0; u < K; ++u)
+              for (int64_t v = 0; v < K; ++v) {
+                const int64_t iy = y + u - 1, ix = xx + v - 1;
+                if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+                acc += x.get((c * H + iy) * W + ix).as_float() * w.get(((o * C + c) * K + u) * K + v).as_float();
+              }
+          want.set((o * H + y) * W + xx, ConstValue::Float(acc));
+        }
+    EXPECT_TRUE(compare(want, (*got)[0]));
+  }
 }
 
 onnx::TensorProto* add_ints_initializer(onnx::GraphProto* g, const std::string& name, std::vector<int64_t> v) {

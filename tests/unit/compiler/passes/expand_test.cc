@@ -1,7 +1,8 @@
 // expand (compiler/passes/expand.h) on kernels built by hand with an Upcast range: no
 // UNROLL, CONTRACT or Upcast RANGE is left; an access contiguous in the upcast range
 // becomes one vector access, a strided one an access per lane; a REDUCE over an upcast
-// range keeps a vector accumulator; and each expanded kernel, taken on to LINEAR and run
+// range keeps a vector accumulator; a read clamped by a split's masked tail is one masked
+// vector load per contiguous run of lanes; and each expanded kernel, taken on to LINEAR and run
 // by the CPU backend, computes what the interpreter computes on the kernel before expand.
 // Kernels without Upcast ranges come back as they are; an Upcast range expand cannot
 // unroll is refused with expand.upcast. affine_coeff, which decides contiguity, on its own.
@@ -9,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -252,6 +254,49 @@ TEST(Expand, AGatedContiguousStoreIsOneMaskedVectorStore) {
       }
     EXPECT_EQ(widths, contiguous ? std::vector<uint32_t>{12} : std::vector<uint32_t>(12, 1));
     expect_same_values(k.g, before, *after, {{Scalar::Int32, 144}});
+  }
+}
+
+
+// out[y][x] = in[y + 1][x + 2] + in[y][x] over a 7 x 7 map in a 9 x 9 one, each side split
+// into 2 x 4 upcast lanes with a masked tail, as split_range leaves it (every use of y
+// clamped, min(4 y0 + yl, 6), the STORE gated by 4 y0 + yl < 7; x likewise): the clamps
+// make each lane's element a separate address, but a tail lane stores nothing, so each
+// read is one masked 4-lane load per row of lanes. Where the STORE is not gated by the
+// tail (the clamp is the graph's own: an edge repeated into an 8 x 8 output), every lane
+// is stored and the clamped reads stay lane by lane.
+TEST(Expand, ADeadTailsClampedReadIsOneMaskedVectorLoadPerRow) {
+  for (bool tail : {true, false}) {
+    SCOPED_TRACE(tail ? "a split's tail" : "the graph's own clamp");
+    KernelBuilder k;
+    const int64_t side = tail ? 7 : 8;
+    const UOp* out = k.param(0, dtypes::float32, side * side);
+    const UOp* in = k.param(1, dtypes::float32, 81);
+    const UOp* y0 = k.range(2);
+    const UOp* x0 = k.range(2);
+    const UOp* yl = k.range(4, AxisType::Upcast);
+    const UOp* xl = k.range(4, AxisType::Upcast);
+    const UOp* fy = k.alu(Op::ADD, k.alu(Op::MUL, y0, k.ix(4)), yl);
+    const UOp* fx = k.alu(Op::ADD, k.alu(Op::MUL, x0, k.ix(4)), xl);
+    const UOp* y = k.alu(Op::MIN, fy, k.ix(6));
+    const UOp* x = k.alu(Op::MIN, fx, k.ix(6));
+    auto at = [&](const UOp* r, const UOp* c, int64_t dr, int64_t dc) {
+      return k.alu(Op::ADD, k.alu(Op::MUL, k.alu(Op::ADD, r, k.ix(dr)), k.ix(9)), k.alu(Op::ADD, c, k.ix(dc)));
+    };
+    const UOp* value = k.alu(Op::ADD, k.load(in, at(y, x, 1, 2)), k.load(in, at(y, x, 0, 0)));
+    const UOp* where = tail ? k.alu(Op::ADD, k.alu(Op::MUL, y, k.ix(7)), x) : k.alu(Op::ADD, k.alu(Op::MUL, fy, k.ix(8)), fx);
+    std::vector<const UOp*> index_src{out, where};
+    if (tail) index_src.push_back(k.all(k.lt(fy, k.ix(7)), k.lt(fx, k.ix(7))));
+    const UOp* index = k.g.make(Op::INDEX, dtypes::float32, index_src);
+    const UOp* before = k.sink({k.g.make(Op::STORE, dtypes::void_, {index, value, y0, x0, yl, xl})});
+    auto after = expand_upcasts(k.g, before);
+    ASSERT_TRUE(after.ok()) << after.status();
+    expect_expanded(*after);
+    std::vector<uint32_t> widths = load_widths(*after, 1);
+    if (tail) EXPECT_EQ(widths, std::vector<uint32_t>(8, 4));
+    else EXPECT_TRUE(!widths.empty() && std::all_of(widths.begin(), widths.end(), [](uint32_t w) { return w == 1; }));
+    EXPECT_EQ(gated_loads(*after, 1, 4), tail ? 8 : 0);
+    expect_same_values(k.g, before, *after, {{Scalar::Float32, side * side}, {Scalar::Float32, 81}});
   }
 }
 

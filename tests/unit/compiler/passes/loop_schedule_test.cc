@@ -650,11 +650,12 @@ TEST(HeuristicSchedule, KernelShapesOfRealModelsGetTheirTiles) {
   avx2.vector_bits = 256;
   auto i32 = [](int64_t n) { return std::pair<Scalar, int64_t>{Scalar::Int32, n}; };
   const std::vector<ShapeCase> cases = {
-      // Output channels x (rows x columns of the 14-wide map): the width gives 2 lanes,
-      // the height fills half a vector, the channels take the rest of the 64-lane tile
-      // (half of AVX2's registers); the map's rows (7 blocks) outermost.
+      // Output channels x (rows x columns of the 14-wide map): the width gives 4 lanes (a
+      // masked tail), the height fills the vector, one channel's pixels to a vector, the
+      // channels take the rest of the 64-lane tile (half of AVX2's registers); the map's
+      // rows (7 blocks) outermost.
       {"conv 3x3", [](KernelBuilder& k) { return conv3x3(k, 32, 4, 14); }, {i32(32 * 196), i32(4 * 256), i32(32 * 4 * 9)},
-       "split(0,16,upcast);split(1,2,upcast);split(2,2,upcast);reorder(1,0,6,7,2,8)"},
+       "split(0,8,upcast);split(1,2,upcast);split(2,4,upcast);reorder(1,0,6,7,2,8)"},
       // A 56-wide map: 8 lanes of the width, 8 channels, the rows outermost.
       {"conv 3x3 wide", [](KernelBuilder& k) { return conv3x3(k, 16, 2, 56); }, {i32(16 * 56 * 56), i32(2 * 58 * 58), i32(16 * 2 * 9)},
        "split(0,8,upcast);split(2,8,upcast);reorder(1,0,6,2,7)"},

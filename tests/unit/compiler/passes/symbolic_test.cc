@@ -289,6 +289,23 @@ TEST_F(SymbolicTest, RejoinsAFlatIndexSplitIntoItsAxes) {
   EXPECT_NE(simp(mod(flat, 5) + mod(idiv(flat, 4), 5) * 5), simp(mod(flat, 25)));
 }
 
+TEST_F(SymbolicTest, DividesOutAFactorOfTheDivisor) {
+  // Weights [M, C, K] stored in blocks of B = 16 channels ([M / 16, C, K, 16]) read back as
+  // [M, C, K], with C K = 1152: the block of channel m at step r (below C K) is
+  // (m * 1152 + r) / 18432 = m / 16, even though no coefficient is a multiple of the
+  // divisor. A remainder is left whole (what a pad's gate bounds).
+  E m = var("m", 0, 127), c = var("c", 0, 127), k = var("k", 0, 8), l = var("l", 0, 7), m0 = var("m0", 0, 15);
+  E r = c * 9 + k;
+  EXPECT_EQ(simp(idiv(m * 1152 + r, 18432)), simp(idiv(m, 16)));
+  EXPECT_EQ(simp(mod(m * 1152 + r, 18432)), mod(m * 1152 + r, 18432).u);
+  // A tile's row m = 8 m0 + l, as the schedule leaves it.
+  EXPECT_EQ(simp(idiv((m0 * 8 + l) * 1152 + r, 18432)), simp(idiv(m0 * 8 + l, 16)));
+  // Not where the rest can reach the factor (k up to 1152 here), or may be negative.
+  E big = var("big", 0, 1152), neg = var("neg", -1, 5);
+  EXPECT_EQ(simp(idiv(m * 1152 + big, 18432)), idiv(m * 1152 + big, 18432).u);
+  EXPECT_EQ(simp(idiv(m * 1152 + neg, 18432)), idiv(m * 1152 + neg, 18432).u);
+}
+
 TEST_F(SymbolicTest, ComparisonsAndMinMaxByBounds) {
   E x = var("x", 0, 9), y = var("y", 10, 20);
   EXPECT_EQ(simp(lt(x, 10)), b(true).u);
