@@ -33,7 +33,8 @@ constexpr int kBackendVersion = 8;  // 2: the stop word; 3: convolution tiles of
                                      // 5: reduce loops a load divides split into lanes;
                                      // 6: a split index rejoined; 7: gated tails, masked vector
                                      // stores, elementwise threads by elements; 8: a dead
-                                     // tail's clamped reads as masked vector loads;
+                                     // tail's clamped reads as masked vector loads, AVX2
+                                     // window tiles of one channel's pixels a vector
 
 void init_llvm_targets() {
   static std::once_flag once;

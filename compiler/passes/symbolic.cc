@@ -347,7 +347,9 @@ const UOp* divmod_factor(const Match& m) {
   std::vector<const UOp*> terms;
   if (!flatten_sum(m["x"], 64, terms) || terms.size() < 2) return nullptr;
   Ranges range(m);
-  auto coeff = [](const UOp* t) -> i128 { return t->op() == Op::MUL && is_const(t->src(1)) ? ival(t->src(1)) : is_const(t) ? ival(t) : 1; };
+  auto coeff = [](const UOp* t) -> i128 {  // a constant term's is itself
+    return t->op() == Op::MUL && is_const(t->src(1)) ? ival(t->src(1)) : is_const(t) ? ival(t) : 1;
+  };
   auto gcd = [](i128 a, i128 b) {
     if (a < 0) a = -a;
     if (b < 0) b = -b;
@@ -380,9 +382,8 @@ const UOp* divmod_factor(const Match& m) {
       i128 k = coeff(t);
       if (k % a == 0) {
         const UOp* f = is_const(t) ? nullptr : t->op() == Op::MUL && is_const(t->src(1)) ? t->src(0) : t;
-        Interval fr = f ? range(f) : Interval{1, 1};
         Interval xr = f ? range.times(f, k / a) : Interval{k / a, k / a};
-        if (!xr.within(T) || !fr.within(T)) ok = false;
+        if (!xr.within(T)) ok = false;
         X = {X.lo + xr.lo, X.hi + xr.hi};
         big.push_back(!f ? iconst(g, T, k / a) : k / a == 1 ? f : g.alu(Op::MUL, {f, iconst(g, T, k / a)}));
       } else {
