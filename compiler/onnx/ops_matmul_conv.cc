@@ -206,7 +206,7 @@ absl::Status add_bias(NodeContext& c, const UOp*& y) {
 }
 
 // A convolution's weights, known at import ([M, C, K...], group 1, output channels a
-// multiple of 8, not made a tensor by an earlier node), stored in blocks of B output
+// positive multiple of 8, not made a tensor by an earlier node), stored in blocks of B output
 // channels, the block's channels innermost ([M / B, C, K..., B], B 16 where it divides M,
 // else 8), and viewed back as [M, C, K...]: the CPU's register tile reads one weight per
 // output-channel row at each step of the reduction, so those rows then lie side by side
@@ -223,7 +223,8 @@ absl::Status add_bias(NodeContext& c, const UOp*& y) {
 // model held by the server keeps the repacked buffer as its weight.
 absl::StatusOr<const UOp*> conv_weights(NodeContext& c, int64_t group) {
   ONNX_ASSIGN(Value * v, c.value(1));
-  if (group != 1 || !v->constant || v->node || v->constant->shape.size() < 3 || v->constant->shape[0] % 8 != 0)
+  if (group != 1 || !v->constant || v->node || v->constant->shape.size() < 3 ||
+      v->constant->shape[0] < 8 || v->constant->shape[0] % 8 != 0)
     return c.in(1);
   if (v->repacked) return v->repacked;
   const HostTensor& w = *v->constant;

@@ -159,6 +159,27 @@ TEST(OnnxImporter, ConvWeightsStoredInChannelBlocksComputeTheSameConvolution) {
   }
 }
 
+// Weights with no output channels ([0, C, K, K], hostile bytes: zero is a multiple of the
+// channel block conv_weights stores, whose repacking divides by the channel count) get an
+// answer naming the empty weights (UNIMPLEMENTED), not a repacking divided by zero (before
+// the guard, the import went on to an empty output).
+TEST(OnnxImporter, ConvWeightsWithNoOutputChannelsAreRefusedByName) {
+  onnx::ModelProto m;
+  auto* g = m.mutable_graph();
+  add_input(g, "x", onnx::TensorProto::FLOAT, {1, 3, 5, 5});
+  auto* init = g->add_initializer();
+  init->set_name("w");
+  init->set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : {0, 3, 3, 3}) init->add_dims(d);
+  init->set_raw_data("");
+  add_node(g, "Conv", {"x", "w"}, {"y"});
+  g->add_output()->set_name("y");
+  auto imported = import_model(serialize(m), {{"x", HostTensor::random(Scalar::Float32, {1, 3, 5, 5}, 1)}});
+  ASSERT_FALSE(imported.ok());
+  EXPECT_EQ(imported.status().code(), absl::StatusCode::kUnimplemented) << imported.status();
+  EXPECT_NE(imported.status().message().find("input 'w' is empty"), std::string::npos) << imported.status();
+}
+
 onnx::TensorProto* add_ints_initializer(onnx::GraphProto* g, const std::string& name, std::vector<int64_t> v) {
   auto* t = g->add_initializer();
   t->set_name(name);
